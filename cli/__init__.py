@@ -1,0 +1,1 @@
+"""gatedloop.cli."""
