@@ -1,0 +1,78 @@
+"""The one error vocabulary the model sees, and the exception a tool raises to show a safe message.
+
+Every failure that reaches the model is `{"ok": false, "error": {"type", "message", "retryable"}}`. The
+message is always one we wrote or one a tool marked safe by raising `ToolFailure`; any other exception's
+text goes to the log only (invariant 5).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+ErrorType = Literal[
+    "unknown_tool",
+    "invalid_arguments",
+    "permission_denied",
+    "rejected_by_reviewer",
+    "timeout",
+    "tool_error",
+    "duplicate_call",
+    "budget_exhausted",
+    "incomplete_response",
+    "outcome_unknown",
+]
+
+RETRYABLE: dict[str, bool] = {
+    "unknown_tool": False,
+    "invalid_arguments": True,
+    "permission_denied": False,
+    "rejected_by_reviewer": False,
+    "timeout": True,
+    "tool_error": True,
+    "duplicate_call": False,
+    "budget_exhausted": False,
+    "incomplete_response": True,
+    "outcome_unknown": False,
+}
+
+UNKNOWN_TOOL = "No tool named {name!r} exists. Available tools: {available}."
+INVALID_JSON = "The arguments are not valid JSON: {detail}. Send one JSON object."
+SCHEMA_MISMATCH = "The arguments do not match the tool's schema: {detail}"
+GENERIC_TOOL_ERROR = "The tool failed while running. The failure was logged; try again or choose another approach."
+TIMEOUT = "The tool did not answer within {seconds:g} s."
+REJECTED = "A reviewer rejected this call."
+DUPLICATE_CALL = (
+    "This exact call was already made in this conversation and its result has not changed; "
+    "use the result you already have instead of calling again."
+)
+BUDGET_EXHAUSTED = "Not run: the {budget} budget is used up."
+NOT_RUN_STOPPED = "Not run: the loop stopped ({reason}) before this call."
+
+
+class ToolFailure(Exception):
+    """Raised by a tool when the failure has a message that is safe for the model to read.
+
+    Any other exception is logged and replaced by a generic `tool_error`.
+    """
+
+    def __init__(self, message: str, *, error_type: ErrorType = "tool_error", retryable: bool | None = None):
+        super().__init__(message)
+        self.message = message
+        self.error_type: ErrorType = error_type
+        self.retryable = RETRYABLE.get(error_type, False) if retryable is None else retryable
+
+
+def error_body(error_type: ErrorType, message: str, *, retryable: bool | None = None, **extra: Any) -> dict[str, Any]:
+    """The structured body of a failed call, as the model receives it."""
+    error: dict[str, Any] = {
+        "type": error_type,
+        "message": message,
+        "retryable": RETRYABLE.get(error_type, False) if retryable is None else retryable,
+    }
+    error.update(extra)
+    return {"ok": False, "error": error}
+
+
+def error_json(error_type: ErrorType, message: str, **extra: Any) -> str:
+    return json.dumps(error_body(error_type, message, **extra), ensure_ascii=False)

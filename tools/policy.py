@@ -1,0 +1,81 @@
+"""Per-tool policy: what a tool does to the world, when a person must approve it, and how to check it.
+
+A tool with no policy is treated as a write that always needs approval (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Effect = Literal["read", "write"]
+Decision = Literal["approve", "edit", "reject", "respond"]
+ALL_DECISIONS: tuple[Decision, ...] = ("approve", "edit", "reject", "respond")
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Who is asking, handed to approval predicates and validators (from the graph's runtime context)."""
+
+    user_id: str | None = None
+    roles: frozenset[str] = frozenset()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+ApprovalPredicate = Callable[[dict[str, Any], CallContext], bool]
+Validator = Callable[[dict[str, Any], CallContext], "str | None"]
+Reconciler = Callable[[dict[str, Any], str], Any]
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """How gatedloop treats one tool.
+
+    - `effect`: reads may run concurrently and be retried; writes run one at a time, at most once per call id.
+    - `approval`: "never", "always", or a predicate on (args, context) that returns True when a person must approve.
+    - `allowed_decisions`: what the reviewer may answer for this tool.
+    - `timeout_s`: per-call wall clock; a read that exceeds it is a `timeout`, a write an unknown outcome.
+    - `validator`: business checks on (args, context); returns a reason to refuse, or None.
+    - `roles`: if set, the caller needs at least one of these roles (`permission_denied` otherwise).
+    - `reconcile(args, idempotency_key)`: asks the authoritative system whether a write whose outcome is
+      unknown happened: its result if it did, None if it did not; raises if it cannot tell.
+    - `max_calls`: per-thread cap on calls of this tool (`budget_exhausted` beyond it).
+    - `strict_json`: arguments must be exact JSON (default: True for writes, tolerant repair for reads).
+    """
+
+    effect: Effect = "write"
+    approval: Literal["never", "always"] | ApprovalPredicate = "always"
+    allowed_decisions: tuple[Decision, ...] = ALL_DECISIONS
+    timeout_s: float = 30.0
+    validator: Validator | None = None
+    roles: frozenset[str] | None = None
+    reconcile: Reconciler | None = None
+    max_calls: int | None = None
+    strict_json: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.effect not in ("read", "write"):
+            raise ValueError(f"ToolPolicy.effect must be 'read' or 'write', not {self.effect!r}")
+        if not (self.approval in ("never", "always") or callable(self.approval)):
+            raise ValueError(f"ToolPolicy.approval must be 'never', 'always' or a callable, not {self.approval!r}")
+        unknown = set(self.allowed_decisions) - set(ALL_DECISIONS)
+        if unknown or not self.allowed_decisions:
+            raise ValueError(f"ToolPolicy.allowed_decisions must be a non-empty subset of {ALL_DECISIONS}")
+        if self.timeout_s <= 0:
+            raise ValueError("ToolPolicy.timeout_s must be positive")
+
+    def needs_approval(self, args: dict[str, Any], context: CallContext) -> bool:
+        if self.approval == "never":
+            return False
+        if self.approval == "always":
+            return True
+        return bool(self.approval(args, context))
+
+    @property
+    def strict(self) -> bool:
+        return self.effect == "write" if self.strict_json is None else self.strict_json
+
+
+READ = ToolPolicy(effect="read", approval="never")
+GATED_WRITE = ToolPolicy(effect="write", approval="always")
