@@ -1,0 +1,236 @@
+"""The execution ledger: at most one start per (thread, tool call id), and what became of it.
+
+A checkpoint is written after a step; a process can die between a tool changing the world and that
+write. The ledger closes the gap: a write is *claimed* (a unique row) before it starts and *finished*
+after, in the same SQLite file as the checkpoints. A claim with no outcome is an unknown outcome, never
+a reason to run again. The same file holds the audit trail and cancellation requests.
+
+Hand-written because no LangGraph or LangChain component records side-effect claims; SQLite's UNIQUE
+constraint is the whole concurrency story (one INSERT wins, across threads and processes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import functools
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+Outcome = Literal["done", "failed", "abandoned"]
+ClaimState = Literal["claimed", "done", "failed", "abandoned"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS gatedloop_ledger (
+    thread_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    args_digest TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('claimed', 'done', 'failed', 'abandoned')),
+    result TEXT,
+    claimed_at REAL NOT NULL,
+    finished_at REAL,
+    attempts INTEGER NOT NULL DEFAULT 1,
+    claimant TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (thread_id, call_id)
+);
+CREATE TABLE IF NOT EXISTS gatedloop_audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    event TEXT NOT NULL,
+    actor TEXT,
+    at REAL NOT NULL,
+    detail TEXT NOT NULL,
+    UNIQUE (thread_id, call_id, event)
+);
+CREATE TABLE IF NOT EXISTS gatedloop_cancel (
+    thread_id TEXT PRIMARY KEY,
+    requested_at REAL NOT NULL
+);
+"""
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+class LedgerError(RuntimeError):
+    """The ledger could not be read or written; nothing was half-recorded."""
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    thread_id: str
+    call_id: str
+    tool: str
+    args_digest: str
+    idempotency_key: str
+    state: ClaimState
+    result: str | None
+    claimed_at: float
+    finished_at: float | None
+    attempts: int
+    claimant: str
+
+
+def _process_identity(pid: int) -> str:
+    """host:pid:start-time, so a recycled pid is not mistaken for the process that made a claim."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            started = stat.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        started = "?"
+    return f"{socket.gethostname()}:{pid}:{started}"
+
+
+@functools.cache
+def _claimant_for(pid: int) -> str:
+    return _process_identity(pid)
+
+
+def current_claimant() -> str:
+    """This process's identity (recomputed after a fork, since the pid changes)."""
+    return _claimant_for(os.getpid())
+
+
+def claimant_alive(claimant: str) -> bool:
+    """Whether the process that made a claim may still be running (unknown hosts count as alive)."""
+    host, _, rest = claimant.partition(":")
+    pid_text, _, _ = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    return _process_identity(int(pid_text)) == claimant
+
+
+def idempotency_key(thread_id: str, call_id: str) -> str:
+    """Stable for a tool call within its thread: the same on every retry, resume and process."""
+    return hashlib.sha256(f"gatedloop:{thread_id}:{call_id}".encode()).hexdigest()[:32]
+
+
+class SqliteLedger:
+    """Ledger, audit trail and cancel flags in one SQLite file (usually the checkpoint file)."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        if self.path != ":memory:":
+            self._conn.execute("PRAGMA journal_mode=WAL")
+        with self._lock:
+            self._conn.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]:
+        """Claim the right to start this call. Returns (True, entry) for the one winner, else the existing row."""
+        key = idempotency_key(thread_id, call_id)
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key,"
+                " state, claimed_at, claimant) VALUES (?, ?, ?, ?, ?, 'claimed', ?, ?)",
+                (thread_id, call_id, tool, args_digest, key, time.time(), current_claimant()),
+            )
+            won = cur.rowcount == 1
+        entry = self.get(thread_id, call_id)
+        assert entry is not None
+        return won, entry
+
+    def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool:
+        """Allow one more start of a call known not to have happened (reconciled, or decided by a person).
+
+        Conditional on the attempt count the caller saw, so of two resumers only one starts it again.
+        """
+        with self._tx() as conn:
+            cur = conn.execute(
+                "UPDATE gatedloop_ledger SET attempts=attempts+1, claimed_at=?, claimant=? "
+                "WHERE thread_id=? AND call_id=? AND state='claimed' AND attempts=?",
+                (time.time(), current_claimant(), thread_id, call_id, seen_attempts),
+            )
+            return cur.rowcount == 1
+
+    def finish(self, thread_id: str, call_id: str, outcome: Outcome, result: Any) -> None:
+        """Record the outcome once; a second finish of the same call is ignored."""
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE gatedloop_ledger SET state=?, result=?, finished_at=? "
+                "WHERE thread_id=? AND call_id=? AND state='claimed'",
+                (outcome, json.dumps(result, ensure_ascii=False, default=str), time.time(), thread_id, call_id),
+            )
+
+    def get(self, thread_id: str, call_id: str) -> LedgerEntry | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT thread_id, call_id, tool, args_digest, idempotency_key, state, result, claimed_at,"
+                " finished_at, attempts, claimant FROM gatedloop_ledger WHERE thread_id=? AND call_id=?",
+                (thread_id, call_id),
+            ).fetchone()
+        return LedgerEntry(*row) if row else None
+
+    def entries(self, thread_id: str) -> list[LedgerEntry]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT thread_id, call_id, tool, args_digest, idempotency_key, state, result, claimed_at,"
+                " finished_at, attempts, claimant FROM gatedloop_ledger WHERE thread_id=? ORDER BY claimed_at",
+                (thread_id,),
+            ).fetchall()
+        return [LedgerEntry(*row) for row in rows]
+
+    def record(self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None) -> None:
+        """Append an audit event; the same (call, event) is kept once, so re-run nodes do not duplicate it."""
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO gatedloop_audit (thread_id, call_id, event, actor, at, detail)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (thread_id, call_id, event, actor, time.time(), json.dumps(detail, ensure_ascii=False, default=str)),
+            )
+
+    def audit(self, thread_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT call_id, event, actor, at, detail FROM gatedloop_audit WHERE thread_id=? ORDER BY seq",
+                (thread_id,),
+            ).fetchall()
+        return [
+            {"call_id": c, "event": e, "actor": a, "at": at, "detail": json.loads(d)} for c, e, a, at, d in rows
+        ]
+
+    def request_cancel(self, thread_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO gatedloop_cancel (thread_id, requested_at) VALUES (?, ?)",
+                (thread_id, time.time()),
+            )
+
+    def cancel_requested(self, thread_id: str) -> bool:
+        with self._lock:
+            row = self._conn.execute("SELECT 1 FROM gatedloop_cancel WHERE thread_id=?", (thread_id,)).fetchone()
+        return row is not None
+
+    def clear_cancel(self, thread_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute("DELETE FROM gatedloop_cancel WHERE thread_id=?", (thread_id,))

@@ -1,0 +1,78 @@
+"""Opening the SQLite checkpointer the way a multi-process deployment needs it.
+
+WAL so readers never block the writer, a busy timeout so a second process waits instead of failing with
+"database is locked", and the execution ledger in the same file, reachable as `saver.ledger`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+
+import aiosqlite
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger
+
+
+class GatedSqliteSaver(SqliteSaver):
+    """LangGraph's `SqliteSaver`, plus the ledger that lives beside the checkpoints."""
+
+    ledger: SqliteLedger
+    path: str
+
+
+class GatedAsyncSqliteSaver(AsyncSqliteSaver):
+    """LangGraph's `AsyncSqliteSaver`, plus the ledger that lives beside the checkpoints."""
+
+    ledger: SqliteLedger
+    path: str
+
+
+def _prepare(path: str | Path) -> str:
+    target = str(path)
+    if target != ":memory:":
+        Path(target).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+@contextmanager
+def open_sqlite(path: str | Path) -> Iterator[GatedSqliteSaver]:
+    """A synchronous SQLite checkpointer on `path` (created if missing), with its ledger."""
+    target = _prepare(path)
+    conn = sqlite3.connect(target, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+    ledger = None
+    try:
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        saver = GatedSqliteSaver(conn)
+        saver.setup()
+        ledger = SqliteLedger(target)
+        saver.ledger, saver.path = ledger, target
+        yield saver
+    finally:
+        if ledger is not None:
+            ledger.close()
+        conn.close()
+
+
+@asynccontextmanager
+async def open_async_sqlite(path: str | Path) -> AsyncIterator[GatedAsyncSqliteSaver]:
+    """The async twin of `open_sqlite`, for `ainvoke`/`astream` and many concurrent threads."""
+    target = _prepare(path)
+    async with aiosqlite.connect(target, timeout=BUSY_TIMEOUT_MS / 1000) as conn:
+        await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute("PRAGMA synchronous=NORMAL")
+        saver = GatedAsyncSqliteSaver(conn)
+        await saver.setup()
+        ledger = SqliteLedger(target)
+        saver.ledger, saver.path = ledger, target
+        try:
+            yield saver
+        finally:
+            ledger.close()

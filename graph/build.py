@@ -1,0 +1,64 @@
+"""`build_graph`: the five nodes wired on the presence of tool calls, compiled with a checkpointer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from gatedloop.checkpoints.ledger import SqliteLedger
+from gatedloop.graph.limits import Limits
+from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
+from gatedloop.graph.state import GatedState, InputState, OutputState
+from gatedloop.nodes.approve import make_approve_node
+from gatedloop.nodes.execute import make_execute_node
+from gatedloop.nodes.finalize import finalize
+from gatedloop.nodes.model import make_model_node
+from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.validate import make_validate_node
+from gatedloop.tools.policy import CallContext, ToolPolicy
+from gatedloop.tools.registry import ToolRegistry
+
+
+def build_graph(
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    *,
+    policies: Mapping[str, ToolPolicy] | None = None,
+    limits: Limits | None = None,
+    checkpointer: BaseCheckpointSaver | None = None,
+    ledger: SqliteLedger | None = None,
+    name: str = "gatedloop",
+) -> CompiledStateGraph:
+    """Compile the gated loop.
+
+    The ledger defaults to the one inside a saver from `open_sqlite`; with another checkpointer (or none,
+    as under `langgraph dev`) pass `ledger=` explicitly, else an in-memory ledger guards this process only.
+    """
+    limits = limits or Limits()
+    registry = ToolRegistry(tools, policies)
+    if ledger is None:
+        ledger = getattr(checkpointer, "ledger", None) or SqliteLedger(":memory:")
+    parts = LoopParts(model=model.bind_tools(registry.bindable()), registry=registry, limits=limits, ledger=ledger)
+
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(
+        GatedState, context_schema=CallContext, input_schema=InputState, output_schema=OutputState
+    )
+    builder.add_node("model", make_model_node(parts))
+    builder.add_node("validate", make_validate_node(parts))
+    builder.add_node("approve", make_approve_node(parts))
+    builder.add_node("execute", make_execute_node(parts))
+    builder.add_node("finalize", finalize)
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", after_model, ["validate", "finalize"])
+    builder.add_conditional_edges("validate", after_validate, ["approve", "execute", "model", "finalize"])
+    builder.add_conditional_edges("approve", after_approve, ["execute", "model"])
+    builder.add_conditional_edges("execute", after_execute, ["approve", "model", "finalize"])
+    builder.add_edge("finalize", END)
+    graph = builder.compile(checkpointer=checkpointer, name=name)
+    return graph.with_config(recursion_limit=limits.recursion_limit())

@@ -1,0 +1,23 @@
+"""Budgets that make the loop end: every one has a safe default and its own stop status."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Limits(BaseModel):
+    """Per-request budgets. A request starts with each new user message and ends at a final status."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_model_calls: int = Field(12, ge=1, description="model requests, retries included -> step_limit")
+    max_tool_calls: int = Field(40, ge=0, description="tool calls run in total -> budget_exhausted")
+    max_calls_per_turn: int = Field(16, ge=1, description="calls one model turn may propose; the rest are refused")
+    max_tokens: int = Field(200_000, ge=1, description="total tokens from the model's usage metadata")
+    deadline_s: float = Field(600.0, gt=0, description="wall clock per request, time waiting for a person excluded")
+    model_retries: int = Field(1, ge=0, description="extra tries after an incomplete or failed model response")
+    max_result_chars: int = Field(4000, ge=200, description="a longer tool result is cut with a marker")
+
+    def recursion_limit(self) -> int:
+        """A superstep ceiling derived from the budgets, so LangGraph's own guard never fires first."""
+        return self.max_model_calls * 6 + 20

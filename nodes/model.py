@@ -1,0 +1,142 @@
+"""The `model` node: one model request with the tools bound, accepted only if the response is complete.
+
+A response whose provider did not say it finished (a stream cut short, `length`, `content_filter`), a
+refusal, or a tool call without an id or with a reused id is never a tool request: it is not added to
+the conversation, the model is asked again per `Limits.model_retries`, then the loop stops honestly.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
+from langgraph.errors import GraphBubbleUp
+from langgraph.runtime import Runtime
+
+from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
+from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
+
+log = logging.getLogger("gatedloop.model")
+
+# Normalized finish statuses, per provider: OpenAI finish_reason, Anthropic stop_reason, Gemini finish_reason.
+FINISHED = frozenset({"stop", "tool_calls", "function_call", "end_turn", "tool_use", "stop_sequence", "STOP"})
+REFUSED = frozenset({"content_filter", "refusal", "SAFETY", "RECITATION", "PROHIBITED_CONTENT", "BLOCKLIST"})
+
+
+class ResponseProblem(Exception):
+    """Why a response cannot be acted on: `kind` is `incomplete` or `refused`."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind, self.detail = kind, detail
+
+
+def finish_status(message: BaseMessage) -> str | None:
+    meta = message.response_metadata or {}
+    value = meta.get("finish_reason") or meta.get("stop_reason")
+    return str(value) if value is not None else None
+
+
+def check_response(message: BaseMessage, earlier_ids: set[str]) -> AIMessage:
+    """Return the response as an AIMessage if it may be acted on; raise ResponseProblem otherwise."""
+    if not isinstance(message, AIMessage):
+        raise ResponseProblem("incomplete", f"the model returned a {type(message).__name__}, not an AI message")
+    refusal = message.additional_kwargs.get("refusal")
+    finish = finish_status(message)
+    if refusal or finish in REFUSED:
+        raise ResponseProblem("refused", f"the model refused (finish status {finish!r})")
+    if finish is None:
+        raise ResponseProblem("incomplete", "the response carries no finish status (a stream cut short?)")
+    if finish not in FINISHED:
+        raise ResponseProblem("incomplete", f"the response was not finished (finish status {finish!r})")
+    seen: set[str] = set()
+    for call in [*message.tool_calls, *message.invalid_tool_calls]:
+        call_id = call.get("id")
+        if not call_id or not isinstance(call_id, str):
+            raise ResponseProblem("incomplete", f"a call to {call.get('name')!r} has no id")
+        if call_id in seen or call_id in earlier_ids:
+            raise ResponseProblem("incomplete", f"the call id {call_id!r} is used twice")
+        seen.add(call_id)
+    if isinstance(message, AIMessageChunk):
+        message = AIMessage(**message.model_dump(exclude={"type", "tool_call_chunks", "chunk_position"}))
+    return message
+
+
+def earlier_call_ids(messages: list[BaseMessage]) -> set[str]:
+    return {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+
+
+def initial_plans(message: AIMessage) -> list[CallPlan]:
+    """Every proposed call, parsed or not, enters the turn as an open plan; `validate` decides."""
+    plans: list[CallPlan] = []
+    for call in message.tool_calls:
+        plans.append(_plan(call["id"] or "", call["name"], call["args"]))
+    for bad in message.invalid_tool_calls:
+        plans.append(_plan(bad.get("id") or "", bad.get("name") or "", bad.get("args")))
+    return plans
+
+
+def _plan(call_id: str, name: Any, raw_args: Any) -> CallPlan:
+    return {
+        "id": call_id,
+        "name": name if isinstance(name, str) else str(name),
+        "args": {"__raw__": raw_args} if not isinstance(raw_args, dict) else raw_args,
+        "verdict": "run",
+        "effect": "write",
+        "digest": "",
+    }
+
+
+def make_model_node(parts: LoopParts):
+    def model(state: GatedState, runtime: Runtime) -> dict[str, Any]:
+        thread_id = current_thread_id()
+        messages = state["messages"]
+        counters: RequestCounters | None = state.get("counters")
+        reset: dict[str, Any] = {}
+        if counters is None or (messages and isinstance(messages[-1], HumanMessage)):
+            counters = fresh_counters(parts.clock())
+            parts.ledger.clear_cancel(thread_id)
+            reset = {"status": None, "answer": None, "stop_detail": None}
+        else:
+            counters = {**counters}
+        stop = parts.stop_before_work(thread_id, counters)
+        if stop:
+            return {**reset, **_stop(counters, *stop)}
+        earlier = earlier_call_ids(messages)
+        problem = ResponseProblem("error", "no model call was made")
+        for _attempt in range(parts.limits.model_retries + 1):
+            if counters["model_calls"] >= parts.limits.max_model_calls:
+                return {**reset, **_stop(counters, "step_limit", f"{parts.limits.max_model_calls} model calls made")}
+            counters["model_calls"] += 1
+            try:
+                raw = parts.model.invoke(messages)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                log.warning("thread %s: model call failed: %s", thread_id, type(exc).__name__, exc_info=True)
+                problem = ResponseProblem("error", f"the model call failed ({type(exc).__name__})")
+                counters["retries"] += 1
+                continue
+            counters["tokens"] += _tokens(raw)
+            try:
+                response = check_response(raw, earlier)
+            except ResponseProblem as exc:
+                log.warning("thread %s: discarded model response: %s", thread_id, exc.detail)
+                problem = exc
+                counters["retries"] += 1
+                continue
+            plans = initial_plans(response)
+            return {**reset, "messages": [response], "calls": plans, "counters": counters, "stop": None}
+        return {**reset, **_stop(counters, problem.kind, problem.detail)}
+
+    return model
+
+
+def _tokens(message: BaseMessage) -> int:
+    usage = getattr(message, "usage_metadata", None) or {}
+    return int(usage.get("total_tokens") or 0)
+
+
+def _stop(counters: RequestCounters, status: str, detail: str) -> dict[str, Any]:
+    return {"calls": [], "counters": counters, "stop": status, "stop_detail": detail}

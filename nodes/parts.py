@@ -1,0 +1,107 @@
+"""What every node needs, built once by `build_graph` and closed over by the node functions."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import Runnable
+from langgraph.config import get_config
+
+from gatedloop.checkpoints.ledger import SqliteLedger
+from gatedloop.graph.limits import Limits
+from gatedloop.graph.state import CallPlan, RequestCounters
+from gatedloop.tools.errors import ErrorType, error_json
+from gatedloop.tools.policy import CallContext
+from gatedloop.tools.registry import ToolRegistry
+
+
+@dataclass
+class LoopParts:
+    model: Runnable[LanguageModelInput, BaseMessage]
+    registry: ToolRegistry
+    limits: Limits
+    ledger: SqliteLedger
+    clock: Callable[[], float] = field(default=time.time)
+
+    def stop_before_work(
+        self, thread_id: str, counters: RequestCounters, *, tokens: bool = True
+    ) -> tuple[str, str] | None:
+        """The node-boundary checks: cancelled, past the deadline, out of tokens. None means go on."""
+        if self.ledger.cancel_requested(thread_id):
+            return "cancelled", "cancelled on request"
+        active = self.clock() - counters["started_at"] - counters["waited_s"]
+        if active > self.limits.deadline_s:
+            return "deadline", f"the {self.limits.deadline_s:g} s deadline passed"
+        if tokens and counters["tokens"] >= self.limits.max_tokens:
+            return "budget_exhausted", f"the token budget ({self.limits.max_tokens}) is used up"
+        return None
+
+
+def fresh_counters(now: float) -> RequestCounters:
+    return {
+        "started_at": now,
+        "waited_s": 0.0,
+        "paused_at": None,
+        "model_calls": 0,
+        "tool_calls": 0,
+        "tokens": 0,
+        "per_tool": {},
+        "retries": 0,
+        "fingerprints": {},
+    }
+
+
+def current_thread_id() -> str:
+    """The thread being run; a run with no checkpointer gets a per-run id so the ledger still works."""
+    config = get_config()
+    thread = config.get("configurable", {}).get("thread_id")
+    return str(thread) if thread is not None else f"run-{config.get('run_id') or uuid.uuid4()}"
+
+
+def call_context(context: Any) -> CallContext:
+    """Accept the runtime context as a CallContext, a dict (from the SDK or Studio), or nothing."""
+    if isinstance(context, CallContext):
+        return context
+    if isinstance(context, dict):
+        return CallContext(
+            user_id=context.get("user_id"),
+            roles=frozenset(context.get("roles") or ()),
+            extra={k: v for k, v in context.items() if k not in ("user_id", "roles")},
+        )
+    return CallContext()
+
+
+def error_message(call_id: str, name: str, error_type: ErrorType, message: str) -> ToolMessage:
+    """The one answer a call gets when it is not run or fails."""
+    return ToolMessage(
+        content=error_json(error_type, message),
+        tool_call_id=call_id,
+        name=name,
+        status="error",
+        id=f"tool-{call_id}",
+    )
+
+
+def result_message(call_id: str, name: str, content: str) -> ToolMessage:
+    return ToolMessage(content=content, tool_call_id=call_id, name=name, status="success", id=f"tool-{call_id}")
+
+
+def unanswered_calls(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+    """Tool calls of the last AI message with no ToolMessage yet (invariant 1 is checked against this)."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AIMessage):
+            answered = {m.tool_call_id for m in messages[index + 1 :] if isinstance(m, ToolMessage)}
+            proposed = [*message.tool_calls, *message.invalid_tool_calls]
+            return [c for c in proposed if c.get("id") not in answered]
+    return []
+
+
+def open_calls(calls: list[CallPlan]) -> list[CallPlan]:
+    return [c for c in calls if c["verdict"] != "answered"]

@@ -1,0 +1,144 @@
+"""Running one tool call: a read with a timeout, or a write guarded by the execution ledger.
+
+Each returns an `Outcome` (plain JSON, since LangGraph stores task results in the checkpoint). A write
+is claimed in the ledger before it starts and finished after; whoever does not win the claim never
+starts it. A write that timed out, lost its connection or whose claimant died is `unknown`, not failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Literal, NotRequired, TypedDict
+
+from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
+
+from gatedloop.checkpoints.ledger import SqliteLedger, claimant_alive, idempotency_key
+from gatedloop.graph.state import CallPlan
+from gatedloop.tools import errors
+from gatedloop.tools.registry import ToolRegistry
+from gatedloop.tools.results import cap, to_json_text
+
+log = logging.getLogger("gatedloop.execute")
+
+# Threads, not processes: tools are mostly I/O. A timed-out call keeps its thread until it returns.
+_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gatedloop-tool")
+
+UnknownReason = Literal["timeout", "connection_lost", "claimant_died", "claimant_running"]
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+
+
+class Outcome(TypedDict):
+    status: Literal["ok", "error", "unknown"]
+    content: str
+    duration_ms: float
+    error_type: NotRequired[str]
+    unknown: NotRequired[UnknownReason]
+    attempts: NotRequired[int]
+    reused: NotRequired[bool]
+
+
+def invoke_tool(tool: BaseTool, args: dict[str, Any]) -> Any:
+    if getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None:
+        return asyncio.run(tool.ainvoke(args))
+    return tool.invoke(args)
+
+
+def _failure(exc: BaseException, name: str, call_id: str) -> Outcome:
+    if isinstance(exc, errors.ToolFailure):
+        body = errors.error_json(exc.error_type, exc.message, retryable=exc.retryable)
+        return {"status": "error", "content": body, "error_type": exc.error_type, "duration_ms": 0.0}
+    log.error("tool %s (call %s) raised %s", name, call_id, type(exc).__name__, exc_info=exc)
+    return {"status": "error", "content": errors.error_json("tool_error", errors.GENERIC_TOOL_ERROR),
+            "error_type": "tool_error", "duration_ms": 0.0}
+
+
+def _ok(result: Any, max_chars: int) -> Outcome:
+    return {"status": "ok", "content": cap(to_json_text(result), max_chars), "duration_ms": 0.0}
+
+
+def run_read(registry: ToolRegistry, plan: CallPlan, max_chars: int) -> Outcome:
+    """A read: safe to repeat, so a timeout is simply a `timeout` error."""
+    policy = registry.policy(plan["name"])
+    started = time.monotonic()
+    future = _POOL.submit(invoke_tool, registry.tools[plan["name"]], plan["args"])
+    try:
+        outcome = _ok(future.result(timeout=policy.timeout_s), max_chars)
+    except FutureTimeout:
+        body = errors.error_json("timeout", errors.TIMEOUT.format(seconds=policy.timeout_s))
+        outcome = {"status": "error", "content": body, "error_type": "timeout", "duration_ms": 0.0}
+    except GraphBubbleUp:
+        raise
+    except Exception as exc:
+        outcome = _failure(exc, plan["name"], plan["id"])
+    outcome["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
+    return outcome
+
+
+def run_write(registry: ToolRegistry, ledger: SqliteLedger, thread_id: str, plan: CallPlan, max_chars: int) -> Outcome:
+    """A write: claim, run once, record. A lost claim returns the stored result or `unknown`."""
+    won, entry = ledger.claim(thread_id, plan["id"], plan["name"], plan["digest"])
+    if not won:
+        if entry.state != "claimed":
+            return stored_outcome(entry.state, entry.result)
+        reason: UnknownReason = "claimant_running" if claimant_alive(entry.claimant) else "claimant_died"
+        return unknown(reason, entry.attempts)
+    return start_write(registry, ledger, thread_id, plan, max_chars, entry.attempts)
+
+
+def start_write(
+    registry: ToolRegistry, ledger: SqliteLedger, thread_id: str, plan: CallPlan, max_chars: int, attempts: int
+) -> Outcome:
+    """Run a write this process holds the claim for, and record its outcome in the ledger."""
+    policy = registry.policy(plan["name"])
+    args = dict(plan["args"])
+    if registry.takes_idempotency_key(plan["name"]):
+        args["idempotency_key"] = idempotency_key(thread_id, plan["id"])
+    started = time.monotonic()
+    future = _POOL.submit(invoke_tool, registry.tools[plan["name"]], args)
+    try:
+        outcome = _ok(future.result(timeout=policy.timeout_s), max_chars)
+    except FutureTimeout:
+        future.add_done_callback(lambda f: _record_late(ledger, thread_id, plan, f, max_chars))
+        return unknown("timeout", attempts, time.monotonic() - started)
+    except GraphBubbleUp:
+        raise
+    except CONNECTION_ERRORS as exc:
+        log.warning("write %s (call %s) lost its connection: %s", plan["name"], plan["id"], type(exc).__name__)
+        return unknown("connection_lost", attempts, time.monotonic() - started)
+    except Exception as exc:
+        outcome = _failure(exc, plan["name"], plan["id"])
+    outcome["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
+    ledger.finish(thread_id, plan["id"], "done" if outcome["status"] == "ok" else "failed", outcome)
+    return outcome
+
+
+def _record_late(ledger: SqliteLedger, thread_id: str, plan: CallPlan, future: Future[Any], max_chars: int) -> None:
+    """A timed-out write that finishes later still records what it did, for reconciliation."""
+    exc = future.exception()
+    outcome = _failure(exc, plan["name"], plan["id"]) if exc else _ok(future.result(), max_chars)
+    ledger.finish(thread_id, plan["id"], "done" if outcome["status"] == "ok" else "failed", outcome)
+
+
+def unknown(reason: UnknownReason, attempts: int, seconds: float = 0.0) -> Outcome:
+    body = errors.error_json("outcome_unknown", f"The outcome of this call is unknown ({reason.replace('_', ' ')}).")
+    return {"status": "unknown", "content": body, "unknown": reason, "attempts": attempts,
+            "error_type": "outcome_unknown", "duration_ms": round(seconds * 1000, 3)}
+
+
+def stored_outcome(state: str, result: str | None) -> Outcome:
+    """The recorded outcome of a call that already ran: reused, never re-executed."""
+    try:
+        outcome: Outcome = json.loads(result) if result else unknown("claimant_died", 1)
+    except (TypeError, ValueError):
+        outcome = unknown("claimant_died", 1)
+    if state == "abandoned":
+        body = errors.error_json("outcome_unknown", "A person marked this call abandoned; its outcome is unknown.")
+        outcome = {"status": "error", "content": body, "error_type": "outcome_unknown", "duration_ms": 0.0}
+    outcome["reused"] = True
+    return outcome

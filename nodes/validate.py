@@ -1,0 +1,101 @@
+"""The `validate` node: every proposed call is checked before anything runs or anyone is asked.
+
+Per call, in order: the turn's call cap, the whitelist (exact name), the arguments (JSON, schema), roles
+and business checks, then the tool-call budgets. A refused call is answered here with a structured
+error and never reaches `approve` or `execute`. Nothing here raises on bad model output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langgraph.runtime import Runtime
+
+from gatedloop.graph.state import CallPlan, GatedState
+from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id, error_message
+from gatedloop.tools import errors
+from gatedloop.tools.arguments import args_digest
+from gatedloop.tools.policy import CallContext
+from gatedloop.tools.registry import CheckedCall
+
+TOO_MANY_IN_TURN = "Not run: one turn may propose at most {limit} calls; propose fewer at a time."
+
+
+def make_validate_node(parts: LoopParts):
+    def validate(state: GatedState, runtime: Runtime) -> dict[str, Any]:
+        thread_id = current_thread_id()
+        counters = state["counters"]
+        context = call_context(runtime.context)
+        stop = parts.stop_before_work(thread_id, counters, tokens=False)
+        answers: list[ToolMessage] = []
+        plans: list[CallPlan] = []
+        planned_total = counters["tool_calls"]
+        planned_per_tool = dict(counters["per_tool"])
+        for index, plan in enumerate(state.get("calls") or []):
+            refusal = _turn_refusal(parts, plan, index, planned_total, planned_per_tool, stop)
+            checked = refusal or parts.registry.check_call(plan["name"], _raw(plan["args"]), context)
+            if not isinstance(checked, CheckedCall):
+                answers.append(error_message(plan["id"], plan["name"], checked.error_type, checked.message))
+                plans.append({**plan, "verdict": "answered"})
+                parts.ledger.record(thread_id, plan["id"], "refused", {"args": plan["args"], "error": checked.message})
+                continue
+            planned_total += 1
+            planned_per_tool[plan["name"]] = planned_per_tool.get(plan["name"], 0) + 1
+            plans.append(_accepted(parts, plan, checked, context))
+            parts.ledger.record(
+                thread_id,
+                plan["id"],
+                "validated",
+                {"tool": plan["name"], "args": checked.args, "verdict": plans[-1]["verdict"], "repair": checked.repair},
+            )
+        update: dict[str, Any] = {"calls": plans, "messages": answers}
+        if any(p["verdict"] == "ask" for p in plans):
+            update["counters"] = {**counters, "paused_at": parts.clock()}
+        if stop:
+            update.update(stop=stop[0], stop_detail=stop[1])
+        return update
+
+    return validate
+
+
+def _raw(args: dict[str, Any]) -> Any:
+    return args["__raw__"] if set(args) == {"__raw__"} else args
+
+
+def _turn_refusal(
+    parts: LoopParts,
+    plan: CallPlan,
+    index: int,
+    planned_total: int,
+    planned_per_tool: dict[str, int],
+    stop: tuple[str, str] | None,
+) -> errors.ToolFailure | None:
+    """Refusals that come from the loop's state rather than from the call itself."""
+    if stop:
+        return errors.ToolFailure(errors.NOT_RUN_STOPPED.format(reason=stop[1]), error_type="budget_exhausted")
+    limits = parts.limits
+    if index >= limits.max_calls_per_turn:
+        return errors.ToolFailure(TOO_MANY_IN_TURN.format(limit=limits.max_calls_per_turn), error_type="budget_exhausted")
+    if planned_total >= limits.max_tool_calls:
+        return errors.ToolFailure(errors.BUDGET_EXHAUSTED.format(budget="tool-call"), error_type="budget_exhausted")
+    if plan["name"] in parts.registry:
+        cap = parts.registry.policy(plan["name"]).max_calls
+        if cap is not None and planned_per_tool.get(plan["name"], 0) >= cap:
+            budget = f"{plan['name']} call"
+            return errors.ToolFailure(errors.BUDGET_EXHAUSTED.format(budget=budget), error_type="budget_exhausted")
+    return None
+
+
+def _accepted(parts: LoopParts, plan: CallPlan, checked: CheckedCall, context: CallContext) -> CallPlan:
+    policy = parts.registry.policy(plan["name"])
+    accepted: CallPlan = {
+        **plan,
+        "args": checked.args,
+        "effect": policy.effect,
+        "digest": args_digest(plan["name"], checked.args),
+        "verdict": "ask" if policy.needs_approval(checked.args, context) else "run",
+    }
+    if checked.repair:
+        accepted["repair"] = checked.repair
+    return accepted

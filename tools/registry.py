@@ -1,0 +1,143 @@
+"""The whitelist: which tools exist, under which policy, and how one proposed call is checked.
+
+`check_call` is the single place a model's proposal becomes something that may run. It never raises on
+bad model output; it returns a refusal with a structured error instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.tools import BaseTool
+from pydantic import ValidationError
+
+from gatedloop.tools import errors
+from gatedloop.tools.arguments import ArgumentsError, parse_arguments
+from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
+
+log = logging.getLogger("gatedloop.tools")
+
+IDEMPOTENCY_PARAM = "idempotency_key"
+
+
+@dataclass(frozen=True)
+class CheckedCall:
+    """A proposal that passed the whitelist, the schema and the business checks."""
+
+    args: dict[str, Any]
+    repair: str | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    error_type: errors.ErrorType
+    message: str
+
+
+class ToolRegistry:
+    """Tools by exact name, each with its policy (fail closed: no policy means a gated write)."""
+
+    def __init__(self, tools: Sequence[BaseTool], policies: Mapping[str, ToolPolicy] | None = None):
+        policies = dict(policies or {})
+        self.tools: dict[str, BaseTool] = {}
+        for item in tools:
+            if not isinstance(item, BaseTool):
+                raise TypeError(f"tools must be LangChain tools (@tool or BaseTool), got {type(item).__name__}")
+            if item.name in self.tools:
+                raise ValueError(f"two tools share the name {item.name!r}")
+            self.tools[item.name] = item
+        unknown = set(policies) - set(self.tools)
+        if unknown:
+            raise ValueError(f"policies name tools that do not exist: {sorted(unknown)}")
+        self.policies = {name: policies.get(name, GATED_WRITE) for name in self.tools}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tools
+
+    def names(self) -> list[str]:
+        return list(self.tools)
+
+    def policy(self, name: str) -> ToolPolicy:
+        return self.policies[name]
+
+    def takes_idempotency_key(self, name: str) -> bool:
+        schema = self.tools[name].args_schema
+        fields = getattr(schema, "model_fields", None)
+        if fields is not None:
+            return IDEMPOTENCY_PARAM in fields
+        return isinstance(schema, dict) and IDEMPOTENCY_PARAM in schema.get("properties", {})
+
+    def check_call(self, name: Any, raw_args: Any, context: CallContext) -> CheckedCall | Refusal:
+        """Whitelist, parse, schema, roles, business checks: in that order, first failure wins."""
+        if not isinstance(name, str) or name not in self.tools:
+            return Refusal(
+                "unknown_tool",
+                errors.UNKNOWN_TOOL.format(name=str(name)[:80], available=", ".join(self.tools)),
+            )
+        policy = self.policies[name]
+        try:
+            parsed = parse_arguments(raw_args, strict=policy.strict)
+        except ArgumentsError as exc:
+            return Refusal("invalid_arguments", errors.INVALID_JSON.format(detail=exc))
+        problem = self._schema_problem(name, parsed.args)
+        if problem:
+            return Refusal("invalid_arguments", errors.SCHEMA_MISMATCH.format(detail=problem))
+        if policy.roles is not None and not (policy.roles & context.roles):
+            return Refusal("permission_denied", f"Calling {name} needs one of the roles: {sorted(policy.roles)}.")
+        if policy.validator is not None:
+            reason = _run_validator(policy, name, parsed.args, context)
+            if reason:
+                return reason
+        return CheckedCall(parsed.args, parsed.repair)
+
+    def _schema_problem(self, name: str, args: dict[str, Any]) -> str | None:
+        """Validate against what the model was shown; unknown keys are refused so nothing unseen runs."""
+        schema = self.tools[name].tool_call_schema
+        if IDEMPOTENCY_PARAM in args and self.takes_idempotency_key(name):
+            return f"{IDEMPOTENCY_PARAM!r} is supplied by gatedloop, not by the model"
+        if isinstance(schema, dict):
+            allowed = set(schema.get("properties", {}))
+            missing = [k for k in schema.get("required", []) if k not in args]
+            extra = sorted(set(args) - allowed)
+            if extra:
+                return f"unknown argument(s) {extra}; expected {sorted(allowed)}"
+            return f"missing required argument(s) {missing}" if missing else None
+        extra = sorted(set(args) - set(schema.model_fields))
+        if extra:
+            return f"unknown argument(s) {extra}; expected {sorted(schema.model_fields)}"
+        try:
+            schema.model_validate(args)
+        except ValidationError as exc:
+            return "; ".join(_describe(e) for e in exc.errors()[:5])
+        return None
+
+    def bindable(self) -> list[BaseTool]:
+        return list(self.tools.values())
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    where = ".".join(str(p) for p in error.get("loc", ())) or "arguments"
+    return f"{where}: {error.get('msg', 'invalid')}"
+
+
+def _run_validator(policy: ToolPolicy, name: str, args: dict[str, Any], context: CallContext) -> Refusal | None:
+    assert policy.validator is not None
+    try:
+        reason = policy.validator(args, context)
+    except errors.ToolFailure as exc:
+        return Refusal(exc.error_type, exc.message)
+    except Exception:
+        log.exception("validator for %s raised; refusing the call", name)
+        return Refusal("tool_error", "The call could not be checked; it was not run.")
+    if reason:
+        return Refusal("invalid_arguments", str(reason))
+    return None
+
+
+def describe_tool(tool: BaseTool) -> str:
+    return (tool.description or inspect.getdoc(tool) or tool.name).strip().splitlines()[0]
+
