@@ -15,15 +15,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from functools import reduce
-from typing import Any
+from typing import Any, Literal
 
 import openai
 import pytest
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
 from openai_stub import Reply, ScriptedOpenAIServer, tool_call
+from pydantic import SecretStr
 
 NON_STREAMED = ["invoke", "ainvoke"]
 STREAMED = ["invoke_streaming", "ainvoke_streaming", "stream", "astream"]
@@ -43,16 +44,16 @@ def make_model(server: ScriptedOpenAIServer, path: str, **kwargs: Any) -> Any:
     """ChatOpenAI with the tool bound; ``streaming`` is only passed when True (an explicit False matters)."""
     if path.endswith("_streaming"):
         kwargs["streaming"] = True
-    chat = ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="test", max_retries=0, timeout=5,
+    chat = ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key=SecretStr("test"), max_retries=0, timeout=5,
                       **kwargs)
     return chat.bind_tools([query_order])
 
 
-def _sum(chunks: Iterable[BaseMessage]) -> BaseMessage:
+def _sum(chunks: Iterable[AIMessage]) -> AIMessage:
     return reduce(operator.add, chunks)
 
 
-def call(server: ScriptedOpenAIServer, path: str, **kwargs: Any) -> BaseMessage:
+def call(server: ScriptedOpenAIServer, path: str, **kwargs: Any) -> AIMessage:
     """Run one model call through ``path`` and return the (aggregated) message."""
     model = make_model(server, path, **kwargs)
     if path in ("invoke", "invoke_streaming"):
@@ -62,7 +63,7 @@ def call(server: ScriptedOpenAIServer, path: str, **kwargs: Any) -> BaseMessage:
     if path == "stream":
         return _sum(model.stream("Where is order A-1001?"))
 
-    async def collect() -> BaseMessage:
+    async def collect() -> AIMessage:
         return _sum([chunk async for chunk in model.astream("Where is order A-1001?")])
 
     return asyncio.run(collect())
@@ -153,7 +154,7 @@ def test_stream_with_explicit_streaming_false_is_one_non_streamed_call() -> None
     ids=["updates", "messages", "messages-streaming-false"],
 )
 def test_langgraph_messages_mode_turns_node_invoke_into_a_stream(
-    stream_mode: str, model_kwargs: dict[str, Any], streamed: bool
+    stream_mode: Literal["updates", "messages"], model_kwargs: dict[str, Any], streamed: bool
 ) -> None:
     """Inside a graph streamed with ``stream_mode="messages"``, a node's plain ``.invoke()`` streams."""
     reply = Reply(tool_calls=[tool_call("query_order", ARGS)], arg_chunk_size=3, cut_after_chunks=8,
@@ -169,7 +170,8 @@ def test_langgraph_messages_mode_turns_node_invoke_into_a_stream(
         builder.add_edge(START, "model")
         builder.add_edge("model", END)
         graph = builder.compile()
-        parts = list(graph.stream({"messages": [("user", "hi")]}, stream_mode=[stream_mode, "values"]))
+        start: MessagesState = {"messages": [HumanMessage("hi")]}
+        parts = list(graph.stream(start, stream_mode=[stream_mode, "values"]))
     final = [payload for mode, payload in parts if mode == "values"][-1]["messages"][-1]
     assert server.requests[0]["stream"] is streamed
     if streamed:  # the eof cut only exists on the streamed path; the partial call reaches graph state
@@ -192,7 +194,7 @@ def test_length_with_partial_tool_call_non_streamed_is_invalid(path: str) -> Non
     [invalid] = msg.invalid_tool_calls
     assert {k: v for k, v in invalid.items() if k != "error"} == {
         "type": "invalid_tool_call", "id": "call_1", "name": "query_order", "args": '{"order_id": "A-'}
-    assert invalid["error"].startswith("Function query_order arguments:")
+    assert (invalid["error"] or "").startswith("Function query_order arguments:")
     assert msg.response_metadata == expected_metadata(path, "length")
 
 
@@ -226,7 +228,7 @@ def test_stream_aborted_mid_arguments_raises_connection_error(path: str) -> None
 
 def test_aborted_stream_yields_partial_chunks_before_raising() -> None:
     reply = Reply(tool_calls=[tool_call("query_order", ARGS)], arg_chunk_size=3, cut_after_chunks=8)
-    received: list[BaseMessage] = []
+    received: list[AIMessage] = []
     with ScriptedOpenAIServer([reply]) as server, pytest.raises(openai.APIConnectionError):
         for chunk in make_model(server, "stream").stream("Where is order A-1001?"):
             received.append(chunk)
@@ -247,6 +249,7 @@ def test_stream_ending_cleanly_mid_arguments_returns_partial_call(path: str) -> 
     assert msg.invalid_tool_calls == []
     assert msg.response_metadata == {"model_provider": "openai"}
     if path in ("stream", "astream"):
+        assert isinstance(msg, AIMessageChunk)
         assert msg.chunk_position == "last"  # so chunk_position does not mean "complete"
 
 
@@ -282,7 +285,7 @@ def test_unparseable_arguments_become_invalid_tool_calls(path: str) -> None:
     if path in STREAMED:
         assert invalid["error"] is None
     else:
-        assert invalid["error"].startswith("Function query_order arguments:")
+        assert (invalid["error"] or "").startswith("Function query_order arguments:")
     assert msg.response_metadata["finish_reason"] == "tool_calls"
 
 
@@ -345,8 +348,9 @@ def test_callable_replies_see_the_conversation() -> None:
 
 def test_exhausted_script_answers_500_and_fails_the_block() -> None:
     with pytest.raises(AssertionError, match="ScriptExhausted"), ScriptedOpenAIServer([]) as server:
-        with pytest.raises(openai.InternalServerError, match="no reply left"):
+        with pytest.raises(openai.InternalServerError, match="no reply left") as info:
             make_model(server, "invoke").invoke("hi")
+        assert (type(info.value).__name__, info.value.status_code) == ("OpenAIAPIError", 500)
         assert server.errors == ["ScriptedOpenAIServer: ScriptExhausted: no reply left for request #1"]
 
 

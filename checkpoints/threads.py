@@ -1,0 +1,61 @@
+"""Threads in a checkpoint file: their ids, where each one stands, and its history."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.graph.state import CompiledStateGraph
+
+THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+
+
+class InvalidThreadId(ValueError):
+    pass
+
+
+def validate_thread_id(thread_id: str) -> str:
+    """Thread ids from the CLI or the SDK: letters, digits and . _ : @ -, at most 128 characters."""
+    if not isinstance(thread_id, str) or not THREAD_ID.match(thread_id):
+        raise InvalidThreadId(
+            f"invalid thread id {str(thread_id)[:40]!r}: use 1-128 letters, digits or . _ : @ - (not starting with one)"
+        )
+    return thread_id
+
+
+@dataclass(frozen=True)
+class ThreadSummary:
+    thread_id: str
+    status: str
+    detail: str
+    messages: int
+
+
+def thread_ids(db_path: str) -> list[str]:
+    with sqlite3.connect(db_path) as conn:
+        try:
+            rows = conn.execute(
+                "SELECT thread_id, MAX(checkpoint_id) FROM checkpoints WHERE checkpoint_ns='' "
+                "GROUP BY thread_id ORDER BY MAX(checkpoint_id)"
+            ).fetchall()
+        except sqlite3.OperationalError:
+            return []
+    return [row[0] for row in rows]
+
+
+def describe_thread(graph: CompiledStateGraph, thread_id: str) -> ThreadSummary:
+    """Where a thread stands: waiting for a person, finished with a status, or stopped mid-run."""
+    snapshot = graph.get_state({"configurable": {"thread_id": thread_id}})
+    values: dict[str, Any] = snapshot.values or {}
+    count = len(values.get("messages", []))
+    if snapshot.interrupts:
+        kind = snapshot.interrupts[0].value.get("kind", "approval") if isinstance(snapshot.interrupts[0].value, dict) else "approval"
+        label = "waiting for approval" if kind == "approval" else "waiting: write outcome unknown"
+        return ThreadSummary(thread_id, "waiting", label, count)
+    if snapshot.next:
+        return ThreadSummary(thread_id, "interrupted", f"stopped before {', '.join(snapshot.next)}; resume to go on", count)
+    status = values.get("status") or "unknown"
+    detail = values.get("stop_detail") or (values.get("answer") or "")[:60]
+    return ThreadSummary(thread_id, status, detail, count)

@@ -1,0 +1,51 @@
+"""Choosing the model: `GATEDLOOP_MODEL` names it; with no API key the offline demo model is used."""
+
+from __future__ import annotations
+
+import os
+
+from langchain_core.language_models import BaseChatModel
+
+DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+
+
+class ModelConfigError(ValueError):
+    pass
+
+
+def describe_choice(spec: str | None = None) -> str:
+    spec = _spec(spec)
+    if spec == "demo":
+        return "demo (scripted, offline; set GATEDLOOP_MODEL and OPENAI_API_KEY for a real model)"
+    return spec
+
+
+def _spec(spec: str | None) -> str:
+    spec = (spec or os.environ.get("GATEDLOOP_MODEL") or "").strip()
+    if spec:
+        return spec
+    return DEFAULT_OPENAI_MODEL if os.environ.get("OPENAI_API_KEY") else "demo"
+
+
+def load_model(spec: str | None = None) -> BaseChatModel:
+    """`demo`; a bare name for ChatOpenAI (honours OPENAI_API_KEY, OPENAI_BASE_URL); or `provider:model`."""
+    spec = _spec(spec)
+    if spec == "demo":
+        from gatedloop.graph.demo import demo_model
+
+        return demo_model()
+    provider, _, name = spec.partition(":")
+    if not name or provider == "openai":
+        from langchain_openai import ChatOpenAI
+
+        return ChatOpenAI(model=name or provider, stream_usage=True)
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError as exc:
+        raise ModelConfigError(
+            f"GATEDLOOP_MODEL={spec!r} needs `pip install langchain langchain-{provider}`"
+        ) from exc
+    try:
+        return init_chat_model(spec)
+    except (ImportError, ValueError) as exc:
+        raise ModelConfigError(f"cannot load model {spec!r}: {exc}") from exc
