@@ -109,17 +109,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _is_path_spec(target: str) -> bool:
-    # Same rule langgraph-api uses to choose file loading over importlib.import_module.
-    return "/" in target or target.endswith(".py")
+def _abs_spec(spec: str, base: Path, *, bare_py: bool = False) -> str:
+    """``"./agent.py:graph"`` -> ``"/abs/project/agent.py:graph"``; module specs unchanged.
 
-
-def _abs_spec(spec: str, base: Path) -> str:
-    """``"./agent.py:graph"`` -> ``"/abs/project/agent.py:graph"``; module specs unchanged."""
+    Mirrors langgraph-api's rule for loading a file rather than importing a module: the part
+    before the last ``:`` contains ``/`` (graphs, auth, http); for ``checkpointer.path`` a bare
+    ``"x.py:fn"`` also counts (``bare_py``).
+    """
     target, sep, attr = spec.rpartition(":")
     if not sep:
         target, attr = spec, ""
-    if not _is_path_spec(target) or Path(target).is_absolute():
+    is_path = "/" in target or (bare_py and sep and target.endswith(".py"))
+    if not is_path or Path(target).is_absolute():
         return spec
     resolved = str((base / target).resolve())
     return f"{resolved}:{attr}" if sep else resolved
@@ -148,7 +149,7 @@ def _absolutize_config(config: dict[str, Any], base: Path) -> dict[str, Any]:
     for key, sub in (("checkpointer", "path"), ("auth", "path"), ("http", "app")):
         block = cfg.get(key)
         if isinstance(block, dict) and isinstance(block.get(sub), str):
-            cfg[key] = {**block, sub: _abs_spec(block[sub], base)}
+            cfg[key] = {**block, sub: _abs_spec(block[sub], base, bare_py=key == "checkpointer")}
 
     if isinstance(cfg.get("env"), str) and not Path(cfg["env"]).is_absolute():
         cfg["env"] = str((base / cfg["env"]).resolve())

@@ -43,9 +43,9 @@ class Reply:
 
     ``finish_reason="auto"`` means "tool_calls" if there are tool calls, else "stop"; ``None`` sends a
     literal null. The streaming controls only apply when the request has ``"stream": true``:
-    ``arg_chunk_size`` splits each tool call's arguments (and the content) into pieces of that many
-    characters; ``cut_after_chunks`` drops the connection after that many SSE chunks (no finish chunk,
-    no ``[DONE]``), either leaving the chunked HTTP body unterminated (``cut_mode="abort"``, what a dropped
+    ``arg_chunk_size`` splits each tool call's arguments (and content/refusal) into pieces of that many
+    characters; ``cut_after_chunks`` drops the connection after that many SSE chunks, counting the opening
+    role chunk (no finish chunk, no ``[DONE]``), either leaving the chunked HTTP body unterminated (``cut_mode="abort"``, what a dropped
     TCP connection looks like) or ending an unframed body cleanly (``cut_mode="eof"``, indistinguishable
     from a normal end at the HTTP layer); ``omit_finish`` ends cleanly with ``[DONE]`` but never sends a
     finish_reason.
@@ -143,7 +143,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         owner = self.server.owner
         try:
-            reply, request = owner._take(json.loads(body or b"{}"))
+            request = json.loads(body or b"{}")
+            reply = owner._take(request)
         except Exception as exc:
             message = f"ScriptedOpenAIServer: {type(exc).__name__}: {exc}"
             owner.errors.append(message)
@@ -226,15 +227,15 @@ class ScriptedOpenAIServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}/v1"
 
-    def _take(self, request: dict[str, Any]) -> tuple[Reply, dict[str, Any]]:
+    def _take(self, request: dict[str, Any]) -> Reply:
         """Record ``request`` and pick its reply; serialized so scripts and callables see a stable order."""
         with self._lock:
             self.requests.append(request)
             if callable(self._source):
-                return self._source(request), request
+                return self._source(request)
             if not self._source:
                 raise ScriptExhausted(f"no reply left for request #{len(self.requests)}")
-            return self._source.pop(0), request
+            return self._source.pop(0)
 
     def __enter__(self) -> ScriptedOpenAIServer:
         self._thread.start()

@@ -44,8 +44,10 @@ def make_model(server: ScriptedOpenAIServer, path: str, **kwargs: Any) -> Any:
     """ChatOpenAI with the tool bound; ``streaming`` is only passed when True (an explicit False matters)."""
     if path.endswith("_streaming"):
         kwargs["streaming"] = True
-    chat = ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key=SecretStr("test"), max_retries=0, timeout=5,
-                      **kwargs)
+    chat = ChatOpenAI(
+        model="gpt-4o-mini", base_url=server.base_url, api_key=SecretStr("test"), max_retries=0, timeout=5,
+        **kwargs,
+    )
     return chat.bind_tools([query_order])
 
 
@@ -79,7 +81,7 @@ def expected_metadata(path: str, finish_reason: str) -> dict[str, Any]:
             "system_fingerprint": None, "id": "chatcmpl-stub-1", "finish_reason": finish_reason}
 
 
-def expected_type(path: str) -> type[BaseMessage]:
+def expected_type(path: str) -> type[AIMessage]:
     return AIMessageChunk if path in ("stream", "astream") else AIMessage
 
 
@@ -172,7 +174,9 @@ def test_langgraph_messages_mode_turns_node_invoke_into_a_stream(
         graph = builder.compile()
         start: MessagesState = {"messages": [HumanMessage("hi")]}
         parts = list(graph.stream(start, stream_mode=[stream_mode, "values"]))
-    final = [payload for mode, payload in parts if mode == "values"][-1]["messages"][-1]
+    states: list[Any] = [payload for mode, payload in parts if mode == "values"]
+    final = states[-1]["messages"][-1]
+    assert isinstance(final, AIMessage)
     assert server.requests[0]["stream"] is streamed
     if streamed:  # the eof cut only exists on the streamed path; the partial call reaches graph state
         assert final.tool_calls == [{**TOOL_CALL, "args": {"order_id": "A-10"}}]

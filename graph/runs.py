@@ -1,0 +1,113 @@
+"""Running a thread from Python the way the CLI does: one resumer at a time, every step checkpointed.
+
+`start` and `resume` hold the thread's lease (`ThreadBusy` if another process is running it), run with
+`durability="sync"` so each step is on disk before the next begins, and `resume` checks a reviewer's
+answer against the pending request before it reaches the graph (`InvalidDecision`, nothing changed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command
+
+from gatedloop.checkpoints.lease import thread_lease
+from gatedloop.checkpoints.ledger import SqliteLedger
+from gatedloop.checkpoints.threads import validate_thread_id
+from gatedloop.nodes.hitl import InvalidDecision, check_decisions
+from gatedloop.nodes.unknown import check_unknown_answer
+from gatedloop.tools.policy import CallContext
+
+STREAM_MODES = ["updates", "custom"]
+
+
+def config_for(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": validate_thread_id(thread_id)}}
+
+
+def pending_request(graph: CompiledStateGraph, thread_id: str) -> dict[str, Any] | None:
+    """The request a paused thread is waiting on (approval or unknown outcome), or None."""
+    snapshot = graph.get_state(config_for(thread_id))
+    if not snapshot.interrupts:
+        return None
+    value = snapshot.interrupts[0].value
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def check_answer(request: dict[str, Any], answer: Any) -> None:
+    """Raise InvalidDecision if `answer` cannot be applied to `request`."""
+    if request.get("kind") == "unknown_outcome":
+        check_unknown_answer(answer, len(request.get("calls", [])))
+    else:
+        check_decisions(answer, request.get("action_requests", []), request.get("review_configs", []))
+
+
+def _db_path(graph: CompiledStateGraph) -> str | None:
+    return getattr(graph.checkpointer, "path", None)
+
+
+def stream_start(
+    graph: CompiledStateGraph, thread_id: str, text: str, *, context: CallContext | None = None, wait_s: float = 0.0
+) -> Iterator[tuple[str, Any]]:
+    """Start (or continue) a thread with a user message, yielding (mode, chunk) as steps happen."""
+    config = config_for(thread_id)
+    with thread_lease(_db_path(graph), thread_id, wait_s=wait_s):
+        yield from graph.stream(
+            {"messages": [("user", text)]}, config, context=context, stream_mode=STREAM_MODES, durability="sync"
+        )
+
+
+def stream_resume(
+    graph: CompiledStateGraph,
+    thread_id: str,
+    answer: Any = None,
+    *,
+    context: CallContext | None = None,
+    wait_s: float = 0.0,
+) -> Iterator[tuple[str, Any]]:
+    """Resume a paused thread with an answer (or, with None, a thread stopped mid-run by a crash)."""
+    config = config_for(thread_id)
+    with thread_lease(_db_path(graph), thread_id, wait_s=wait_s):
+        request = pending_request(graph, thread_id)
+        if request is not None:
+            if answer is None:
+                raise InvalidDecision("the thread is waiting for an answer; none was given")
+            check_answer(request, answer)
+            payload: Any = Command(resume=answer)
+        elif answer is not None:
+            raise InvalidDecision(f"thread {thread_id!r} is not waiting for an answer")
+        else:
+            payload = None
+        yield from graph.stream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
+
+
+def start(graph: CompiledStateGraph, thread_id: str, text: str, **kwargs: Any) -> dict[str, Any]:
+    """Run until the thread pauses or ends; returns the thread's values plus `__interrupt__` if paused."""
+    for _ in stream_start(graph, thread_id, text, **kwargs):
+        pass
+    return outcome(graph, thread_id)
+
+
+def resume(graph: CompiledStateGraph, thread_id: str, answer: Any = None, **kwargs: Any) -> dict[str, Any]:
+    for _ in stream_resume(graph, thread_id, answer, **kwargs):
+        pass
+    result = outcome(graph, thread_id)
+    pending = result.get("__interrupt__")
+    if pending and isinstance(pending[0].value, dict) and pending[0].value.get("error"):
+        raise InvalidDecision(pending[0].value["error"])
+    return result
+
+
+def outcome(graph: CompiledStateGraph, thread_id: str) -> dict[str, Any]:
+    snapshot = graph.get_state(config_for(thread_id))
+    values = dict(snapshot.values or {})
+    if snapshot.interrupts:
+        values["__interrupt__"] = list(snapshot.interrupts)
+    return values
+
+
+def cancel(thread_id: str, *, ledger: SqliteLedger) -> None:
+    """Ask a thread to stop at its next node boundary (status `cancelled`); a running write finishes first."""
+    ledger.request_cancel(validate_thread_id(thread_id))
