@@ -11,8 +11,8 @@ constraint is the whole concurrency story (one INSERT wins, across threads and p
 
 from __future__ import annotations
 
-import hashlib
 import functools
+import hashlib
 import json
 import os
 import socket
@@ -200,7 +200,9 @@ class SqliteLedger:
             ).fetchall()
         return [LedgerEntry(*row) for row in rows]
 
-    def record(self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None) -> None:
+    def record(
+        self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None
+    ) -> None:
         """Append an audit event; the same (call, event) is kept once, so re-run nodes do not duplicate it."""
         with self._tx() as conn:
             conn.execute(
@@ -215,9 +217,7 @@ class SqliteLedger:
                 "SELECT call_id, event, actor, at, detail FROM gatedloop_audit WHERE thread_id=? ORDER BY seq",
                 (thread_id,),
             ).fetchall()
-        return [
-            {"call_id": c, "event": e, "actor": a, "at": at, "detail": json.loads(d)} for c, e, a, at, d in rows
-        ]
+        return [{"call_id": c, "event": e, "actor": a, "at": at, "detail": json.loads(d)} for c, e, a, at, d in rows]
 
     def request_cancel(self, thread_id: str) -> None:
         with self._tx() as conn:

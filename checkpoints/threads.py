@@ -51,11 +51,17 @@ def describe_thread(graph: CompiledStateGraph, thread_id: str) -> ThreadSummary:
     values: dict[str, Any] = snapshot.values or {}
     count = len(values.get("messages", []))
     if snapshot.interrupts:
-        kind = snapshot.interrupts[0].value.get("kind", "approval") if isinstance(snapshot.interrupts[0].value, dict) else "approval"
+        kind = (
+            snapshot.interrupts[0].value.get("kind", "approval")
+            if isinstance(snapshot.interrupts[0].value, dict)
+            else "approval"
+        )
         label = "waiting for approval" if kind == "approval" else "waiting: write outcome unknown"
         return ThreadSummary(thread_id, "waiting", label, count)
     if snapshot.next:
-        return ThreadSummary(thread_id, "interrupted", f"stopped before {', '.join(snapshot.next)}; resume to go on", count)
+        return ThreadSummary(
+            thread_id, "interrupted", f"stopped before {', '.join(snapshot.next)}; resume to go on", count
+        )
     status = values.get("status") or "unknown"
     detail = values.get("stop_detail") or (values.get("answer") or "")[:60]
     return ThreadSummary(thread_id, status, detail, count)

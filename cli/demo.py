@@ -28,7 +28,9 @@ def run_demo(db: str | None = None) -> int:
     os.environ["GATEDLOOP_MODEL"] = "demo"
     from gatedloop.cli.main import open_app
 
-    db = db if db and db != "gatedloop.sqlite" else str(Path(tempfile.mkdtemp(prefix="gatedloop-demo-")) / "demo.sqlite")
+    db = (
+        db if db and db != "gatedloop.sqlite" else str(Path(tempfile.mkdtemp(prefix="gatedloop-demo-")) / "demo.sqlite")
+    )
     print(f"gatedloop demo: scripted model, offline; checkpoints in {db}")
     suffix = uuid.uuid4().hex[:6]
     failures = 0
@@ -60,17 +62,25 @@ def run_demo(db: str | None = None) -> int:
         _banner(f"workshop, reviewer edits the participant: {DEMO_QUESTIONS['workshop']}")
         seat = f"workshop-{suffix}"
         _show_run(graph, seat, DEMO_QUESTIONS["workshop"])
-        edit = {"decisions": [{"type": "edit", "edited_action": {"name": "reserve_seat",
-                                                                  "args": {"event_id": "WS-101", "participant": "Bob"}}}],
-                "reviewer": REVIEWER}
-        print(f"-> reviewer edits participant to Bob")
+        edit = {
+            "decisions": [
+                {
+                    "type": "edit",
+                    "edited_action": {"name": "reserve_seat", "args": {"event_id": "WS-101", "participant": "Bob"}},
+                }
+            ],
+            "reviewer": REVIEWER,
+        }
+        print("-> reviewer edits participant to Bob")
         failures += _show_resume(graph, seat, edit) != "completed"
 
         _banner("workshop, reviewer rejects: Reserve a seat in workshop WS-102 for Alice")
         rejected = f"reject-{suffix}"
         _show_run(graph, rejected, "Reserve a seat in workshop WS-102 for Alice")
-        reject = {"decisions": [{"type": "reject", "message": "Alice is already booked elsewhere."}],
-                  "reviewer": REVIEWER}
+        reject = {
+            "decisions": [{"type": "reject", "message": "Alice is already booked elsewhere."}],
+            "reviewer": REVIEWER,
+        }
         print("-> reviewer rejects")
         failures += _show_resume(graph, rejected, reject) != "completed"
     print(f"\nThreads are in {db}: try `gatedloop --db {db} threads` and `gatedloop --db {db} show {lunch}`.")

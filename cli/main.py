@@ -12,19 +12,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from langgraph.graph.state import CompiledStateGraph
-
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.sqlite import GatedSqliteSaver
 from gatedloop.checkpoints.threads import InvalidThreadId, describe_thread, thread_ids, validate_thread_id
 from gatedloop.cli.render import STOP_WORDS, approval_table, print_history, step_lines
 from gatedloop.cli.review import ask_reviewer
-from gatedloop.graph import build_graph
-from gatedloop.graph import runs
+from gatedloop.graph import build_graph, runs
 from gatedloop.graph.models import ModelConfigError, describe_choice, load_model
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
+from langgraph.graph.state import CompiledStateGraph
 
 EXIT_COMPLETED, EXIT_STOPPED, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
 DEFAULT_DB = "gatedloop.sqlite"
@@ -72,14 +70,19 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace) 
             if status == "completed":
                 print(f"\nanswer: {result.get('answer')}")
             else:
-                print(f"\n{STOP_WORDS.get(status, status)}" + (f": {result['stop_detail']}" if result.get("stop_detail") else ""))
+                print(
+                    f"\n{STOP_WORDS.get(status, status)}"
+                    + (f": {result['stop_detail']}" if result.get("stop_detail") else "")
+                )
             print(f"thread: {thread_id}  status: {status}")
             return EXIT_COMPLETED if status == "completed" else EXIT_STOPPED
         request = pending[0].value
         if not (sys.stdin.isatty() and not args.json):
             print(approval_table(request))
-            print(f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id} --approve "
-                  "(or --reject [REASON], --edit JSON, --respond TEXT)")
+            print(
+                f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id} --approve "
+                "(or --reject [REASON], --edit JSON, --respond TEXT)"
+            )
             return EXIT_WAITING
         answer = ask_reviewer(request, args.reviewer)
         try:
@@ -107,7 +110,9 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
         elif args.abandon:
             decision = {"type": "abandon"}
         else:
-            raise InvalidDecision("this thread waits on a write of unknown outcome: use --done JSON, --not-done or --abandon")
+            raise InvalidDecision(
+                "this thread waits on a write of unknown outcome: use --done JSON, --not-done or --abandon"
+            )
         return {"decisions": [decision] * count, "reviewer": args.reviewer}
     if args.approve:
         decisions = [{"type": "approve", "args_digest": a["args_digest"]} for a in request["action_requests"]]
@@ -118,8 +123,10 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
     elif args.edit is not None:
         edited = json.loads(args.edit)
         edits = edited if isinstance(edited, list) else [edited]
-        decisions = [{"type": "edit", "edited_action": {"name": a["name"], "args": e}}
-                     for a, e in zip(request["action_requests"], edits, strict=False)]
+        decisions = [
+            {"type": "edit", "edited_action": {"name": a["name"], "args": e}}
+            for a, e in zip(request["action_requests"], edits, strict=False)
+        ]
     else:
         raise InvalidDecision("say what to do: --approve, --reject [REASON], --edit JSON or --respond TEXT")
     return {"decisions": decisions, "reviewer": args.reviewer}

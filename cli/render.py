@@ -38,8 +38,10 @@ def step_lines(node: str, update: Any) -> list[str]:
     for message in update.get("messages") or []:
         lines.extend(_message_lines(node, message))
     if node == "finalize" and update.get("status"):
-        lines.append(f"[{node}] {STOP_WORDS.get(update['status'], update['status'])}"
-                     + (f" ({update['stop_detail']})" if update.get("stop_detail") else ""))
+        lines.append(
+            f"[{node}] {STOP_WORDS.get(update['status'], update['status'])}"
+            + (f" ({update['stop_detail']})" if update.get("stop_detail") else "")
+        )
     elif update.get("stop"):
         lines.append(f"[{node}] stopping: {update.get('stop_detail') or update['stop']}")
     return lines
@@ -60,13 +62,17 @@ def _message_lines(node: str, message: BaseMessage) -> list[str]:
 
 def approval_table(request: dict[str, Any]) -> str:
     if request.get("kind") == "unknown_outcome":
-        rows = [f"  {i}. {call_text(c['name'], c['args'])}  outcome unknown ({c['reason']}), key {c['idempotency_key']}"
-                for i, c in enumerate(request.get("calls", []), 1)]
+        rows = [
+            f"  {i}. {call_text(c['name'], c['args'])}  outcome unknown ({c['reason']}), key {c['idempotency_key']}"
+            for i, c in enumerate(request.get("calls", []), 1)
+        ]
         head = "A write's outcome is unknown. Answer done (with its result), not_done (run it) or abandon:"
         return "\n".join([head, *rows])
     rows = []
     for i, (action, config) in enumerate(zip(request["action_requests"], request["review_configs"], strict=False), 1):
-        rows.append(f"  {i}. {call_text(action['name'], action['args'])}   allowed: {', '.join(config['allowed_decisions'])}")
+        rows.append(
+            f"  {i}. {call_text(action['name'], action['args'])}   allowed: {', '.join(config['allowed_decisions'])}"
+        )
     head = "Approval needed:" + (f"  (previous answer refused: {request['error']})" if request.get("error") else "")
     return "\n".join([head, *rows])
 

@@ -15,7 +15,9 @@ def ask_reviewer(request: dict[str, Any], reviewer: str) -> dict[str, Any]:
     if request.get("kind") == "unknown_outcome":
         return {"decisions": [_ask_unknown(i, c) for i, c in enumerate(request["calls"], 1)], "reviewer": reviewer}
     decisions = []
-    for index, (action, config) in enumerate(zip(request["action_requests"], request["review_configs"], strict=False), 1):
+    for index, (action, config) in enumerate(
+        zip(request["action_requests"], request["review_configs"], strict=False), 1
+    ):
         decisions.append(_ask_one(index, action, config["allowed_decisions"]))
     return {"decisions": decisions, "reviewer": reviewer}
 
@@ -30,7 +32,10 @@ def _ask_one(index: int, action: dict[str, Any], allowed: list[str]) -> dict[str
         if choice == "approve":
             return {"type": "approve", "args_digest": action["args_digest"]}
         if choice == "reject":
-            return {"type": "reject", "message": input("    reason (optional): ").strip() or "Rejected by the reviewer."}
+            return {
+                "type": "reject",
+                "message": input("    reason (optional): ").strip() or "Rejected by the reviewer.",
+            }
         if choice == "respond":
             return {"type": "respond", "message": input("    your answer for the model: ").strip() or "-"}
         try:

@@ -11,9 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 DEMO_QUESTIONS = {
     "order": "订单 ORD-2026-001 到哪里了?",
@@ -44,7 +43,9 @@ def _failed(results: list[ToolMessage]) -> ToolMessage | None:
 
 def _explain(failure: ToolMessage) -> AIMessage:
     error = _json(failure).get("error", {})
-    return reply(f"I could not complete that: {failure.name} was not done ({error.get('type')}: {error.get('message')}).")
+    return reply(
+        f"I could not complete that: {failure.name} was not done ({error.get('type')}: {error.get('message')})."
+    )
 
 
 def _find(pattern: str, text: str, default: str) -> str:
@@ -71,21 +72,30 @@ def _lunch(question: str, results: list[ToolMessage], tag: str) -> AIMessage:
     day = _find(r"\d{4}-\d{2}-\d{2}", question, "2026-03-06")
     name = "Alice" if "alice" in question.lower() else "Bob"
     if not results:
-        return reply(calls=[
-            call("check_calendar", {"date": day, "user": "me"}, f"{tag}_calendar"),
-            call("lookup_contact", {"name": name}, f"{tag}_contact"),
-        ])
+        return reply(
+            calls=[
+                call("check_calendar", {"date": day, "user": "me"}, f"{tag}_calendar"),
+                call("lookup_contact", {"name": name}, f"{tag}_contact"),
+            ]
+        )
     if (failure := _failed(results)) is not None:
         return _explain(failure)
     if len(results) == 2:
         contact = _json(results[1])
-        event = {"title": f"Lunch with {name}", "date": day, "start": "13:00", "end": "14:00",
-                 "attendees": [contact.get("email", name)]}
+        event = {
+            "title": f"Lunch with {name}",
+            "date": day,
+            "start": "13:00",
+            "end": "14:00",
+            "attendees": [contact.get("email", name)],
+        }
         return reply(calls=[call("create_event", event, f"{tag}_event")])
     created = _json(results[-1])
     event = created.get("result", created)
-    return reply(f"Lunch is booked: {event.get('title')} on {event.get('date')} {event.get('start')}-{event.get('end')}"
-                 f" (event {event.get('event_id')}).")
+    return reply(
+        f"Lunch is booked: {event.get('title')} on {event.get('date')} {event.get('start')}-{event.get('end')}"
+        f" (event {event.get('event_id')})."
+    )
 
 
 def _workshop(question: str, results: list[ToolMessage], tag: str) -> AIMessage:
@@ -97,19 +107,25 @@ def _workshop(question: str, results: list[ToolMessage], tag: str) -> AIMessage:
         return _explain(failure)
     seat = _json(results[0])
     seat = seat.get("result", seat)
-    return reply(f"Reserved: {seat.get('reservation_id')} for {seat.get('participant')} in {seat.get('event_id')}"
-                 f" ({seat.get('seats_left')} seats left).")
+    return reply(
+        f"Reserved: {seat.get('reservation_id')} for {seat.get('participant')} in {seat.get('event_id')}"
+        f" ({seat.get('seats_left')} seats left)."
+    )
 
 
 def _trip(question: str, results: list[ToolMessage], tag: str) -> AIMessage:
     if not results:
-        return reply(calls=[
-            call("get_train_status", {"train_no": "G1234", "date": "2026-03-07"}, f"{tag}_train"),
-            call("get_weather", {"city": "Shanghai"}, f"{tag}_weather"),
-        ])
+        return reply(
+            calls=[
+                call("get_train_status", {"train_no": "G1234", "date": "2026-03-07"}, f"{tag}_train"),
+                call("get_weather", {"city": "Shanghai"}, f"{tag}_weather"),
+            ]
+        )
     train, weather = (_json(m) for m in results[:2])
-    return reply(f"G1234 is {train.get('status')} ({train.get('delay_minutes', 0)} min); Shanghai is "
-                 f"{weather.get('temperature')}°C, {weather.get('condition')}.")
+    return reply(
+        f"G1234 is {train.get('status')} ({train.get('delay_minutes', 0)} min); Shanghai is "
+        f"{weather.get('temperature')}°C, {weather.get('condition')}."
+    )
 
 
 def _math(question: str, results: list[ToolMessage], tag: str) -> AIMessage:
@@ -143,8 +159,10 @@ def demo_responder(messages: list[BaseMessage]) -> AIMessage:
     question = str(messages[start].content)
     step = _scenario(question)
     if step is None:
-        return reply("I can track orders, schedule lunches, reserve workshop seats, check trains and weather, "
-                     "and do arithmetic. Try: " + DEMO_QUESTIONS["order"])
+        return reply(
+            "I can track orders, schedule lunches, reserve workshop seats, check trains and weather, "
+            "and do arithmetic. Try: " + DEMO_QUESTIONS["order"]
+        )
     return step(question, _results(messages[start + 1 :]), f"call_{len(humans)}")
 
 

@@ -42,9 +42,7 @@ def load_model(spec: str | None = None) -> BaseChatModel:
     try:
         from langchain.chat_models import init_chat_model
     except ImportError as exc:
-        raise ModelConfigError(
-            f"GATEDLOOP_MODEL={spec!r} needs `pip install langchain langchain-{provider}`"
-        ) from exc
+        raise ModelConfigError(f"GATEDLOOP_MODEL={spec!r} needs `pip install langchain langchain-{provider}`") from exc
     try:
         return init_chat_model(spec)
     except (ImportError, ValueError) as exc:

@@ -18,7 +18,7 @@ from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 Responder = Callable[[list[BaseMessage]], AIMessage | None]
 
@@ -49,11 +49,19 @@ def reply(
         call_id = planned.get("id") or f"call_{next(_ids)}"
         if isinstance(planned["args"], str):
             try:
-                tool_calls.append({"name": planned["name"], "args": json.loads(planned["args"]), "id": call_id,
-                                   "type": "tool_call"})
+                tool_calls.append(
+                    {"name": planned["name"], "args": json.loads(planned["args"]), "id": call_id, "type": "tool_call"}
+                )
             except ValueError:
-                invalid.append({"name": planned["name"], "args": planned["args"], "id": call_id,
-                                "error": "invalid JSON", "type": "invalid_tool_call"})
+                invalid.append(
+                    {
+                        "name": planned["name"],
+                        "args": planned["args"],
+                        "id": call_id,
+                        "error": "invalid JSON",
+                        "type": "invalid_tool_call",
+                    }
+                )
         else:
             tool_calls.append({"name": planned["name"], "args": planned["args"], "id": call_id, "type": "tool_call"})
     if finish_reason == "auto":
@@ -73,7 +81,7 @@ def reply(
 class ScriptedChatModel(BaseChatModel):
     """Replies from `responder(messages)` or from `script`, in order; nothing else."""
 
-    script: list[AIMessage] = []
+    script: list[AIMessage] = Field(default_factory=list)
     responder: Responder | None = None
     _position: int = PrivateAttr(default=0)
     _calls: int = PrivateAttr(default=0)

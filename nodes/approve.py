@@ -11,10 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from langchain_core.messages import ToolMessage
-from langgraph.runtime import Runtime
-from langgraph.types import interrupt
-
 from gatedloop.graph.state import CallPlan, GatedState
 from gatedloop.nodes.hitl import (
     Decision,
@@ -29,6 +25,9 @@ from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
+from langchain_core.messages import ToolMessage
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
 
 STALE_ARGS = "the pending arguments changed after they were validated; review them again"
 
@@ -67,7 +66,9 @@ def make_approve_node(parts: LoopParts):
                 if any(args_digest(c["name"], c["args"]) != c["digest"] for c in gated):
                     raise InvalidDecision(STALE_ARGS)
                 decisions = check_decisions(answer, request["action_requests"], request["review_configs"])
-                decided = {plan["id"]: _apply(parts, plan, d, context) for plan, d in zip(gated, decisions, strict=True)}
+                decided = {
+                    plan["id"]: _apply(parts, plan, d, context) for plan, d in zip(gated, decisions, strict=True)
+                }
                 break
             except InvalidDecision as exc:
                 error = str(exc)
@@ -97,7 +98,9 @@ def make_approve_node(parts: LoopParts):
     return approve
 
 
-def _apply(parts: LoopParts, plan: CallPlan, decision: Decision, context: CallContext) -> tuple[CallPlan, ToolMessage | None]:
+def _apply(
+    parts: LoopParts, plan: CallPlan, decision: Decision, context: CallContext
+) -> tuple[CallPlan, ToolMessage | None]:
     """One decision applied to one gated call; an edit is validated again like a fresh proposal."""
     who = decision.get("reviewer", "unknown")
     base: CallPlan = {**plan, "decided_by": who, "decision": decision["type"]}

@@ -11,11 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from langchain_core.messages import ToolMessage
-from langgraph.func import task
-from langgraph.runtime import Runtime
-from langgraph.types import interrupt
-
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.parts import (
@@ -35,6 +30,10 @@ from gatedloop.nodes.unknown import (
 )
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest, digest, fingerprint
+from langchain_core.messages import ToolMessage
+from langgraph.func import task
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
 
 
 def make_execute_node(parts: LoopParts):
@@ -201,12 +200,17 @@ def _repeat_count(fingerprints: dict[str, list[Any]], plan: CallPlan, content: s
 
 def _message(plan: CallPlan, outcome: Outcome, content: str) -> ToolMessage:
     if outcome["status"] != "ok":
-        return ToolMessage(content=content, tool_call_id=plan["id"], name=plan["name"], status="error",
-                           id=f"tool-{plan['id']}")
+        return ToolMessage(
+            content=content, tool_call_id=plan["id"], name=plan["name"], status="error", id=f"tool-{plan['id']}"
+        )
     if plan.get("edited"):
         content = json.dumps(
-            {"ok": True, "note": "a reviewer edited this call before it ran", "ran_with": plan["args"],
-             "result": _loads(content)},
+            {
+                "ok": True,
+                "note": "a reviewer edited this call before it ran",
+                "ran_with": plan["args"],
+                "result": _loads(content),
+            },
             ensure_ascii=False,
         )
     return result_message(plan["id"], plan["name"], content)

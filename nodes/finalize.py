@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.messages import AIMessage
-from langgraph.runtime import Runtime
-
 from gatedloop.graph.state import GatedState
 from gatedloop.nodes.parts import error_message, unanswered_calls
 from gatedloop.tools import errors
+from langchain_core.messages import AIMessage
+from langgraph.runtime import Runtime
 
 
 def answer_text(message: AIMessage) -> str:
@@ -35,8 +34,12 @@ def finalize(state: GatedState, runtime: Runtime) -> dict[str, Any]:
     else:
         status, answer, detail = "error", None, "the loop ended without a final answer"
     leftovers = [
-        error_message(c["id"] or "", c.get("name") or "", "budget_exhausted",
-                      errors.NOT_RUN_STOPPED.format(reason=detail or status))
+        error_message(
+            c["id"] or "",
+            c.get("name") or "",
+            "budget_exhausted",
+            errors.NOT_RUN_STOPPED.format(reason=detail or status),
+        )
         for c in unanswered_calls(messages)
     ]
     return {"status": status, "answer": answer, "stop_detail": detail, "messages": leftovers, "calls": []}

@@ -57,7 +57,9 @@ class Decision(TypedDict):
     args_digest: NotRequired[str]
 
 
-def check_decisions(answer: Any, actions: Sequence[GatedActionRequest], configs: Sequence[ReviewConfig]) -> list[Decision]:
+def check_decisions(
+    answer: Any, actions: Sequence[GatedActionRequest], configs: Sequence[ReviewConfig]
+) -> list[Decision]:
     """Exact count and type checks, as LangChain's middleware does; raise InvalidDecision with the reason."""
     if not isinstance(answer, dict):
         raise InvalidDecision(f'the answer must be an object like {{"decisions": [...]}}, not {type(answer).__name__}')

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
+from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
+from langchain_core.exceptions import ModelConnectionError
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
-
-from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
-from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
 
 log = logging.getLogger("gatedloop.model")
 
@@ -50,6 +50,8 @@ def check_response(message: BaseMessage, earlier_ids: set[str]) -> AIMessage:
         raise ResponseProblem("incomplete", "the response carries no finish status (a stream cut short?)")
     if finish not in FINISHED:
         raise ResponseProblem("incomplete", f"the response was not finished (finish status {finish!r})")
+    if not message.tool_calls and not message.invalid_tool_calls and not _has_text(message):
+        raise ResponseProblem("incomplete", "the response has neither text nor tool calls")
     seen: set[str] = set()
     for call in [*message.tool_calls, *message.invalid_tool_calls]:
         call_id = call.get("id")
@@ -61,6 +63,11 @@ def check_response(message: BaseMessage, earlier_ids: set[str]) -> AIMessage:
     if isinstance(message, AIMessageChunk):
         message = AIMessage(**message.model_dump(exclude={"type", "tool_call_chunks", "chunk_position"}))
     return message
+
+
+def _has_text(message: AIMessage) -> bool:
+    content = message.content
+    return bool(content.strip()) if isinstance(content, str) else bool(content)
 
 
 def earlier_call_ids(messages: list[BaseMessage]) -> set[str]:
@@ -115,7 +122,8 @@ def make_model_node(parts: LoopParts):
                 raise
             except Exception as exc:
                 log.warning("thread %s: model call failed: %s", thread_id, type(exc).__name__, exc_info=True)
-                problem = ResponseProblem("error", f"the model call failed ({type(exc).__name__})")
+                kind = "incomplete" if _connection_lost(exc) else "error"
+                problem = ResponseProblem(kind, f"the model call failed ({type(exc).__name__})")
                 counters["retries"] += 1
                 continue
             counters["tokens"] += _tokens(raw)
@@ -131,6 +139,13 @@ def make_model_node(parts: LoopParts):
         return {**reset, **_stop(counters, problem.kind, problem.detail)}
 
     return model
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """A stream cut mid-response surfaces as a connection error (langchain-openai: OpenAIConnectionError)."""
+    return isinstance(exc, ModelConnectionError | ConnectionError) or any(
+        cls.__name__ == "APIConnectionError" for cls in type(exc).__mro__
+    )
 
 
 def _tokens(message: BaseMessage) -> int:

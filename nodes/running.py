@@ -15,14 +15,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Literal, NotRequired, TypedDict
 
-from langchain_core.tools import BaseTool
-from langgraph.errors import GraphBubbleUp
-
 from gatedloop.checkpoints.ledger import SqliteLedger, claimant_alive, idempotency_key
 from gatedloop.graph.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry
 from gatedloop.tools.results import cap, to_json_text
+from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
 
 log = logging.getLogger("gatedloop.execute")
 
@@ -54,8 +53,12 @@ def _failure(exc: BaseException, name: str, call_id: str) -> Outcome:
         body = errors.error_json(exc.error_type, exc.message, retryable=exc.retryable)
         return {"status": "error", "content": body, "error_type": exc.error_type, "duration_ms": 0.0}
     log.error("tool %s (call %s) raised %s", name, call_id, type(exc).__name__, exc_info=exc)
-    return {"status": "error", "content": errors.error_json("tool_error", errors.GENERIC_TOOL_ERROR),
-            "error_type": "tool_error", "duration_ms": 0.0}
+    return {
+        "status": "error",
+        "content": errors.error_json("tool_error", errors.GENERIC_TOOL_ERROR),
+        "error_type": "tool_error",
+        "duration_ms": 0.0,
+    }
 
 
 def _ok(result: Any, max_chars: int) -> Outcome:
@@ -127,8 +130,14 @@ def _record_late(ledger: SqliteLedger, thread_id: str, plan: CallPlan, future: F
 
 def unknown(reason: UnknownReason, attempts: int, seconds: float = 0.0) -> Outcome:
     body = errors.error_json("outcome_unknown", f"The outcome of this call is unknown ({reason.replace('_', ' ')}).")
-    return {"status": "unknown", "content": body, "unknown": reason, "attempts": attempts,
-            "error_type": "outcome_unknown", "duration_ms": round(seconds * 1000, 3)}
+    return {
+        "status": "unknown",
+        "content": body,
+        "unknown": reason,
+        "attempts": attempts,
+        "error_type": "outcome_unknown",
+        "duration_ms": round(seconds * 1000, 3),
+    }
 
 
 def stored_outcome(state: str, result: str | None) -> Outcome:

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.messages import ToolMessage
-from langgraph.runtime import Runtime
-
 from gatedloop.graph.state import CallPlan, GatedState
 from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id, error_message
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import CheckedCall
+from langchain_core.messages import ToolMessage
+from langgraph.runtime import Runtime
 
 TOO_MANY_IN_TURN = "Not run: one turn may propose at most {limit} calls; propose fewer at a time."
 
@@ -76,7 +75,9 @@ def _turn_refusal(
         return errors.ToolFailure(errors.NOT_RUN_STOPPED.format(reason=stop[1]), error_type="budget_exhausted")
     limits = parts.limits
     if index >= limits.max_calls_per_turn:
-        return errors.ToolFailure(TOO_MANY_IN_TURN.format(limit=limits.max_calls_per_turn), error_type="budget_exhausted")
+        return errors.ToolFailure(
+            TOO_MANY_IN_TURN.format(limit=limits.max_calls_per_turn), error_type="budget_exhausted"
+        )
     if planned_total >= limits.max_tool_calls:
         return errors.ToolFailure(errors.BUDGET_EXHAUSTED.format(budget="tool-call"), error_type="budget_exhausted")
     if plan["name"] in parts.registry:

@@ -188,9 +188,7 @@ def _stop(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
         proc.wait(timeout=5)
 
 
-def _start(
-    config_path: Path, workdir: Path, env: dict[str, str], log_path: Path, port: int
-) -> subprocess.Popen[bytes]:
+def _start(config_path: Path, workdir: Path, env: dict[str, str], log_path: Path, port: int) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable,
         "-m",

@@ -33,8 +33,7 @@ class Usage:
 
     def to_json(self) -> dict[str, int]:
         total = self.prompt_tokens + self.completion_tokens
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": total}
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens, "total_tokens": total}
 
 
 @dataclass
@@ -44,11 +43,11 @@ class Reply:
     ``finish_reason="auto"`` means "tool_calls" if there are tool calls, else "stop"; ``None`` sends a
     literal null. The streaming controls only apply when the request has ``"stream": true``:
     ``arg_chunk_size`` splits each tool call's arguments (and content/refusal) into pieces of that many
-    characters; ``cut_after_chunks`` drops the connection after that many SSE chunks, counting the opening
-    role chunk (no finish chunk, no ``[DONE]``), either leaving the chunked HTTP body unterminated (``cut_mode="abort"``, what a dropped
-    TCP connection looks like) or ending an unframed body cleanly (``cut_mode="eof"``, indistinguishable
-    from a normal end at the HTTP layer); ``omit_finish`` ends cleanly with ``[DONE]`` but never sends a
-    finish_reason.
+    characters. ``cut_after_chunks`` drops the connection after that many SSE chunks, counting the opening
+    role chunk (no finish chunk, no ``[DONE]``): ``cut_mode="abort"`` leaves the chunked HTTP body
+    unterminated (what a dropped TCP connection looks like); ``cut_mode="eof"`` ends an unframed body
+    cleanly (indistinguishable from a normal end at the HTTP layer). ``omit_finish`` ends cleanly with
+    ``[DONE]`` but never sends a finish_reason.
     """
 
     content: str | None = None
@@ -78,8 +77,7 @@ def _completion(reply: Reply, request: dict[str, Any], completion_id: str) -> di
     message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": reply.refusal}
     if reply.tool_calls:
         message["tool_calls"] = [
-            {"id": tc["id"], "type": "function",
-             "function": {"name": tc["name"], "arguments": tc["arguments"]}}
+            {"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["arguments"]}}
             for tc in reply.tool_calls
         ]
     return {
@@ -87,8 +85,9 @@ def _completion(reply: Reply, request: dict[str, Any], completion_id: str) -> di
         "object": "chat.completion",
         "created": int(time.time()),
         "model": request.get("model", "stub"),
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": reply.resolved_finish_reason()}],
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": reply.resolved_finish_reason()}
+        ],
         "usage": reply.usage.to_json(),
     }
 
@@ -96,12 +95,15 @@ def _completion(reply: Reply, request: dict[str, Any], completion_id: str) -> di
 def _chunks(reply: Reply, request: dict[str, Any], completion_id: str) -> Iterator[dict[str, Any]]:
     """``chat.completion.chunk`` objects in the order the real API sends them."""
     include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-    base = {"id": completion_id, "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": request.get("model", "stub")}
+    base = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": request.get("model", "stub"),
+    }
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        body = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                     "finish_reason": finish_reason}]}
+        body = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
         return {**body, "usage": None} if include_usage else body
 
     yield chunk({"role": "assistant", "content": "" if reply.content is not None else None, "refusal": None})
@@ -112,8 +114,18 @@ def _chunks(reply: Reply, request: dict[str, Any], completion_id: str) -> Iterat
         if piece:
             yield chunk({"refusal": piece})
     for index, tc in enumerate(reply.tool_calls):
-        yield chunk({"tool_calls": [{"index": index, "id": tc["id"], "type": "function",
-                                     "function": {"name": tc["name"], "arguments": ""}}]})
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": tc["id"],
+                        "type": "function",
+                        "function": {"name": tc["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
         for piece in _pieces(tc["arguments"], reply.arg_chunk_size):
             if piece:
                 yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
@@ -131,8 +143,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/v1/models":
-            self._send_json(200, {"object": "list", "data": [
-                {"id": "gpt-4o-mini", "object": "model", "created": 0, "owned_by": "stub"}]})
+            self._send_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": "gpt-4o-mini", "object": "model", "created": 0, "owned_by": "stub"}],
+                },
+            )
         else:
             self._send_error(404, f"no route for GET {self.path}")
 

@@ -106,9 +106,7 @@ def test_calendar_lists_busy_and_the_free_gaps(tools: dict[str, BaseTool]) -> No
     }
     empty = run(tools, "check_calendar", date="2026-03-10")
     assert empty["busy"] == [] and empty["free"] == [{"start": "09:00", "end": "18:00"}]
-    assert run(tools, "check_calendar", date="2026-03-06", user="张伟")["busy"] == [
-        {"start": "11:00", "end": "12:30"}
-    ]
+    assert run(tools, "check_calendar", date="2026-03-06", user="张伟")["busy"] == [{"start": "11:00", "end": "12:30"}]
 
 
 def test_contacts(tools: dict[str, BaseTool]) -> None:
@@ -261,9 +259,7 @@ def test_threads_never_oversell(tools: dict[str, BaseTool], store: DemoStore) ->
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         outcomes = list(pool.map(reserve, range(30)))
-        same_key = set(
-            map(str, pool.map(lambda _: store.create_event(**LUNCH, idempotency_key="one"), range(16)))
-        )
+        same_key = set(map(str, pool.map(lambda _: store.create_event(**LUNCH, idempotency_key="one"), range(16))))
     assert sum(outcomes) == 20 and store.count_reservations("WS-101") == 20
     assert len(same_key) == 1 and store.count_events() == 1
 

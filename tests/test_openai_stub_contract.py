@@ -45,7 +45,11 @@ def make_model(server: ScriptedOpenAIServer, path: str, **kwargs: Any) -> Any:
     if path.endswith("_streaming"):
         kwargs["streaming"] = True
     chat = ChatOpenAI(
-        model="gpt-4o-mini", base_url=server.base_url, api_key=SecretStr("test"), max_retries=0, timeout=5,
+        model="gpt-4o-mini",
+        base_url=server.base_url,
+        api_key=SecretStr("test"),
+        max_retries=0,
+        timeout=5,
         **kwargs,
     )
     return chat.bind_tools([query_order])
@@ -75,10 +79,22 @@ def expected_metadata(path: str, finish_reason: str) -> dict[str, Any]:
     """``response_metadata`` exactly as LangChain builds it for a response that carried a finish_reason."""
     if path in STREAMED:
         return {"finish_reason": finish_reason, "model_name": "gpt-4o-mini", "model_provider": "openai"}
-    usage = {"completion_tokens": 5, "prompt_tokens": 10, "total_tokens": 15,
-             "completion_tokens_details": None, "prompt_tokens_details": None}
-    return {"token_usage": usage, "model_provider": "openai", "model_name": "gpt-4o-mini", "logprobs": None,
-            "system_fingerprint": None, "id": "chatcmpl-stub-1", "finish_reason": finish_reason}
+    usage = {
+        "completion_tokens": 5,
+        "prompt_tokens": 10,
+        "total_tokens": 15,
+        "completion_tokens_details": None,
+        "prompt_tokens_details": None,
+    }
+    return {
+        "token_usage": usage,
+        "model_provider": "openai",
+        "model_name": "gpt-4o-mini",
+        "logprobs": None,
+        "system_fingerprint": None,
+        "id": "chatcmpl-stub-1",
+        "finish_reason": finish_reason,
+    }
 
 
 def expected_type(path: str) -> type[AIMessage]:
@@ -159,8 +175,7 @@ def test_langgraph_messages_mode_turns_node_invoke_into_a_stream(
     stream_mode: Literal["updates", "messages"], model_kwargs: dict[str, Any], streamed: bool
 ) -> None:
     """Inside a graph streamed with ``stream_mode="messages"``, a node's plain ``.invoke()`` streams."""
-    reply = Reply(tool_calls=[tool_call("query_order", ARGS)], arg_chunk_size=3, cut_after_chunks=8,
-                  cut_mode="eof")
+    reply = Reply(tool_calls=[tool_call("query_order", ARGS)], arg_chunk_size=3, cut_after_chunks=8, cut_mode="eof")
     with ScriptedOpenAIServer([reply]) as server:
         model = make_model(server, "invoke", **model_kwargs)
 
@@ -197,7 +212,11 @@ def test_length_with_partial_tool_call_non_streamed_is_invalid(path: str) -> Non
     assert msg.tool_calls == []
     [invalid] = msg.invalid_tool_calls
     assert {k: v for k, v in invalid.items() if k != "error"} == {
-        "type": "invalid_tool_call", "id": "call_1", "name": "query_order", "args": '{"order_id": "A-'}
+        "type": "invalid_tool_call",
+        "id": "call_1",
+        "name": "query_order",
+        "args": '{"order_id": "A-',
+    }
     assert (invalid["error"] or "").startswith("Function query_order arguments:")
     assert msg.response_metadata == expected_metadata(path, "length")
 
@@ -205,8 +224,7 @@ def test_length_with_partial_tool_call_non_streamed_is_invalid(path: str) -> Non
 @pytest.mark.parametrize("path", STREAMED)
 def test_length_with_partial_tool_call_streamed_looks_valid(path: str) -> None:
     """Streaming parses truncated JSON leniently: only finish_reason reveals the call is cut short."""
-    reply = Reply(tool_calls=[tool_call("query_order", '{"order_id": "A-')], finish_reason="length",
-                  arg_chunk_size=3)
+    reply = Reply(tool_calls=[tool_call("query_order", '{"order_id": "A-')], finish_reason="length", arg_chunk_size=3)
     with ScriptedOpenAIServer([reply]) as server:
         msg = call(server, path)
     assert msg.tool_calls == [{**TOOL_CALL, "args": {"order_id": "A-"}}]
@@ -245,8 +263,7 @@ def test_aborted_stream_yields_partial_chunks_before_raising() -> None:
 @pytest.mark.parametrize("path", STREAMED)
 def test_stream_ending_cleanly_mid_arguments_returns_partial_call(path: str) -> None:
     """An unframed body that just stops is not an error anywhere: no finish_reason key is the only sign."""
-    reply = Reply(tool_calls=[tool_call("query_order", ARGS)], arg_chunk_size=3, cut_after_chunks=8,
-                  cut_mode="eof")
+    reply = Reply(tool_calls=[tool_call("query_order", ARGS)], arg_chunk_size=3, cut_after_chunks=8, cut_mode="eof")
     with ScriptedOpenAIServer([reply]) as server:
         msg = call(server, path)
     assert msg.tool_calls == [{**TOOL_CALL, "args": {"order_id": "A-10"}}]
@@ -285,7 +302,11 @@ def test_unparseable_arguments_become_invalid_tool_calls(path: str) -> None:
     assert msg.tool_calls == []
     [invalid] = msg.invalid_tool_calls
     assert (invalid["type"], invalid["id"], invalid["name"], invalid["args"]) == (
-        "invalid_tool_call", "call_1", "query_order", "nope{")
+        "invalid_tool_call",
+        "call_1",
+        "query_order",
+        "nope{",
+    )
     if path in STREAMED:
         assert invalid["error"] is None
     else:
@@ -345,9 +366,14 @@ def test_callable_replies_see_the_conversation() -> None:
         second = model.invoke(["Where is order A-1001?", first, tool_msg])
     assert second.content == "Order status: shipped"
     assert server.requests[1]["messages"][1]["tool_calls"][0]["function"] == {
-        "name": "query_order", "arguments": json.dumps({"order_id": "A-1001"})}
+        "name": "query_order",
+        "arguments": json.dumps({"order_id": "A-1001"}),
+    }
     assert server.requests[1]["messages"][2] == {
-        "role": "tool", "tool_call_id": "call_1", "content": json.dumps(result)}
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": json.dumps(result),
+    }
 
 
 def test_exhausted_script_answers_500_and_fails_the_block() -> None:

@@ -12,12 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.tools import BaseTool
-from pydantic import ValidationError
-
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import ArgumentsError, parse_arguments
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
+from langchain_core.tools import BaseTool
+from pydantic import ValidationError
 
 log = logging.getLogger("gatedloop.tools")
 
@@ -140,4 +139,3 @@ def _run_validator(policy: ToolPolicy, name: str, args: dict[str, Any], context:
 
 def describe_tool(tool: BaseTool) -> str:
     return (tool.description or inspect.getdoc(tool) or tool.name).strip().splitlines()[0]
-

@@ -122,6 +122,8 @@ class DemoStore:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
+        if self.path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
@@ -181,17 +183,12 @@ class DemoStore:
         """Busy and free workday slots; created events are on the calendar of "me". None: unknown user."""
         user = user.strip()
         with self._connect() as conn:
-            known = (
-                user.casefold() == "me"
-                or conn.execute("SELECT 1 FROM contacts WHERE name = ?", (user,)).fetchone()
-            )
+            known = user.casefold() == "me" or conn.execute("SELECT 1 FROM contacts WHERE name = ?", (user,)).fetchone()
             if not known:
                 return None
             slots = [
                 (row["start"], row["end"])
-                for row in conn.execute(
-                    "SELECT start, end FROM busy_slots WHERE user = ? AND date = ?", (user, date)
-                )
+                for row in conn.execute("SELECT start, end FROM busy_slots WHERE user = ? AND date = ?", (user, date))
             ]
             if user.casefold() == "me":
                 slots += [
@@ -213,8 +210,7 @@ class DemoStore:
             if (existing := _event_by_key(conn, idempotency_key)) is not None:
                 return existing
             conn.execute(
-                "INSERT INTO events (idempotency_key, title, date, start, end, attendees)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO events (idempotency_key, title, date, start, end, attendees) VALUES (?, ?, ?, ?, ?, ?)",
                 (idempotency_key, title, date, start, end, json.dumps(attendees, ensure_ascii=False)),
             )
             created = _event_by_key(conn, idempotency_key)
@@ -237,21 +233,16 @@ class DemoStore:
                 return existing
             workshop = _workshop(conn, event_id)
             if workshop is None:
-                raise ToolFailure(
-                    NOT_FOUND.format(what="Workshop", key=event_id), error_type="invalid_arguments"
-                )
+                raise ToolFailure(NOT_FOUND.format(what="Workshop", key=event_id), error_type="invalid_arguments")
             if conn.execute(
                 "SELECT 1 FROM reservations WHERE event_id = ? AND participant = ?",
                 (workshop["event_id"], participant),
             ).fetchone():
-                raise ToolFailure(
-                    f"{participant!r} already holds a seat at {workshop['event_id']}.", retryable=False
-                )
+                raise ToolFailure(f"{participant!r} already holds a seat at {workshop['event_id']}.", retryable=False)
             if workshop["seats_left"] <= 0:
                 raise ToolFailure(WORKSHOP_FULL.format(event_id=workshop["event_id"]), retryable=False)
             conn.execute(
-                "INSERT INTO reservations (idempotency_key, event_id, participant, seats_left)"
-                " VALUES (?, ?, ?, ?)",
+                "INSERT INTO reservations (idempotency_key, event_id, participant, seats_left) VALUES (?, ?, ?, ?)",
                 (idempotency_key, workshop["event_id"], participant, workshop["seats_left"] - 1),
             )
             created = _reservation_by_key(conn, idempotency_key)
@@ -265,9 +256,7 @@ class DemoStore:
     def get_train_status(self, train_no: str, date: str) -> dict[str, Any] | None:
         """A known train runs on time unless a delay is recorded for that date. None: no such train."""
         with self._connect() as conn:
-            train = conn.execute(
-                "SELECT train_no FROM trains WHERE train_no = ?", (train_no.strip(),)
-            ).fetchone()
+            train = conn.execute("SELECT train_no FROM trains WHERE train_no = ?", (train_no.strip(),)).fetchone()
             if train is None:
                 return None
             delay = conn.execute(
@@ -290,11 +279,7 @@ class DemoStore:
         with self._connect() as conn:
             if event_id is None:
                 return int(conn.execute("SELECT COUNT(*) FROM reservations").fetchone()[0])
-            return int(
-                conn.execute("SELECT COUNT(*) FROM reservations WHERE event_id = ?", (event_id,)).fetchone()[
-                    0
-                ]
-            )
+            return int(conn.execute("SELECT COUNT(*) FROM reservations WHERE event_id = ?", (event_id,)).fetchone()[0])
 
 
 def _event_by_key(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:

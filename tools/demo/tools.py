@@ -31,9 +31,7 @@ IsoDate = Annotated[
     Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", description="Date as YYYY-MM-DD, e.g. 2026-03-06"),
     AfterValidator(_real_date),
 ]
-ClockTime = Annotated[
-    str, Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$", description="24-hour time as HH:MM")
-]
+ClockTime = Annotated[str, Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$", description="24-hour time as HH:MM")]
 Name = Annotated[str, Field(min_length=1, max_length=100)]
 Key = Annotated[str, InjectedToolArg]
 
@@ -47,9 +45,7 @@ def build_demo_tools(store: DemoStore) -> list[BaseTool]:
 
     @tool
     def query_order(
-        order_id: Annotated[
-            str, Field(min_length=1, max_length=64, description="Order number, e.g. ORD-2026-001")
-        ],
+        order_id: Annotated[str, Field(min_length=1, max_length=64, description="Order number, e.g. ORD-2026-001")],
     ) -> dict[str, Any]:
         """Look up an order's status and its logistics tracking number."""
         if (order := store.get_order(order_id)) is None:
@@ -58,9 +54,7 @@ def build_demo_tools(store: DemoStore) -> list[BaseTool]:
 
     @tool
     def query_logistics(
-        tracking_no: Annotated[
-            str, Field(min_length=1, max_length=64, description="Tracking number, e.g. SF123456")
-        ],
+        tracking_no: Annotated[str, Field(min_length=1, max_length=64, description="Tracking number, e.g. SF123456")],
     ) -> dict[str, Any]:
         """Look up the latest logistics event for a tracking number (get it from query_order first)."""
         if (track := store.get_logistics(tracking_no)) is None:
