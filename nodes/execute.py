@@ -9,6 +9,8 @@ reviewer approved; a mismatch goes back to `approve`. Unknown write outcomes are
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
@@ -30,7 +32,10 @@ from gatedloop.nodes.unknown import (
 )
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest, digest, fingerprint
+
+log = logging.getLogger("gatedloop.execute")
 from langchain_core.messages import ToolMessage
+from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
@@ -41,11 +46,11 @@ def make_execute_node(parts: LoopParts):
 
     @task(name="tool_read")
     def read_task(plan: CallPlan) -> Outcome:
-        return run_read(parts.registry, plan, max_chars)
+        return _reported(plan, lambda: run_read(parts.registry, plan, max_chars))
 
     @task(name="tool_write")
     def write_task(thread_id: str, plan: CallPlan) -> Outcome:
-        return run_write(parts.registry, parts.ledger, thread_id, plan, max_chars)
+        return _reported(plan, lambda: run_write(parts.registry, parts.ledger, thread_id, plan, max_chars))
 
     @task(name="tool_write_retry")
     def rerun_task(thread_id: str, plan: CallPlan, attempts: int) -> Outcome | None:
@@ -98,6 +103,34 @@ def make_execute_node(parts: LoopParts):
         return update
 
     return execute
+
+
+def _reported(plan: CallPlan, run: Callable[[], Outcome]) -> Outcome:
+    """Custom stream events around one call, for live progress (`stream_mode="custom"`)."""
+    write = get_stream_writer()
+    write({"event": "tool_started", "tool_call_id": plan["id"], "tool": plan["name"], "effect": plan["effect"]})
+    outcome = run()
+    log.info(
+        "tool call thread=%s call=%s tool=%s decision=%s outcome=%s duration_ms=%.1f",
+        current_thread_id(),
+        plan["id"],
+        plan["name"],
+        plan.get("decision", "auto"),
+        outcome["status"],
+        outcome["duration_ms"],
+    )
+    write(
+        {
+            "event": "tool_finished",
+            "tool_call_id": plan["id"],
+            "tool": plan["name"],
+            "outcome": outcome["status"],
+            "error_type": outcome.get("error_type"),
+            "duration_ms": outcome["duration_ms"],
+            "reused": outcome.get("reused", False),
+        }
+    )
+    return outcome
 
 
 def _still_approved(parts: LoopParts, plan: CallPlan, context: Any) -> bool:
