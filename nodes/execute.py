@@ -13,6 +13,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from langchain_core.messages import ToolMessage
+from langgraph.config import get_stream_writer
+from langgraph.func import task
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
+
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.parts import (
@@ -34,11 +40,6 @@ from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest, digest, fingerprint
 
 log = logging.getLogger("gatedloop.execute")
-from langchain_core.messages import ToolMessage
-from langgraph.config import get_stream_writer
-from langgraph.func import task
-from langgraph.runtime import Runtime
-from langgraph.types import interrupt
 
 
 def make_execute_node(parts: LoopParts):
