@@ -12,9 +12,10 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import aiosqlite
-from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger
 
 
 class GatedSqliteSaver(SqliteSaver):

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from langgraph.graph.state import CompiledStateGraph
+
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.sqlite import GatedSqliteSaver
@@ -22,7 +24,6 @@ from gatedloop.graph import build_graph, runs
 from gatedloop.graph.models import ModelConfigError, describe_choice, load_model
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
-from langgraph.graph.state import CompiledStateGraph
 
 EXIT_COMPLETED, EXIT_STOPPED, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
 DEFAULT_DB = "gatedloop.sqlite"

@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
 from gatedloop.checkpoints.ledger import SqliteLedger
 from gatedloop.graph.limits import Limits
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
@@ -17,11 +23,6 @@ from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.validate import make_validate_node
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import ToolRegistry
-from langchain_core.language_models import BaseChatModel
-from langchain_core.tools import BaseTool
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 
 
 def build_graph(

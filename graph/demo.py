@@ -11,8 +11,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 
 DEMO_QUESTIONS = {
     "order": "订单 ORD-2026-001 到哪里了?",

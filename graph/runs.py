@@ -10,14 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command
+
 from gatedloop.checkpoints.lease import thread_lease
 from gatedloop.checkpoints.ledger import SqliteLedger
 from gatedloop.checkpoints.threads import validate_thread_id
 from gatedloop.nodes.hitl import InvalidDecision, check_decisions
 from gatedloop.nodes.unknown import check_unknown_answer
 from gatedloop.tools.policy import CallContext
-from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command
 
 STREAM_MODES = ["updates", "custom"]
 

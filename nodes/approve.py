@@ -11,6 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from langchain_core.messages import ToolMessage
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
+
 from gatedloop.graph.state import CallPlan, GatedState
 from gatedloop.nodes.hitl import (
     Decision,
@@ -25,9 +29,6 @@ from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
-from langchain_core.messages import ToolMessage
-from langgraph.runtime import Runtime
-from langgraph.types import interrupt
 
 STALE_ARGS = "the pending arguments changed after they were validated; review them again"
 

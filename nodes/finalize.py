@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_core.messages import AIMessage
+from langgraph.runtime import Runtime
+
 from gatedloop.graph.state import GatedState
 from gatedloop.nodes.parts import error_message, unanswered_calls
 from gatedloop.tools import errors
-from langchain_core.messages import AIMessage
-from langgraph.runtime import Runtime
 
 
 def answer_text(message: AIMessage) -> str:

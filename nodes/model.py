@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
-from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
 from langchain_core.exceptions import ModelConnectionError
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
+
+from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
+from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
 
 log = logging.getLogger("gatedloop.model")
 

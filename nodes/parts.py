@@ -8,16 +8,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import Runnable
+from langgraph.config import get_config
+
 from gatedloop.checkpoints.ledger import SqliteLedger
 from gatedloop.graph.limits import Limits
 from gatedloop.graph.state import CallPlan, RequestCounters
 from gatedloop.tools.errors import ErrorType, error_json
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import ToolRegistry
-from langchain_core.language_models import LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.runnables import Runnable
-from langgraph.config import get_config
 
 
 @dataclass

@@ -15,13 +15,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Literal, NotRequired, TypedDict
 
+from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
+
 from gatedloop.checkpoints.ledger import SqliteLedger, claimant_alive, idempotency_key
 from gatedloop.graph.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry
 from gatedloop.tools.results import cap, to_json_text
-from langchain_core.tools import BaseTool
-from langgraph.errors import GraphBubbleUp
 
 log = logging.getLogger("gatedloop.execute")
 

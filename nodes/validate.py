@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_core.messages import ToolMessage
+from langgraph.runtime import Runtime
+
 from gatedloop.graph.state import CallPlan, GatedState
 from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id, error_message
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import CheckedCall
-from langchain_core.messages import ToolMessage
-from langgraph.runtime import Runtime
 
 TOO_MANY_IN_TURN = "Not run: one turn may propose at most {limit} calls; propose fewer at a time."
 

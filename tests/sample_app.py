@@ -15,11 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, InjectedToolArg, tool
+
 from gatedloop.graph import Limits, build_graph
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import ToolFailure, ToolPolicy
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, InjectedToolArg, tool
 
 
 class Effects:

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies, safe_eval
-from gatedloop.tools.errors import ToolFailure
-from gatedloop.tools.policy import CallContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
+
+from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies, safe_eval
+from gatedloop.tools.errors import ToolFailure
+from gatedloop.tools.policy import CallContext
 
 TOOL_NAMES = {
     "query_order",

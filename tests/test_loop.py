@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gatedloop.checkpoints import open_sqlite
-from gatedloop.graph import Limits, build_graph
-from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 from sample_app import Effects, make_tools, policies
+
+from gatedloop.checkpoints import open_sqlite
+from gatedloop.graph import Limits, build_graph
+from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 
 CFG = {"configurable": {"thread_id": "t1"}}
 

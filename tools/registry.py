@@ -12,11 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.tools import BaseTool
+from pydantic import ValidationError
+
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import ArgumentsError, parse_arguments
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
-from langchain_core.tools import BaseTool
-from pydantic import ValidationError
 
 log = logging.getLogger("gatedloop.tools")
 
