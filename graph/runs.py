@@ -8,10 +8,11 @@ answer against the pending request before it reaches the graph (`InvalidDecision
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command
+from langgraph.types import Command, StreamMode
 
 from gatedloop.checkpoints.lease import thread_lease
 from gatedloop.checkpoints.ledger import SqliteLedger
@@ -20,14 +21,14 @@ from gatedloop.nodes.hitl import InvalidDecision, check_decisions
 from gatedloop.nodes.unknown import check_unknown_answer
 from gatedloop.tools.policy import CallContext
 
-STREAM_MODES = ["updates", "custom"]
+STREAM_MODES: list[StreamMode] = ["updates", "custom"]
 
 
-def config_for(thread_id: str) -> dict[str, Any]:
+def config_for(thread_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": validate_thread_id(thread_id)}}
 
 
-def pending_request(graph: CompiledStateGraph, thread_id: str) -> dict[str, Any] | None:
+def pending_request(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> dict[str, Any] | None:
     """The request a paused thread is waiting on (approval or unknown outcome), or None."""
     snapshot = graph.get_state(config_for(thread_id))
     if not snapshot.interrupts:
@@ -44,23 +45,31 @@ def check_answer(request: dict[str, Any], answer: Any) -> None:
         check_decisions(answer, request.get("action_requests", []), request.get("review_configs", []))
 
 
-def _db_path(graph: CompiledStateGraph) -> str | None:
+def _db_path(graph: CompiledStateGraph[Any, Any, Any, Any]) -> str | None:
     return getattr(graph.checkpointer, "path", None)
 
 
 def stream_start(
-    graph: CompiledStateGraph, thread_id: str, text: str, *, context: CallContext | None = None, wait_s: float = 0.0
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    thread_id: str,
+    text: str,
+    *,
+    context: CallContext | None = None,
+    wait_s: float = 0.0,
 ) -> Iterator[tuple[str, Any]]:
     """Start (or continue) a thread with a user message, yielding (mode, chunk) as steps happen."""
     config = config_for(thread_id)
     with thread_lease(_db_path(graph), thread_id, wait_s=wait_s):
-        yield from graph.stream(
-            {"messages": [("user", text)]}, config, context=context, stream_mode=STREAM_MODES, durability="sync"
+        yield from cast(
+            Iterator[tuple[str, Any]],
+            graph.stream(
+                {"messages": [("user", text)]}, config, context=context, stream_mode=STREAM_MODES, durability="sync"
+            ),
         )
 
 
 def stream_resume(
-    graph: CompiledStateGraph,
+    graph: CompiledStateGraph[Any, Any, Any, Any],
     thread_id: str,
     answer: Any = None,
     *,
@@ -80,17 +89,20 @@ def stream_resume(
             raise InvalidDecision(f"thread {thread_id!r} is not waiting for an answer")
         else:
             payload = None
-        yield from graph.stream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
+        events = graph.stream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
+        yield from cast(Iterator[tuple[str, Any]], events)
 
 
-def start(graph: CompiledStateGraph, thread_id: str, text: str, **kwargs: Any) -> dict[str, Any]:
+def start(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, text: str, **kwargs: Any) -> dict[str, Any]:
     """Run until the thread pauses or ends; returns the thread's values plus `__interrupt__` if paused."""
     for _ in stream_start(graph, thread_id, text, **kwargs):
         pass
     return outcome(graph, thread_id)
 
 
-def resume(graph: CompiledStateGraph, thread_id: str, answer: Any = None, **kwargs: Any) -> dict[str, Any]:
+def resume(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, answer: Any = None, **kwargs: Any
+) -> dict[str, Any]:
     for _ in stream_resume(graph, thread_id, answer, **kwargs):
         pass
     result = outcome(graph, thread_id)
@@ -100,7 +112,7 @@ def resume(graph: CompiledStateGraph, thread_id: str, answer: Any = None, **kwar
     return result
 
 
-def outcome(graph: CompiledStateGraph, thread_id: str) -> dict[str, Any]:
+def outcome(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> dict[str, Any]:
     snapshot = graph.get_state(config_for(thread_id))
     values = dict(snapshot.values or {})
     if snapshot.interrupts:

@@ -46,7 +46,7 @@ def reply(
     """An AIMessage as a provider would return it: finish status, usage, parsed and unparseable calls."""
     tool_calls, invalid = [], []
     for planned in calls:
-        call_id = planned.get("id") or f"call_{next(_ids)}"
+        call_id = f"call_{next(_ids)}" if planned.get("id") is None else planned["id"]
         if isinstance(planned["args"], str):
             try:
                 tool_calls.append(
@@ -96,7 +96,7 @@ class ScriptedChatModel(BaseChatModel):
     def calls(self) -> int:
         return self._calls
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
         """Tools are the loop's business, not the script's: binding returns the same model."""
         return self
 

@@ -7,7 +7,7 @@ again; everything else is small and reset per turn or per request.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, cast
 
 from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages
 from langgraph.channels import DeltaChannel
@@ -73,7 +73,7 @@ def fold_messages(history: list[BaseMessage] | None, writes: Sequence[Any]) -> l
         for offset, message in enumerate(incoming):
             if message.id is None:
                 message.id = f"msg-{len(merged) + offset}"
-        merged = add_messages(merged, incoming)  # type: ignore[assignment]
+        merged = cast(list[BaseMessage], add_messages(cast(Any, merged), cast(Any, incoming)))
     return merged
 
 

@@ -15,7 +15,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from gatedloop.graph.state import CallPlan, GatedState
+from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.hitl import (
     Decision,
     GatedActionRequest,
@@ -48,7 +48,7 @@ def approval_request(parts: LoopParts, gated: list[CallPlan]) -> GatedHITLReques
                 "args_digest": plan["digest"],
             }
         )
-        allowed = list(parts.registry.policy(plan["name"]).allowed_decisions)
+        allowed = [str(d) for d in parts.registry.policy(plan["name"]).allowed_decisions]
         configs.append({"action_name": plan["name"], "allowed_decisions": allowed})
     return {"kind": "approval", "action_requests": actions, "review_configs": configs}
 
@@ -90,9 +90,10 @@ def make_approve_node(parts: LoopParts):
                 {"decision": new_plan.get("decision"), "args": new_plan["args"], "proposed": plan["args"]},
                 actor=new_plan.get("decided_by"),
             )
-        counters = {**state["counters"]}
-        if counters.get("paused_at") is not None:
-            counters["waited_s"] += max(0.0, parts.clock() - counters["paused_at"])
+        counters: RequestCounters = {**state["counters"]}
+        paused_at = counters.get("paused_at")
+        if paused_at is not None:
+            counters["waited_s"] += max(0.0, parts.clock() - paused_at)
             counters["paused_at"] = None
         return {"calls": plans, "messages": answers, "counters": counters}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
 from langgraph.config import get_stream_writer
@@ -45,20 +45,23 @@ log = logging.getLogger("gatedloop.execute")
 def make_execute_node(parts: LoopParts):
     max_chars = parts.limits.max_result_chars
 
-    @task(name="tool_read")
-    def read_task(plan: CallPlan) -> Outcome:
+    def read(plan: CallPlan) -> Outcome:
         return _reported(plan, lambda: run_read(parts.registry, plan, max_chars))
 
-    @task(name="tool_write")
-    def write_task(thread_id: str, plan: CallPlan) -> Outcome:
+    def write(thread_id: str, plan: CallPlan) -> Outcome:
         return _reported(plan, lambda: run_write(parts.registry, parts.ledger, thread_id, plan, max_chars))
 
-    @task(name="tool_write_retry")
-    def rerun_task(thread_id: str, plan: CallPlan, attempts: int) -> Outcome | None:
+    def rerun(thread_id: str, plan: CallPlan, attempts: int) -> Outcome | None:
         """Run again a write known not to have happened; None if another process took it first."""
         if not parts.ledger.reclaim(thread_id, plan["id"], attempts):
             return None
         return start_write(parts.registry, parts.ledger, thread_id, plan, max_chars, attempts + 1)
+
+    # One LangGraph task per call: a finished call's result is kept in the checkpoint and never re-run.
+    # (cast: langgraph's `task` overloads do not type-check a plain sync function under mypy.)
+    read_task: Any = task(name="tool_read")(cast(Any, read))
+    write_task: Any = task(name="tool_write")(cast(Any, write))
+    rerun_task: Any = task(name="tool_write_retry")(cast(Any, rerun))
 
     def execute(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         thread_id = current_thread_id()
@@ -72,8 +75,8 @@ def make_execute_node(parts: LoopParts):
         stop = parts.stop_before_work(thread_id, counters, tokens=False)
         if stop:
             reason = errors.NOT_RUN_STOPPED.format(reason=stop[1])
-            answers = [error_message(c["id"], c["name"], "budget_exhausted", reason) for c in runnable]
-            return {"messages": answers, "calls": _answered(calls), "stop": stop[0], "stop_detail": stop[1]}
+            not_run = [error_message(c["id"], c["name"], "budget_exhausted", reason) for c in runnable]
+            return {"messages": not_run, "calls": _answered(calls), "stop": stop[0], "stop_detail": stop[1]}
 
         outcomes = _run_in_order(runnable, read_task, lambda plan: write_task(thread_id, plan))
         pending = [(p, outcomes[p["id"]]) for p in runnable if outcomes[p["id"]]["status"] == "unknown"]
@@ -95,7 +98,9 @@ def make_execute_node(parts: LoopParts):
                     loop_hit = loop_hit or repeat >= 2
             answers.append(_message(plan, outcome, content))
             parts.ledger.record(thread_id, plan["id"], "executed", _audit(plan, outcome))
-        counters.update(tool_calls=counters["tool_calls"] + len(runnable), per_tool=per_tool, fingerprints=fingerprints)
+        counters["tool_calls"] += len(runnable)
+        counters["per_tool"] = per_tool
+        counters["fingerprints"] = fingerprints
         update: dict[str, Any] = {"messages": answers, "calls": _answered(calls), "counters": counters}
         if abandoned:
             update.update(stop="needs_attention", stop_detail="a write's outcome is unknown and was left to a person")

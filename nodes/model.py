@@ -8,6 +8,7 @@ the conversation, the model is asked again per `Limits.model_retries`, then the 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.exceptions import ModelConnectionError
@@ -71,7 +72,7 @@ def _has_text(message: AIMessage) -> bool:
     return bool(content.strip()) if isinstance(content, str) else bool(content)
 
 
-def earlier_call_ids(messages: list[BaseMessage]) -> set[str]:
+def earlier_call_ids(messages: Sequence[BaseMessage]) -> set[str]:
     return {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +92,7 @@ def result_message(call_id: str, name: str, content: str) -> ToolMessage:
     return ToolMessage(content=content, tool_call_id=call_id, name=name, status="success", id=f"tool-{call_id}")
 
 
-def unanswered_calls(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+def unanswered_calls(messages: Sequence[BaseMessage]) -> list[Any]:
     """Tool calls of the last AI message with no ToolMessage yet (invariant 1 is checked against this)."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]

@@ -24,6 +24,9 @@ Behaviour (all checked against langgraph-cli 0.4.40 / langgraph-api 0.16.7):
 * Readiness: ``GET /ok`` answers 200 *and* the server's own banner names our port.  ``langgraph
   dev`` silently moves to another port when the requested one is taken, so the banner check
   makes sure ``/ok`` came from our process; on a port clash the harness retries on a new port.
+* ``config_overrides`` replaces top-level keys of that copy (``None`` removes one), e.g.
+  ``{"env": None}`` so a developer's local ``.env`` (whose values langgraph dev lets override
+  the process environment) cannot leak into a test.
 * Teardown: SIGTERM to the whole process group (graceful: the in-memory runtime flushes its
   pickles on shutdown), then SIGKILL after ``stop_timeout_s``.
 """
@@ -226,6 +229,7 @@ def run_dev_server(
     workdir: Path | None = None,
     config_name: str = "langgraph.json",
     stop_timeout_s: float = 10,
+    config_overrides: Mapping[str, Any] | None = None,
 ) -> Iterator[str]:
     """Start ``langgraph dev`` for ``project_dir/config_name``; yield its base URL; stop it.
 
@@ -233,6 +237,8 @@ def run_dev_server(
     ``workdir``: the server's cwd, where ``.langgraph_api`` state and ``langgraph-dev.log`` go.
     Default: a fresh temp dir removed on exit.  Pass the same dir to two successive servers to
     test that threads survive a restart.  A given ``workdir`` is left in place.
+    ``config_overrides``: top-level keys to set in the served copy of the config (``None`` = remove);
+    path-style values are made absolute like the original's.
     """
     project_dir = Path(project_dir).resolve()
     source = project_dir / config_name
@@ -244,7 +250,13 @@ def run_dev_server(
     wd.mkdir(parents=True, exist_ok=True)
     log_path = wd / LOG_NAME
     config_path = wd / CONFIG_NAME
-    config_path.write_text(json.dumps(_absolutize_config(json.loads(source.read_text()), project_dir)))
+    config = json.loads(source.read_text())
+    for key, value in (config_overrides or {}).items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    config_path.write_text(json.dumps(_absolutize_config(config, project_dir)))
     child_env = offline_env(env)
 
     proc: subprocess.Popen[bytes] | None = None

@@ -22,6 +22,12 @@ class CallContext:
     roles: frozenset[str] = frozenset()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Roles may arrive as a list (from JSON: the SDK, Studio); keep them a frozenset."""
+        if isinstance(self.roles, str):
+            raise TypeError("CallContext.roles must be a collection of role names, not one string")
+        object.__setattr__(self, "roles", frozenset(self.roles or ()))
+
 
 ApprovalPredicate = Callable[[dict[str, Any], CallContext], bool]
 Validator = Callable[[dict[str, Any], CallContext], "str | None"]
@@ -66,11 +72,15 @@ class ToolPolicy:
             raise ValueError("ToolPolicy.timeout_s must be positive")
 
     def needs_approval(self, args: dict[str, Any], context: CallContext) -> bool:
+        """A predicate that raises counts as "needs approval": fail closed."""
         if self.approval == "never":
             return False
         if self.approval == "always":
             return True
-        return bool(self.approval(args, context))
+        try:
+            return bool(self.approval(args, context))
+        except Exception:
+            return True
 
     @property
     def strict(self) -> bool:

@@ -10,7 +10,7 @@ import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
@@ -106,11 +106,12 @@ class ToolRegistry:
             if extra:
                 return f"unknown argument(s) {extra}; expected {sorted(allowed)}"
             return f"missing required argument(s) {missing}" if missing else None
-        extra = sorted(set(args) - set(schema.model_fields))
+        model = cast(Any, schema)
+        extra = sorted(set(args) - set(model.model_fields))
         if extra:
-            return f"unknown argument(s) {extra}; expected {sorted(schema.model_fields)}"
+            return f"unknown argument(s) {extra}; expected {sorted(model.model_fields)}"
         try:
-            schema.model_validate(args)
+            model.model_validate(args)
         except ValidationError as exc:
             return "; ".join(_describe(e) for e in exc.errors()[:5])
         return None

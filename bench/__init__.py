@@ -1,0 +1,1 @@
+"""Benchmarks: gatedloop against LangChain's `create_agent` + `HumanInTheLoopMiddleware` (see bench/README.md)."""

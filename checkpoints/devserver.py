@@ -1,0 +1,45 @@
+"""gatedloop's SQLite checkpointer for `langgraph dev` (the LangGraph API server's custom checkpointer hook).
+
+Wire it in `langgraph.json` with a DOTTED path (module, then attribute; the `module:attr` form is read as a
+file path by langgraph-api)::
+
+    "checkpointer": {"path": "gatedloop.checkpoints.devserver.studio_checkpointer"}
+
+What it needs:
+
+* langgraph-api with custom-checkpointer support (checked with langgraph-cli 0.4.40 / langgraph-api 0.16.7);
+  the server enters this async context manager once per event-loop thread and closes it on shutdown.
+* `GATEDLOOP_DB`: the SQLite file (default `.gatedloop/studio.sqlite`, relative to the server's working
+  directory; the parent folder is created). `gatedloop.graph.studio` puts its execution ledger in the same
+  file by default, so checkpoints, ledger and audit trail live together as with `open_sqlite`.
+* The graph itself is compiled with no checkpointer (the server refuses one that has its own).
+
+The server's own records (threads, runs, assistants) stay in its in-memory runtime (`.langgraph_api/` in
+its working directory); only checkpoints go to SQLite. `AsyncSqliteSaver` implements `adelete_thread` but
+not `adelete_for_runs` or `aprune`, so the server logs warnings: `multitask_strategy="rollback"` does not
+clean up a cancelled run's checkpoints and thread history pruning is unavailable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from gatedloop.checkpoints.sqlite import GatedAsyncSqliteSaver, open_async_sqlite
+
+DB_ENV = "GATEDLOOP_DB"
+DEFAULT_DB = ".gatedloop/studio.sqlite"
+
+
+def studio_db_path() -> Path:
+    """The file `langgraph dev` keeps checkpoints (and, by default, the studio graph's ledger) in."""
+    return Path(os.environ.get(DB_ENV) or DEFAULT_DB).expanduser()
+
+
+@asynccontextmanager
+async def studio_checkpointer() -> AsyncIterator[GatedAsyncSqliteSaver]:
+    """Open `open_async_sqlite(GATEDLOOP_DB)` for the server's lifetime: WAL, busy timeout, ledger tables."""
+    async with open_async_sqlite(studio_db_path()) as saver:
+        yield saver

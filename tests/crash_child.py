@@ -1,0 +1,567 @@
+"""A real child process for crash tests, and the parent side that kills it.
+
+Run as a script (`python tests/crash_child.py --db ... --effects ... --thread ...`, with tests/ on
+PYTHONPATH), it opens the checkpoint file, builds the sample app and drives one thread until it reaches a
+final status: it starts the thread if no checkpoint exists yet, approves every pending approval, resumes a
+thread stopped mid-run with `runs.resume(graph, tid)` (no answer), and answers unknown-outcome requests as
+`--unknown` says. It prints one marker per line (flushed) so a parent can SIGKILL it at a chosen moment:
+
+    ready <pid>              graph built, nothing done yet
+    step <action>            about to start / approve <n> / answer <decisions> / resume
+    write_begin <key>        a write started (the effect is not recorded yet)
+    hold_before <key>        waiting on the gate file before recording the effect (--hold before)
+    effect <key> <seq>       the effect is committed in effects.sqlite (the ledger does not know yet)
+    hold_after <key>         waiting on the gate file after the effect (--hold after)
+    ckpt <n> / ckpt_done <n> a checkpoint is being written / was written
+    writes <n> / writes_done <n>  pending writes (task results) are being written / were written
+    busy                     `ThreadBusy`: another process holds the thread's lease (exit 3)
+    waiting <kind>           left for a person (exit 4)
+    final <status>           the thread ended (exit 0)
+
+Imported, it offers the parent side: `run_child` (spawn, kill on a marker or after a delay), the seeded
+crash trial (`plan_trial`, `run_trial`) and its invariant checks (`inspect_thread`), shared by
+tests/test_crash.py and bench/crash_trials.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TESTS = Path(__file__).resolve().parent
+CHILD_TIMEOUT_S = 120.0
+
+EXIT_FINAL, EXIT_BUSY, EXIT_WAITING = 0, 3, 4
+
+_print_lock = threading.Lock()
+
+
+def mark(*parts: Any) -> None:
+    line = " ".join(str(p) for p in parts)
+    with _print_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+# ---------------------------------------------------------------------------------------------- child side
+
+
+def _wait_for(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.005)
+
+
+def _marked_effects(path: str, args: argparse.Namespace) -> Any:
+    from sample_app import Effects
+
+    from gatedloop.checkpoints.ledger import idempotency_key
+
+    held = {idempotency_key(args.thread, cid) for cid in args.hold_call} if args.hold_call else None
+
+    class MarkedEffects(Effects):
+        """Effects that say when a write starts and when its effect is committed, and can pause there."""
+
+        def add(self, tool: str, args_: dict[str, Any], key: str | None) -> int:
+            mark("write_begin", key)
+            holding = args.hold != "none" and args.gate and (held is None or key in held)
+            if args.delay_before:
+                time.sleep(args.delay_before)
+            if holding and args.hold == "before":
+                mark("hold_before", key)
+                _wait_for(args.gate)
+            seq = super().add(tool, args_, key)
+            mark("effect", key, seq)
+            if holding and args.hold == "after":
+                mark("hold_after", key)
+                _wait_for(args.gate)
+            if args.delay_after:
+                time.sleep(args.delay_after)
+            return seq
+
+    return MarkedEffects(path)
+
+
+def _mark_checkpoint_writes(saver: Any) -> None:
+    """Wrap this saver's put/put_writes so a parent can kill the child while checkpoints are written."""
+    counts = Counter[str]()
+    for name, label in (("put", "ckpt"), ("put_writes", "writes")):
+        original = getattr(saver, name)
+
+        def wrapped(*a: Any, _original: Any = original, _label: str = label, **kw: Any) -> Any:
+            with _print_lock:
+                counts[_label] += 1
+                n = counts[_label]
+            mark(_label, n)
+            result = _original(*a, **kw)
+            mark(f"{_label}_done", n)
+            return result
+
+        setattr(saver, name, wrapped)
+
+
+def _raise_cannot_tell(args: dict[str, Any], key: str) -> Any:
+    raise ConnectionError("the booking system cannot be reached")
+
+
+def operator_answer(effects: Any, request: dict[str, Any], policy: str) -> dict[str, Any]:
+    """A person answering an unknown-outcome request: `truthful` looks the key up in the effects file."""
+    decisions = []
+    for item in request["calls"]:
+        if policy == "truthful":
+            found = effects.find(item["idempotency_key"])
+            decisions.append({"type": "done", "result": found} if found else {"type": "not_done"})
+        else:
+            decisions.append({"type": policy})
+    return {"decisions": decisions, "reviewer": "crash-child"}
+
+
+def drive(graph: Any, effects: Any, args: argparse.Namespace) -> int:
+    """Take the thread to a final status (or to a person), one gatedloop call at a time."""
+    from langgraph.types import Command
+
+    from gatedloop.checkpoints.lease import ThreadBusy
+    from gatedloop.graph import runs
+
+    config = runs.config_for(args.thread)
+
+    def resume(answer: Any = None) -> None:
+        if args.bypass_lease:
+            graph.invoke(Command(resume=answer) if answer is not None else None, config, durability="sync")
+        else:
+            runs.resume(graph, args.thread, answer)
+
+    try:
+        for _ in range(args.max_steps):
+            snapshot = graph.get_state(config)
+            request = runs.pending_request(graph, args.thread)
+            if not snapshot.values and not snapshot.next:
+                if not args.text:
+                    mark("error no_thread")
+                    return 2
+                mark("step start")
+                runs.start(graph, args.thread, args.text)
+            elif request is not None and request.get("kind") == "unknown_outcome":
+                if args.unknown == "wait":
+                    mark("waiting unknown_outcome")
+                    return EXIT_WAITING
+                answer = operator_answer(effects, request, args.unknown)
+                mark("step answer", ",".join(d["type"] for d in answer["decisions"]))
+                resume(answer)
+            elif request is not None:
+                count = len(request["action_requests"])
+                mark("step approve", count)
+                resume({"decisions": [{"type": "approve"}] * count})
+            elif snapshot.next:
+                mark("step resume", ",".join(snapshot.next))
+                resume()
+            else:
+                mark("final", snapshot.values.get("status"))
+                return EXIT_FINAL
+            if args.once:
+                mark("once")
+                return EXIT_FINAL
+    except ThreadBusy:
+        mark("busy")
+        return EXIT_BUSY
+    mark("error too_many_steps")
+    return 2
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--effects", required=True)
+    parser.add_argument("--thread", required=True)
+    parser.add_argument("--text", default=None, help="the request, used only if the thread has no checkpoint yet")
+    parser.add_argument("--reconcile", choices=["effects", "absent", "raises"], default="effects")
+    parser.add_argument("--unknown", choices=["truthful", "done", "not_done", "abandon", "wait"], default="truthful")
+    parser.add_argument("--delay-before", type=float, default=0.0, help="seconds inside a write, before the effect")
+    parser.add_argument("--delay-after", type=float, default=0.0, help="seconds after the effect, before returning")
+    parser.add_argument("--hold", choices=["none", "before", "after"], default="none")
+    parser.add_argument("--hold-call", action="append", default=[], help="hold only these call ids (default: all)")
+    parser.add_argument("--gate", default=None, help="file whose existence releases a held write")
+    parser.add_argument("--barrier", default=None, help="directory: write ready.<pid>, then wait for <dir>/go")
+    parser.add_argument("--bypass-lease", action="store_true", help="graph.invoke directly instead of runs.resume")
+    parser.add_argument("--once", action="store_true", help="do one step only")
+    parser.add_argument("--max-steps", type=int, default=12)
+    args = parser.parse_args(argv)
+
+    from sample_app import build
+
+    from gatedloop.checkpoints import open_sqlite
+
+    effects = _marked_effects(args.effects, args)
+    overrides: dict[str, Any] = {}
+    if args.reconcile == "absent":
+        overrides["reconcile"] = None
+    elif args.reconcile == "raises":
+        overrides["reconcile"] = _raise_cannot_tell
+    with open_sqlite(args.db) as saver:
+        _mark_checkpoint_writes(saver)
+        graph = build(saver, effects, **overrides)
+        mark("ready", os.getpid())
+        if args.barrier:
+            Path(args.barrier, f"ready.{os.getpid()}").touch()
+            _wait_for(os.path.join(args.barrier, "go"))
+        return drive(graph, effects, args)
+
+
+# --------------------------------------------------------------------------------------------- parent side
+
+
+@dataclass
+class KillPlan:
+    """When to SIGKILL a child: on the n-th line starting with `marker` (then after `delay_s`), or `delay_s`
+    after `ready` if `marker` is None. A child that ends first is not killed."""
+
+    marker: str | None
+    occurrence: int = 1
+    delay_s: float = 0.0
+
+    def describe(self) -> str:
+        if self.marker is None:
+            return f"{self.delay_s * 1000:.0f}ms after ready"
+        return f"{self.marker}#{self.occurrence}+{self.delay_s * 1000:.0f}ms"
+
+
+@dataclass
+class ChildRun:
+    returncode: int
+    lines: list[str]
+    killed: bool
+    stderr: str
+
+    def markers(self, prefix: str) -> list[str]:
+        return [line for line in self.lines if line.split(" ", 1)[0] == prefix]
+
+    def last(self) -> str:
+        return self.lines[-1] if self.lines else ""
+
+
+def child_command(db: str, effects: str, thread: str, *extra: str) -> list[str]:
+    return [sys.executable, str(TESTS / "crash_child.py"), "--db", db, "--effects", effects, "--thread", thread, *extra]
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+class Child:
+    """A running child process whose marker lines arrive on a queue."""
+
+    def __init__(self, cmd: list[str], stderr_path: Path):
+        self.stderr_path = stderr_path
+        self._stderr = open(stderr_path, "w")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1, env=child_env()
+        )
+        self.lines: list[str] = []
+        self.queue: queue.Queue[str | None] = queue.Queue()
+        self.killed = False
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.queue.put(line.rstrip("\n"))
+        self.queue.put(None)
+
+    def next_line(self, deadline: float) -> str | None:
+        """The next marker line; None at end of output. Raises TimeoutError at the deadline."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        try:
+            line = self.queue.get(timeout=remaining)
+        except queue.Empty:
+            raise TimeoutError from None
+        if line is not None:
+            self.lines.append(line)
+        return line
+
+    def wait_for(self, prefix: str, occurrence: int = 1, timeout_s: float = CHILD_TIMEOUT_S) -> str | None:
+        """Read lines until the `occurrence`-th one starting with `prefix`; None if the child ended first."""
+        deadline = time.monotonic() + timeout_s
+        seen = sum(1 for line in self.lines if line.split(" ", 1)[0] == prefix)
+        if seen >= occurrence:
+            return [line for line in self.lines if line.split(" ", 1)[0] == prefix][occurrence - 1]
+        while True:
+            line = self.next_line(deadline)
+            if line is None:
+                return None
+            if line.split(" ", 1)[0] == prefix:
+                seen += 1
+                if seen >= occurrence:
+                    return line
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.killed = True
+
+    def wait(self, timeout_s: float = CHILD_TIMEOUT_S) -> ChildRun:
+        deadline = time.monotonic() + timeout_s
+        try:
+            while self.next_line(deadline) is not None:
+                pass
+            self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except (TimeoutError, subprocess.TimeoutExpired):
+            self.kill()
+            self.proc.wait()
+            raise TimeoutError(f"child {self.proc.pid} did not finish: {self.lines[-5:]}") from None
+        finally:
+            self._stderr.close()
+        self._reader.join()
+        stderr = self.stderr_path.read_text(errors="replace")
+        # killed only if the signal actually ended it (it may have exited just before the kill)
+        killed = self.killed and self.proc.returncode == -signal.SIGKILL
+        return ChildRun(self.proc.returncode, self.lines, killed, stderr)
+
+
+def run_child(cmd: list[str], stderr_path: Path, plan: KillPlan | None = None) -> ChildRun:
+    """Run a child to its end, or SIGKILL it as `plan` says."""
+    child = Child(cmd, stderr_path)
+    if plan is not None:
+        if plan.marker is None:
+            if child.wait_for("ready") is not None:
+                time.sleep(plan.delay_s)
+                child.kill()
+        elif child.wait_for(plan.marker, plan.occurrence) is not None:
+            if plan.delay_s:
+                time.sleep(plan.delay_s)
+            child.kill()
+    return child.wait()
+
+
+# ------------------------------------------------------------------------------------------------ trials
+
+ITEMS = ["a", "b", "c", "d"]
+KILL_MARKERS = ["step", "write_begin", "effect", "ckpt", "ckpt_done", "writes", "writes_done"]
+
+
+@dataclass
+class TrialPlan:
+    seed: int
+    writes: int
+    reconcile: str
+    unknown: str
+    delay_before: float
+    delay_after: float
+    kills: list[KillPlan]
+
+    @property
+    def text(self) -> str:
+        return "book " + ", ".join(f"{i + 1} {ITEMS[i]}" for i in range(self.writes))
+
+    def describe(self) -> str:
+        kills = " then ".join(k.describe() for k in self.kills)
+        return (
+            f"seed={self.seed} writes={self.writes} reconcile={self.reconcile} unknown={self.unknown} "
+            f"delays={self.delay_before * 1000:.0f}/{self.delay_after * 1000:.0f}ms kills: {kills}"
+        )
+
+
+def _kill_plan(rng: random.Random, writes: int, delay_before: float, delay_after: float) -> KillPlan:
+    if rng.random() < 0.35:
+        span = 0.25 + writes * (delay_before + delay_after)
+        return KillPlan(None, delay_s=rng.uniform(0.0, span))
+    marker = rng.choice(KILL_MARKERS)
+    most = {"step": 3, "write_begin": writes, "effect": writes}.get(marker, 2 + 2 * writes)
+    extra = rng.choice([0.0, 0.0, rng.uniform(0.0, max(delay_before, delay_after, 0.01))])
+    return KillPlan(marker, rng.randint(1, most), extra)
+
+
+def plan_trial(seed: int) -> TrialPlan:
+    """A seeded trial: 2-4 approved writes, how unknown outcomes are settled, and one or two kills."""
+    rng = random.Random(seed)
+    writes = rng.choice([2, 3, 3, 4])
+    reconcile = rng.choices(["effects", "absent", "raises"], weights=[6, 2, 2])[0]
+    unknown = "truthful" if reconcile == "effects" else rng.choices(["truthful", "abandon", "wait"], [6, 2, 2])[0]
+    delay_before = rng.uniform(0.01, 0.08)
+    delay_after = rng.choice([0.0, rng.uniform(0.0, 0.04)])
+    kills = [_kill_plan(rng, writes, delay_before, delay_after)]
+    if rng.random() < 0.5:
+        kills.append(_kill_plan(rng, writes, delay_before, delay_after))
+    return TrialPlan(seed, writes, reconcile, unknown, delay_before, delay_after, kills)
+
+
+@dataclass
+class ThreadReport:
+    """What a thread looks like after a trial, and which invariants it breaks (`problems`)."""
+
+    status: str
+    effects_per_call: dict[str, int]
+    double_effects: list[str]
+    missing_effects: list[str]
+    unanswered: list[str]
+    ledger: dict[str, tuple[str, int]]
+    problems: list[str] = field(default_factory=list)
+
+
+def _ledger_rows(db: str, thread_id: str) -> list[tuple[str, str, int]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT call_id, state, attempts FROM gatedloop_ledger WHERE thread_id=? ORDER BY call_id", (thread_id,)
+        ).fetchall()
+
+
+def inspect_thread(db: str, effects_path: str, thread_id: str, call_ids: list[str]) -> ThreadReport:
+    """Check the crash invariants on a thread that no process is running any more.
+
+    - each approved write's effect happened at most once, and exactly once unless a person abandoned it or
+      is still being asked (then zero or one, never two);
+    - every tool call is answered by exactly one ToolMessage (if the thread is not waiting for a person);
+    - the thread is at a final status, or waiting for a person on an unknown outcome;
+    - one ledger row per call, none left `claimed` once the thread ended;
+    - the result the model saw for a completed write is the effect that really happened.
+    """
+    from invariants import assert_each_call_answered_once
+    from langchain_core.messages import AIMessage, ToolMessage
+    from sample_app import Effects, build
+
+    from gatedloop.checkpoints import open_sqlite
+    from gatedloop.checkpoints.ledger import idempotency_key
+    from gatedloop.graph import runs
+
+    effects = Effects(effects_path)
+    keys = {cid: idempotency_key(thread_id, cid) for cid in call_ids}
+    counts = Counter(key for _, _, key in effects.rows("book"))
+    per_call = {cid: counts[key] for cid, key in keys.items()}
+    problems: list[str] = []
+    strangers = set(counts) - set(keys.values())
+    if strangers:
+        problems.append(f"effects with keys of no call: {sorted(strangers)}")
+
+    rows = _ledger_rows(db, thread_id)
+    ledger = {cid: (state, attempts) for cid, state, attempts in rows}
+    if len(ledger) != len(rows):
+        problems.append(f"duplicate ledger rows: {rows}")
+    if set(ledger) - set(call_ids):
+        problems.append(f"ledger rows for unknown calls: {sorted(set(ledger) - set(call_ids))}")
+
+    with open_sqlite(db) as saver:
+        graph = build(saver, effects)
+        snapshot = graph.get_state(runs.config_for(thread_id))
+        request = runs.pending_request(graph, thread_id)
+    values = snapshot.values or {}
+    messages = values.get("messages", [])
+    waiting_on: set[str] = set()
+    if request is not None and request.get("kind") == "unknown_outcome":
+        status = "waiting_for_person"
+        waiting_on = {c["tool_call_id"] for c in request["calls"]}
+    elif request is not None:
+        status = "waiting_for_approval"
+    elif snapshot.next:
+        status = "stopped_mid_run"
+    else:
+        status = str(values.get("status"))
+
+    unanswered: list[str] = []
+    if status != "waiting_for_person":
+        try:
+            assert_each_call_answered_once(messages)
+        except AssertionError as exc:
+            unanswered.append(str(exc))
+    if status not in ("completed", "needs_attention", "waiting_for_person"):
+        problems.append(f"thread ended at {status!r}")
+
+    double = [cid for cid, n in per_call.items() if n > 1]
+    abandoned = {cid for cid, (state, _) in ledger.items() if state == "abandoned"}
+    missing = [cid for cid, n in per_call.items() if n == 0 and cid not in abandoned and cid not in waiting_on]
+    if status == "needs_attention" and not abandoned:
+        problems.append("needs_attention but no write was abandoned")
+    if status in ("completed", "needs_attention"):
+        unresolved = [cid for cid, (state, _) in ledger.items() if state == "claimed"]
+        if unresolved:
+            problems.append(f"ledger claims left without an outcome: {unresolved}")
+        answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+        for cid, key in keys.items():
+            message = answers.get(cid)
+            if per_call[cid] == 1 and cid not in abandoned and message is not None:
+                found = effects.find(key)
+                body = json.loads(str(message.content))
+                if message.status != "success" or body.get("booking") != (found or {}).get("booking"):
+                    problems.append(f"{cid}: the model was told {message.content!r}, the effect is {found}")
+        proposed = [c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
+        if sorted(proposed) != sorted(call_ids):
+            problems.append(f"calls proposed {proposed}, expected {call_ids}")
+    if double:
+        problems.append(f"effects more than once: {double} ({per_call})")
+    if missing:
+        problems.append(f"approved writes that never happened: {missing} (ledger {ledger})")
+    problems.extend(unanswered)
+    return ThreadReport(status, per_call, double, missing, unanswered, ledger, problems)
+
+
+@dataclass
+class TrialResult:
+    plan: TrialPlan
+    kills: int
+    runs: list[ChildRun]
+    report: ThreadReport
+    unrecorded_restarts: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.report.problems
+
+    def explain(self) -> str:
+        lines = [self.plan.describe(), f"status={self.report.status} problems={self.report.problems}"]
+        for index, child in enumerate(self.runs):
+            lines.append(f"  child {index}: rc={child.returncode} killed={child.killed} lines={child.lines[-12:]}")
+            if child.stderr.strip() and not child.killed:
+                lines.append("    stderr: " + child.stderr.strip()[-1500:])
+        return "\n".join(lines)
+
+
+def run_trial(plan: TrialPlan, workdir: Path) -> TrialResult:
+    """Child 1 starts and approves the thread; each kill lands in a fresh process resuming by thread id;
+    a last fresh process resumes without a kill. Then the invariants are checked."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    db, effects = str(workdir / "runs.sqlite"), str(workdir / "effects.sqlite")
+    thread_id = f"trial-{plan.seed}"
+    options = [
+        "--text",
+        plan.text,
+        "--reconcile",
+        plan.reconcile,
+        "--unknown",
+        plan.unknown,
+        "--delay-before",
+        f"{plan.delay_before:.4f}",
+        "--delay-after",
+        f"{plan.delay_after:.4f}",
+    ]
+    cmd = child_command(db, effects, thread_id, *options)
+    children: list[ChildRun] = []
+    for index, kill in enumerate([*plan.kills, None]):
+        children.append(run_child(cmd, workdir / f"child{index}.stderr", kill))
+    unrecorded = sum(1 for child in children[1:] if "step start" in child.lines)
+    call_ids = [f"c1_{i}" for i in range(plan.writes)]
+    report = inspect_thread(db, effects, thread_id, call_ids)
+    last = children[-1]
+    if last.killed or last.returncode not in (EXIT_FINAL, EXIT_WAITING):
+        report.problems.append(f"the last resume failed: rc={last.returncode}")
+    if last.returncode == EXIT_WAITING and plan.unknown != "wait":
+        report.problems.append("left waiting although the operator answers")
+    return TrialResult(plan, sum(c.killed for c in children), children, report, unrecorded)
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())
