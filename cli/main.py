@@ -192,6 +192,7 @@ def parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     resume = sub.add_parser("resume", help="answer a paused thread, or continue one stopped by a crash")
     resume.add_argument("thread")
+    resume.add_argument("--reviewer", default=argparse.SUPPRESS, help="reviewer id recorded with the decision")
     group = resume.add_mutually_exclusive_group()
     group.add_argument("--approve", action="store_true")
     group.add_argument("--reject", nargs="?", const="", metavar="REASON")

@@ -1,0 +1,251 @@
+"""Ratios, the issue's targets (pass/miss), and the Markdown table, from the results dict of `bench.run`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit, size in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def judge(plan: Any, results: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """gatedloop/anchor ratios for every paired figure, and each target as measured / threshold / pass."""
+    lo, hi = str(min(plan.lengths)), str(max(plan.lengths))
+    r_lo, r_hi = (str(n) for n in plan.resume_lengths)
+    ratios: dict[str, Any] = {}
+    targets: list[dict[str, Any]] = []
+
+    def target(name: str, value: float | None, threshold: float, unit: str = "") -> None:
+        passed = value is not None and value <= threshold
+        targets.append({"target": name, "value": value, "threshold": threshold, "unit": unit, "pass": passed})
+
+    storage = results.get("storage")
+    if storage:
+        for kind in storage["gatedloop"]:
+            for n in storage["gatedloop"][kind]:
+                g, a = storage["gatedloop"][kind][n], storage["anchor"][kind][n]
+                ratios[f"blob_bytes/{kind}/{n}"] = _ratio(g["blob_bytes"], a["blob_bytes"])
+                ratios[f"file_bytes/{kind}/{n}"] = _ratio(g["file_bytes"], a["file_bytes"])
+        for kind, label in (("read", "no approvals"), ("write", "approval every turn")):
+            target(
+                f"stored checkpoint bytes at {hi} turns <= 1/20 of anchor ({label}; gatedloop/anchor)",
+                ratios[f"blob_bytes/{kind}/{hi}"],
+                0.05,
+            )
+            target(
+                f"SQLite file size at {hi} turns <= 1/20 of anchor ({label}; gatedloop/anchor)",
+                ratios[f"file_bytes/{kind}/{hi}"],
+                0.05,
+            )
+            g = storage["gatedloop"][kind]
+            target(
+                f"gatedloop stored bytes/turn at {hi} <= 2x at {lo} ({label}; {hi}/{lo})",
+                _ratio(g[hi]["blob_bytes_per_turn"], g[lo]["blob_bytes_per_turn"]),
+                2.0,
+            )
+    timing = results.get("time")
+    if timing:
+        for kind in timing["gatedloop"]:
+            for n in timing["gatedloop"][kind]:
+                g, a = timing["gatedloop"][kind][n], timing["anchor"][kind][n]
+                ratios[f"ms_per_turn/{kind}/{n}"] = _ratio(g["mean_ms_per_turn"], a["mean_ms_per_turn"])
+                ratios[f"window_ms_per_turn/{kind}/{n}"] = _ratio(g["window_ms_per_turn"], a["window_ms_per_turn"])
+        for kind, label in (("read", "without approvals"), ("write", "with an approval every turn")):
+            worst = max(ratios[f"ms_per_turn/{kind}/{n}"] for n in timing["gatedloop"][kind])
+            target(f"time/turn ratio <= 1.0 {label} (worst of {', '.join(timing['gatedloop'][kind])} turns)", worst, 1.0)
+    resume = results.get("resume")
+    if resume:
+        for n in (r_lo, r_hi):
+            ratios[f"resume_ms/{n}"] = _ratio(resume["gatedloop"][n]["total_ms"], resume["anchor"][n]["total_ms"])
+        target(
+            f"gatedloop resume latency at {r_hi} turns <= 2x at {r_lo} ({r_hi}/{r_lo})",
+            _ratio(resume["gatedloop"][r_hi]["total_ms"], resume["gatedloop"][r_lo]["total_ms"]),
+            2.0,
+        )
+    reads = results.get("parallel_reads")
+    if reads:
+        ratios["parallel_reads_ms"] = _ratio(reads["gatedloop"]["turn_ms"], reads["anchor"]["turn_ms"])
+        target("gatedloop turn with 8 reads of 200 ms <= 300 ms", reads["gatedloop"]["turn_ms"], 300.0, "ms")
+    concurrency = results.get("concurrency")
+    if concurrency:
+        g, a = concurrency["gatedloop"], concurrency["anchor"]
+        ratios["concurrent_turns_per_s"] = _ratio(g["turns_per_s"], a["turns_per_s"])
+        target(f"{g['threads']} concurrent threads: lock errors (gatedloop, all reps)", g["lock_errors_total"], 0, "")
+        target(f"{g['threads']} concurrent threads: any errors (gatedloop, all reps)", g["errors_total"], 0, "")
+    memory = results.get("memory")
+    if memory:
+        ratios["rss_peak_mb"] = _ratio(memory["gatedloop"]["rss_peak_mb"], memory["anchor"]["rss_peak_mb"])
+        ratios["tracemalloc_peak_mb"] = _ratio(
+            memory["gatedloop"]["tracemalloc_peak_mb"], memory["anchor"]["tracemalloc_peak_mb"]
+        )
+    return ratios, targets
+
+
+def markdown(plan: Any, results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    ratios = results.get("ratios", {})
+    lines = [
+        "# gatedloop vs create_agent + HumanInTheLoopMiddleware",
+        "",
+        f"Command: `{meta['command']}` ({'quick smoke run' if meta['quick'] else 'full run'}, "
+        f"{meta['seconds']} s). Commit {meta['git_commit']}{' (dirty tree)' if meta['git_dirty'] else ''}, "
+        f"Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs, {meta['platform']}.",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".",
+        "",
+        f"Medians of {plan.reps} runs per cell unless said otherwise. Ratio = gatedloop / anchor (lower is better).",
+        "",
+    ]
+    storage = results.get("storage")
+    if storage:
+        lines += [
+            "## Stored checkpoint bytes",
+            "",
+            "Blob bytes = `checkpoint`+`metadata` in `checkpoints` + `value` in `writes`; file = the SQLite file "
+            "after `PRAGMA wal_checkpoint(TRUNCATE)` (gatedloop's file also holds its ledger and audit tables).",
+            "",
+            "| turns | mode | gatedloop blobs | anchor blobs | ratio | gatedloop file | anchor file | ratio |"
+            " gatedloop blobs/turn | anchor blobs/turn |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for kind in storage["gatedloop"]:
+            for n, g in storage["gatedloop"][kind].items():
+                a = storage["anchor"][kind][n]
+                lines.append(
+                    f"| {n} | {_mode(kind)} | {_fmt_bytes(g['blob_bytes'])} | {_fmt_bytes(a['blob_bytes'])} | "
+                    f"{_fmt(ratios.get(f'blob_bytes/{kind}/{n}'), 4)} | {_fmt_bytes(g['file_bytes'])} | "
+                    f"{_fmt_bytes(a['file_bytes'])} | {_fmt(ratios.get(f'file_bytes/{kind}/{n}'), 4)} | "
+                    f"{_fmt_bytes(g['blob_bytes_per_turn'])} | {_fmt_bytes(a['blob_bytes_per_turn'])} |"
+                )
+        lines.append("")
+    timing = results.get("time")
+    if timing:
+        lines += [
+            "## Orchestration time per turn",
+            "",
+            "Zero-latency scripted model and tools, `durability=\"sync\"`, one thread. *Mean* = total time of the "
+            "first N turns / N; *at N* = mean of the turns just before N (window shown). An approval turn "
+            "includes its resume.",
+            "",
+            "| turns | mode | gatedloop mean ms | anchor mean ms | ratio | gatedloop at N ms | anchor at N ms |"
+            " ratio | window |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for kind in timing["gatedloop"]:
+            for n, g in timing["gatedloop"][kind].items():
+                a = timing["anchor"][kind][n]
+                lines.append(
+                    f"| {n} | {_mode(kind)} | {_fmt(g['mean_ms_per_turn'])} | {_fmt(a['mean_ms_per_turn'])} | "
+                    f"{_fmt(ratios.get(f'ms_per_turn/{kind}/{n}'))} | {_fmt(g['window_ms_per_turn'])} | "
+                    f"{_fmt(a['window_ms_per_turn'])} | {_fmt(ratios.get(f'window_ms_per_turn/{kind}/{n}'))} | "
+                    f"{g['window_turns']} |"
+                )
+        lines.append("")
+    resume = results.get("resume")
+    if resume:
+        lines += [
+            "## Resume latency in a fresh process",
+            "",
+            f"A subprocess opens a copy of the file, builds the graph, loads the paused thread (`get_state`) and "
+            f"approves; the turn then runs to its answer. Total = open + load + resume, after imports (import "
+            f"time and the whole process's wall time shown apart). Median of {plan.resume_trials} trials.",
+            "",
+            "| turns | system | open ms | load ms | resume ms | total ms | imports ms | process wall ms |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for n in resume["gatedloop"]:
+            for system in ("gatedloop", "anchor"):
+                r = resume[system][n]
+                lines.append(
+                    f"| {n} | {system} | {_fmt(r['open_ms'], 1)} | {_fmt(r['load_ms'], 1)} | "
+                    f"{_fmt(r['resume_ms'], 1)} | {_fmt(r['total_ms'], 1)} | {_fmt(r['import_ms'], 0)} | "
+                    f"{_fmt(r['process_wall_ms'], 0)} |"
+                )
+        lines += ["", "Ratios (total): " + ", ".join(
+            f"{n} turns {_fmt(ratios.get(f'resume_ms/{n}'))}" for n in resume["gatedloop"]
+        ) + ".", ""]
+    reads = results.get("parallel_reads")
+    if reads:
+        g, a = reads["gatedloop"], reads["anchor"]
+        lines += [
+            "## One turn with 8 independent reads of 200 ms each",
+            "",
+            f"Wall time of the whole turn (model -> 8 calls -> model). Serial would be {g['serial_ms']:.0f} ms. "
+            f"Median of {plan.read_trials} turns.",
+            "",
+            "| system | turn ms | runs |",
+            "|---|---:|---|",
+            f"| gatedloop | {_fmt(g['turn_ms'], 1)} | {', '.join(f'{x:.0f}' for x in g['runs_ms'])} |",
+            f"| anchor | {_fmt(a['turn_ms'], 1)} | {', '.join(f'{x:.0f}' for x in a['runs_ms'])} |",
+            "",
+        ]
+    concurrency = results.get("concurrency")
+    if concurrency:
+        g = concurrency["gatedloop"]
+        lines += [
+            f"## {g['threads']} threads at once on one SQLite file (async)",
+            "",
+            f"`ainvoke` on {g['threads']} threads concurrently, each {g['turns_per_thread']} turns with an approval "
+            f"every turn (2 `ainvoke` calls per turn). Median of {plan.concurrency_reps} runs; errors summed.",
+            "",
+            "| system | turns/s | wall s | turns done per run | errors | lock errors |",
+            "|---|---:|---:|---|---:|---:|",
+        ]
+        for system in ("gatedloop", "anchor"):
+            c = concurrency[system]
+            lines.append(
+                f"| {system} | {_fmt(c['turns_per_s'], 1)} | {_fmt(c['wall_s'])} | "
+                f"{', '.join(map(str, c['turns_completed']))} | {c['errors_total']} | {c['lock_errors_total']} |"
+            )
+        for system in ("gatedloop", "anchor"):
+            for sample in concurrency[system]["error_samples"]:
+                lines.append(f"\n{system} error: `{sample}`")
+        lines += ["", f"Throughput ratio: {_fmt(ratios.get('concurrent_turns_per_s'))}.", ""]
+    memory = results.get("memory")
+    if memory:
+        g = memory["gatedloop"]
+        lines += [
+            f"## Peak memory of a {g['turns']}-turn thread (approval every turn, subprocess)",
+            "",
+            "RSS from `ru_maxrss` in a run without tracemalloc (before = after imports and graph build); "
+            "tracemalloc peak from a second run, tracing only the turns.",
+            "",
+            "| system | peak RSS MB | RSS before turns MB | RSS growth MB | tracemalloc peak MB | traced at end MB |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for system in ("gatedloop", "anchor"):
+            m = memory[system]
+            lines.append(
+                f"| {system} | {_fmt(m['rss_peak_mb'], 1)} | {_fmt(m['rss_before_mb'], 1)} | "
+                f"{_fmt(m['rss_growth_mb'], 1)} | {_fmt(m['tracemalloc_peak_mb'], 1)} | "
+                f"{_fmt(m['tracemalloc_end_mb'], 1)} |"
+            )
+        lines.append("")
+    targets = results.get("targets") or []
+    if targets:
+        lines += ["## Targets", "", "| target | measured | threshold | result |", "|---|---:|---:|---|"]
+        for t in targets:
+            value = t["value"] if isinstance(t["value"], int) else _fmt(t["value"], 3)
+            lines.append(f"| {t['target']} | {value}{t['unit']} | {t['threshold']}{t['unit']} | "
+                         f"{'pass' if t['pass'] else '**miss**'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _mode(kind: str) -> str:
+    return {"read": "no approval", "write": "approval"}.get(kind, kind)
