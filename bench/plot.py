@@ -1,6 +1,6 @@
 """Stored checkpoint bytes per turn vs turns, both systems, from results.json.
 
-    .venv/bin/python -m bench.plot [bench/out/results.json] [bench/out/stored_bytes.png]
+.venv/bin/python -m bench.plot [bench/out/results.json] [bench/out/stored_bytes.png]
 """
 
 from __future__ import annotations
@@ -27,17 +27,27 @@ def plot(results: dict[str, Any], path: str | Path) -> None:
             label, dash = MODES.get(kind, (kind, ":"))
             turns = [p["turn"] for p in points]
             per_turn.plot(
-                turns, [p["blob_bytes"] / p["turn"] / 1024 for p in points], dash, color=STYLE.get(system),
-                marker="o", markersize=3, label=f"{system}, {label}",
+                turns,
+                [p["blob_bytes"] / p["turn"] / 1024 for p in points],
+                dash,
+                color=STYLE.get(system),
+                marker="o",
+                markersize=3,
+                label=f"{system}, {label}",
             )
             total.plot(
-                turns, [p["file_bytes"] / 2**20 for p in points], dash, color=STYLE.get(system),
-                marker="o", markersize=3, label=f"{system}, {label}",
+                turns,
+                [p["file_bytes"] / 2**20 for p in points],
+                dash,
+                color=STYLE.get(system),
+                marker="o",
+                markersize=3,
+                label=f"{system}, {label}",
             )
-    per_turn.set(title="Stored checkpoint bytes per turn", xlabel="turns in the thread", ylabel="KB per turn",
-                 yscale="log")
-    total.set(title="SQLite file size (after WAL checkpoint)", xlabel="turns in the thread", ylabel="MB",
-              yscale="log")
+    per_turn.set(
+        title="Stored checkpoint bytes per turn", xlabel="turns in the thread", ylabel="KB per turn", yscale="log"
+    )
+    total.set(title="SQLite file size (after WAL checkpoint)", xlabel="turns in the thread", ylabel="MB", yscale="log")
     for axis in (per_turn, total):
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=8)

@@ -15,16 +15,16 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse  # noqa: E402
-import cProfile  # noqa: E402
-import io  # noqa: E402
-import pstats  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections import defaultdict  # noqa: E402
+import argparse
+import cProfile
+import io
+import pstats
+import tempfile
+import time
+from collections import defaultdict
 
-from bench.anchor import open_system  # noqa: E402
-from bench.scenarios import SYSTEMS, run_turn  # noqa: E402
+from bench.anchor import open_system
+from bench.scenarios import SYSTEMS, run_turn
 
 ROOT = Path(__file__).resolve().parent.parent
 

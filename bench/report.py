@@ -68,7 +68,8 @@ def judge(plan: Any, results: dict[str, Any]) -> tuple[dict[str, Any], list[dict
                 ratios[f"window_ms_per_turn/{kind}/{n}"] = _ratio(g["window_ms_per_turn"], a["window_ms_per_turn"])
         for kind, label in (("read", "without approvals"), ("write", "with an approval every turn")):
             worst = max(ratios[f"ms_per_turn/{kind}/{n}"] for n in timing["gatedloop"][kind])
-            target(f"time/turn ratio <= 1.0 {label} (worst of {', '.join(timing['gatedloop'][kind])} turns)", worst, 1.0)
+            lengths = ", ".join(timing["gatedloop"][kind])
+            target(f"time/turn ratio <= 1.0 {label} (worst of {lengths} turns)", worst, 1.0)
     resume = results.get("resume")
     if resume:
         for n in (r_lo, r_hi):
@@ -107,6 +108,8 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
         f"{meta['seconds']} s). Commit {meta['git_commit']}{' (dirty tree)' if meta['git_dirty'] else ''}, "
         f"Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs, {meta['platform']}.",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".",
+        f"Load average (1/5/15 min) at start {meta.get('loadavg_start')}, at end {meta.get('loadavg_end')} "
+        "(other work on the machine skews times; the systems are interleaved run by run).",
         "",
         f"Medians of {plan.reps} runs per cell unless said otherwise. Ratio = gatedloop / anchor (lower is better).",
         "",
@@ -138,7 +141,7 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
         lines += [
             "## Orchestration time per turn",
             "",
-            "Zero-latency scripted model and tools, `durability=\"sync\"`, one thread. *Mean* = total time of the "
+            'Zero-latency scripted model and tools, `durability="sync"`, one thread. *Mean* = total time of the '
             "first N turns / N; *at N* = mean of the turns just before N (window shown). An approval turn "
             "includes its resume.",
             "",
@@ -176,9 +179,13 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
                     f"{_fmt(r['resume_ms'], 1)} | {_fmt(r['total_ms'], 1)} | {_fmt(r['import_ms'], 0)} | "
                     f"{_fmt(r['process_wall_ms'], 0)} |"
                 )
-        lines += ["", "Ratios (total): " + ", ".join(
-            f"{n} turns {_fmt(ratios.get(f'resume_ms/{n}'))}" for n in resume["gatedloop"]
-        ) + ".", ""]
+        lines += [
+            "",
+            "Ratios (total): "
+            + ", ".join(f"{n} turns {_fmt(ratios.get(f'resume_ms/{n}'))}" for n in resume["gatedloop"])
+            + ".",
+            "",
+        ]
     reads = results.get("parallel_reads")
     if reads:
         g, a = reads["gatedloop"], reads["anchor"]
@@ -241,8 +248,10 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
         lines += ["## Targets", "", "| target | measured | threshold | result |", "|---|---:|---:|---|"]
         for t in targets:
             value = t["value"] if isinstance(t["value"], int) else _fmt(t["value"], 3)
-            lines.append(f"| {t['target']} | {value}{t['unit']} | {t['threshold']}{t['unit']} | "
-                         f"{'pass' if t['pass'] else '**miss**'} |")
+            lines.append(
+                f"| {t['target']} | {value}{t['unit']} | {t['threshold']}{t['unit']} | "
+                f"{'pass' if t['pass'] else '**miss**'} |"
+            )
         lines.append("")
     return "\n".join(lines)
 

@@ -16,27 +16,27 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import shutil  # noqa: E402
-import sqlite3  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from dataclasses import asdict, dataclass  # noqa: E402
-from importlib import metadata  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from typing import Any
 
-from langgraph.types import Command  # noqa: E402
+from langgraph.types import Command
 
-from bench.anchor import open_async_system, open_system  # noqa: E402
-from bench.report import judge, markdown  # noqa: E402
-from bench.scenarios import (  # noqa: E402
+from bench.anchor import open_async_system, open_system
+from bench.report import judge, markdown
+from bench.scenarios import (
     APPROVE,
     SLOW_READ_S,
     SLOW_READS,
@@ -134,16 +134,15 @@ def summarize_long(plan: Plan, runs: list[dict[str, Any]]) -> tuple[dict[str, An
             mine = [r for r in runs if r["system"] == system and r["kind"] == kind]
             if not mine:
                 continue
-            storage.setdefault(system, {})[kind] = {
-                str(n): _storage_at(mine, n) for n in plan.lengths
-            }
+            storage.setdefault(system, {})[kind] = {str(n): _storage_at(mine, n) for n in plan.lengths}
             timing.setdefault(system, {})[kind] = {str(n): _timing_at(plan, mine, n) for n in plan.lengths}
             turns = sorted(mine[0]["samples"])
             curves.setdefault(system, {})[kind] = [
                 {
                     "turn": t,
-                    "blob_bytes": median([r["samples"][t]["checkpoint_blobs"] + r["samples"][t]["write_blobs"]
-                                          for r in mine]),
+                    "blob_bytes": median(
+                        [r["samples"][t]["checkpoint_blobs"] + r["samples"][t]["write_blobs"] for r in mine]
+                    ),
                     "file_bytes": median([r["samples"][t]["file_bytes"] for r in mine]),
                 }
                 for t in turns
@@ -370,7 +369,8 @@ def bench_memory(plan: Plan, work: Path) -> dict[str, Any]:
             "tracemalloc_end_mb": median([r["tracemalloc_end_mb"] for r in traced]),
             "runs": rss + traced,
         }
-        log(f"memory {system}: rss {summary[system]['rss_peak_mb']} MB, traced {summary[system]['tracemalloc_peak_mb']} MB")
+        mine = summary[system]
+        log(f"memory {system}: rss {mine['rss_peak_mb']} MB, traced {mine['tracemalloc_peak_mb']} MB")
     return summary
 
 
@@ -396,6 +396,7 @@ def environment(argv: list[str]) -> dict[str, Any]:
         "git_commit": commit.stdout.strip(),
         "git_dirty": bool(dirty.stdout.strip()),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -452,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     results["meta"]["seconds"] = round(time.perf_counter() - started, 1)
+    results["meta"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     results["ratios"], results["targets"] = judge(plan, results)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (out / "results.md").write_text(markdown(plan, results))

@@ -152,14 +152,21 @@ class ScriptedChatModel(BaseChatModel):
             content="",
             id=message.id,
             tool_call_chunks=[
-                {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i, "type": "tool_call_chunk"}
-                for i, c in enumerate(message.tool_calls)
+                {"name": c["name"], "args": _raw_args(c["args"]), "id": c["id"], "index": i, "type": "tool_call_chunk"}
+                for i, c in enumerate([*message.tool_calls, *message.invalid_tool_calls])
             ],
             response_metadata=message.response_metadata,
             usage_metadata=message.usage_metadata,
             additional_kwargs=message.additional_kwargs,
         )
-        yield ChatGenerationChunk(message=final)
+        last = ChatGenerationChunk(message=final)
+        if run_manager:
+            run_manager.on_llm_new_token("", chunk=last)
+        yield last
+
+
+def _raw_args(args: Any) -> str:
+    return args if isinstance(args, str) else json.dumps(args)
 
 
 def _last_text(messages: Sequence[BaseMessage]) -> str:

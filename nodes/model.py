@@ -18,6 +18,7 @@ from langgraph.runtime import Runtime
 
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
+from gatedloop.nodes.streamed_args import invoke_capturing
 
 log = logging.getLogger("gatedloop.model")
 
@@ -119,7 +120,7 @@ def make_model_node(parts: LoopParts):
                 return {**reset, **_stop(counters, "step_limit", f"{parts.limits.max_model_calls} model calls made")}
             counters["model_calls"] += 1
             try:
-                raw = parts.model.invoke(messages)
+                raw = invoke_capturing(parts.model, messages)
             except GraphBubbleUp:
                 raise
             except Exception as exc:

@@ -164,12 +164,14 @@ def drive(graph: Any, effects: Any, args: argparse.Namespace) -> int:
                 count = len(request["action_requests"])
                 mark("step approve", count)
                 resume({"decisions": [{"type": "approve"}] * count})
-            elif snapshot.next:
-                mark("step resume", ",".join(snapshot.next))
-                resume()
-            else:
-                mark("final", snapshot.values.get("status"))
+            elif snapshot.values.get("status") and not snapshot.next:
+                mark("final", snapshot.values["status"])
                 return EXIT_FINAL
+            else:
+                # Stopped mid-run. `next` may be empty even so: when a node's writes were saved but the
+                # process died before the step's checkpoint, LangGraph's snapshot shows no next node.
+                mark("step resume", ",".join(snapshot.next) or "-")
+                resume()
             if args.once:
                 mark("once")
                 return EXIT_FINAL
@@ -273,6 +275,7 @@ class Child:
         self.lines: list[str] = []
         self.queue: queue.Queue[str | None] = queue.Queue()
         self.killed = False
+        self.ended = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -284,6 +287,8 @@ class Child:
 
     def next_line(self, deadline: float) -> str | None:
         """The next marker line; None at end of output. Raises TimeoutError at the deadline."""
+        if self.ended:
+            return None
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError
@@ -291,7 +296,9 @@ class Child:
             line = self.queue.get(timeout=remaining)
         except queue.Empty:
             raise TimeoutError from None
-        if line is not None:
+        if line is None:
+            self.ended = True
+        else:
             self.lines.append(line)
         return line
 
@@ -467,10 +474,10 @@ def inspect_thread(db: str, effects_path: str, thread_id: str, call_ids: list[st
         waiting_on = {c["tool_call_id"] for c in request["calls"]}
     elif request is not None:
         status = "waiting_for_approval"
-    elif snapshot.next:
+    elif snapshot.next or not values.get("status"):
         status = "stopped_mid_run"
     else:
-        status = str(values.get("status"))
+        status = str(values["status"])
 
     unanswered: list[str] = []
     if status != "waiting_for_person":

@@ -11,8 +11,14 @@ import pytest
 
 def cli(*args: str, db: str, check_code: int | None = 0) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": ""}
-    out = subprocess.run([sys.executable, "-m", "gatedloop.cli.main", "--db", db, *args], capture_output=True,
-                         text=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "gatedloop.cli.main", "--db", db, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
     if check_code is not None:
         assert out.returncode == check_code, out.stdout + out.stderr
     return out

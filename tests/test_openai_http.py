@@ -431,17 +431,7 @@ MALFORMED = {
 @pytest.mark.parametrize("kind", MALFORMED, ids=MALFORMED.keys())
 @pytest.mark.parametrize(
     "streaming",
-    [
-        False,
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="gatedloop bug: streamed invoke() repairs unterminated JSON into a valid-looking call; "
-                "the raw argument string is gone before the model node checks it",
-            ),
-        ),
-    ],
+    [False, True],
     ids=["non-streamed", "streamed"],
 )
 def test_unterminated_arguments_with_a_finished_status_never_run(

@@ -1,0 +1,81 @@
+"""Strict tool-call arguments for streamed responses.
+
+When a chat model streams, LangChain assembles the response and parses each call's argument text with a
+*lenient* partial-JSON parser, then drops the text: `{"participant": "Ali` comes back as a valid-looking
+`{"participant": "Ali"}`. So we listen to the stream's own chunks while the model runs, rebuild each call's
+exact argument text, and re-parse it strictly; a call whose text is not one JSON object is moved to
+`invalid_tool_calls`, where `validate` answers it as `invalid_arguments` and nothing runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.runnables import Runnable
+from langgraph.config import get_config
+
+
+class ToolArgumentChunks(BaseCallbackHandler):
+    """Collects the raw `tool_call_chunks` of a streamed response, in order."""
+
+    def __init__(self) -> None:
+        self.chunks: list[dict[str, Any]] = []
+
+    def on_llm_new_token(self, token: str, *, chunk: Any = None, **kwargs: Any) -> None:
+        message = getattr(chunk, "message", None)
+        if isinstance(message, AIMessageChunk):
+            self.chunks.extend(dict(c) for c in message.tool_call_chunks)
+
+    def raw_arguments(self) -> dict[str, str]:
+        """Argument text per call id, concatenated by stream index as providers send it."""
+        by_index: dict[Any, dict[str, Any]] = {}
+        for chunk in self.chunks:
+            entry = by_index.setdefault(chunk.get("index"), {"id": None, "args": ""})
+            entry["id"] = entry["id"] or chunk.get("id")
+            entry["args"] += chunk.get("args") or ""
+        return {e["id"]: e["args"] for e in by_index.values() if e["id"]}
+
+
+def invoke_capturing(model: Runnable[Any, BaseMessage], messages: Sequence[BaseMessage]) -> BaseMessage:
+    """`model.invoke`, keeping the run's own callbacks (tracing, token streaming) and adding ours."""
+    capture = ToolArgumentChunks()
+    parent = get_config().get("callbacks")
+    if isinstance(parent, BaseCallbackManager):
+        callbacks: Any = parent.copy()
+        callbacks.add_handler(capture, inherit=False)
+    else:
+        callbacks = [*(parent or []), capture]
+    response = model.invoke(list(messages), config={"callbacks": callbacks})
+    return strict_arguments(response, capture.raw_arguments()) if capture.chunks else response
+
+
+def strict_arguments(response: BaseMessage, raw: dict[str, str]) -> BaseMessage:
+    if not isinstance(response, AIMessage) or not response.tool_calls:
+        return response
+    valid, invalid = [], list(response.invalid_tool_calls)
+    for call in response.tool_calls:
+        text = raw.get(call["id"] or "")
+        problem = _problem(text) if text is not None else None
+        if problem is None:
+            valid.append(call)
+        else:
+            invalid.append(
+                {"type": "invalid_tool_call", "id": call["id"], "name": call["name"], "args": text, "error": problem}
+            )
+    if len(valid) == len(response.tool_calls):
+        return response
+    return response.model_copy(update={"tool_calls": valid, "invalid_tool_calls": invalid})
+
+
+def _problem(text: str) -> str | None:
+    if not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"invalid JSON at position {exc.pos}: {exc.msg}"
+    return None if isinstance(value, dict) else "arguments must be a JSON object"
