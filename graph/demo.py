@@ -42,6 +42,15 @@ def _failed(results: list[ToolMessage]) -> ToolMessage | None:
     return next((m for m in results if m.status == "error"), None)
 
 
+def _reviewer_answer(results: list[ToolMessage]) -> AIMessage | None:
+    """A reviewer who answered in a write's place (`respond`): relay what they said."""
+    for message in results:
+        body = _json(message)
+        if body.get("answered_by") == "reviewer":
+            return reply(f"A reviewer handled {message.name} instead: {body.get('result')}")
+    return None
+
+
 def _explain(failure: ToolMessage) -> AIMessage:
     error = _json(failure).get("error", {})
     return reply(
@@ -81,6 +90,8 @@ def _lunch(question: str, results: list[ToolMessage], tag: str) -> AIMessage:
         )
     if (failure := _failed(results)) is not None:
         return _explain(failure)
+    if (relayed := _reviewer_answer(results)) is not None:
+        return relayed
     if len(results) == 2:
         contact = _json(results[1])
         event = {
@@ -106,6 +117,8 @@ def _workshop(question: str, results: list[ToolMessage], tag: str) -> AIMessage:
         return reply(calls=[call("reserve_seat", args, f"{tag}_seat")])
     if (failure := _failed(results)) is not None:
         return _explain(failure)
+    if (relayed := _reviewer_answer(results)) is not None:
+        return relayed
     seat = _json(results[0])
     seat = seat.get("result", seat)
     return reply(

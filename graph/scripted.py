@@ -49,9 +49,10 @@ def reply(
         call_id = f"call_{next(_ids)}" if planned.get("id") is None else planned["id"]
         if isinstance(planned["args"], str):
             try:
-                tool_calls.append(
-                    {"name": planned["name"], "args": json.loads(planned["args"]), "id": call_id, "type": "tool_call"}
-                )
+                parsed = json.loads(planned["args"])
+                if not isinstance(parsed, dict):
+                    raise ValueError("not an object")
+                tool_calls.append({"name": planned["name"], "args": parsed, "id": call_id, "type": "tool_call"})
             except ValueError:
                 invalid.append(
                     {

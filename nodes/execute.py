@@ -19,6 +19,7 @@ from langgraph.func import task
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
+from gatedloop.checkpoints.ledger import claimant_alive, current_claimant
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.parts import (
@@ -28,7 +29,7 @@ from gatedloop.nodes.parts import (
     error_message,
     result_message,
 )
-from gatedloop.nodes.running import Outcome, run_read, run_write, start_write
+from gatedloop.nodes.running import Outcome, run_read, run_write, start_write, still_running_here, stored_outcome
 from gatedloop.nodes.unknown import (
     CANNOT_TELL,
     check_unknown_answer,
@@ -52,9 +53,12 @@ def make_execute_node(parts: LoopParts):
         return _reported(plan, lambda: run_write(parts.registry, parts.ledger, thread_id, plan, max_chars))
 
     def rerun(thread_id: str, plan: CallPlan, attempts: int) -> Outcome | None:
-        """Run again a write known not to have happened; None if another process took it first."""
+        """Run again a write known not to have happened; its recorded outcome if it finished meanwhile;
+        None if another process took it first."""
         if not parts.ledger.reclaim(thread_id, plan["id"], attempts):
-            return None
+            entry = parts.ledger.get(thread_id, plan["id"])
+            return stored_outcome(entry.state, entry.result) if entry and entry.state != "claimed" else None
+        parts.ledger.record(thread_id, plan["id"], f"rerun_{attempts + 1}", {"attempt": attempts + 1})
         return start_write(parts.registry, parts.ledger, thread_id, plan, max_chars, attempts + 1)
 
     # One LangGraph task per call: a finished call's result is kept in the checkpoint and never re-run.
@@ -178,6 +182,10 @@ def _resolve_unknown(
     """Reconcile each unknown write; what the system cannot tell goes to a person. True if any abandoned."""
     for_person: list[tuple[CallPlan, Outcome]] = []
     for plan, outcome in pending:
+        entry = parts.ledger.get(thread_id, plan["id"])
+        if entry is not None and entry.state != "claimed":
+            outcomes[plan["id"]] = stored_outcome(entry.state, entry.result)
+            continue
         answer = reconcile(parts, thread_id, plan)
         if answer is CANNOT_TELL:
             for_person.append((plan, outcome))
@@ -199,6 +207,9 @@ def _resolve_unknown(
         answer = interrupt(request if error is None else {**request, "error": error})
         try:
             decisions = check_unknown_answer(answer, len(for_person))
+            for (plan, _), decision in zip(for_person, decisions, strict=True):
+                if decision["type"] == "not_done":
+                    _check_rerunnable(parts, thread_id, plan)
             break
         except InvalidDecision as exc:
             error = str(exc)
@@ -217,6 +228,20 @@ def _resolve_unknown(
             abandoned = True
         parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", {"decision": decision["type"]}, who)
     return abandoned
+
+
+def _check_rerunnable(parts: LoopParts, thread_id: str, plan: CallPlan) -> None:
+    """`not_done` may start the write again only if no attempt of it can still be running."""
+    entry = parts.ledger.get(thread_id, plan["id"])
+    if entry is None or entry.state != "claimed":
+        return
+    if still_running_here(thread_id, plan["id"]):
+        raise InvalidDecision(
+            f"the first attempt of {plan['name']} is still running in this process; answer done or abandon, "
+            "or resume again once it returns"
+        )
+    if entry.claimant != current_claimant() and claimant_alive(entry.claimant):
+        raise InvalidDecision(f"{plan['name']} is held by another live process ({entry.claimant}); it may be running")
 
 
 def _settle(

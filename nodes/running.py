@@ -32,6 +32,9 @@ _POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gatedloop-tool")
 UnknownReason = Literal["timeout", "connection_lost", "claimant_died", "claimant_running"]
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 
+# Writes of this process that timed out but have not returned yet, so nobody starts them a second time.
+_IN_FLIGHT: dict[tuple[str, str], Future[Any]] = {}
+
 
 class Outcome(TypedDict):
     status: Literal["ok", "error", "unknown"]
@@ -108,6 +111,7 @@ def start_write(
     try:
         outcome = _ok(future.result(timeout=policy.timeout_s), max_chars)
     except FutureTimeout:
+        _IN_FLIGHT[(thread_id, plan["id"])] = future
         future.add_done_callback(lambda f: _record_late(ledger, thread_id, plan, f, max_chars))
         return unknown("timeout", attempts, time.monotonic() - started)
     except GraphBubbleUp:
@@ -124,9 +128,16 @@ def start_write(
 
 def _record_late(ledger: SqliteLedger, thread_id: str, plan: CallPlan, future: Future[Any], max_chars: int) -> None:
     """A timed-out write that finishes later still records what it did, for reconciliation."""
+    _IN_FLIGHT.pop((thread_id, plan["id"]), None)
     exc = future.exception()
     outcome = _failure(exc, plan["name"], plan["id"]) if exc else _ok(future.result(), max_chars)
     ledger.finish(thread_id, plan["id"], "done" if outcome["status"] == "ok" else "failed", outcome)
+
+
+def still_running_here(thread_id: str, call_id: str) -> bool:
+    """True while this process's own timed-out attempt of the call has not returned."""
+    future = _IN_FLIGHT.get((thread_id, call_id))
+    return future is not None and not future.done()
 
 
 def unknown(reason: UnknownReason, attempts: int, seconds: float = 0.0) -> Outcome:

@@ -128,7 +128,7 @@ def operator_answer(effects: Any, request: dict[str, Any], policy: str) -> dict[
     return {"decisions": decisions, "reviewer": "crash-child"}
 
 
-def drive(graph: Any, effects: Any, args: argparse.Namespace) -> int:
+def drive(graph: Any, effects: Any, args: argparse.Namespace, emit: Any = mark) -> int:
     """Take the thread to a final status (or to a person), one gatedloop call at a time."""
     from langgraph.types import Command
 
@@ -149,40 +149,40 @@ def drive(graph: Any, effects: Any, args: argparse.Namespace) -> int:
             request = runs.pending_request(graph, args.thread)
             if not snapshot.values and not snapshot.next:
                 if not args.text:
-                    mark("error no_thread")
+                    emit("error no_thread")
                     return 2
-                mark("step start")
+                emit("step start")
                 runs.start(graph, args.thread, args.text)
             elif request is not None and request.get("kind") == "unknown_outcome":
                 if args.unknown == "wait":
-                    mark("waiting unknown_outcome")
+                    emit("waiting unknown_outcome")
                     return EXIT_WAITING
                 answer = operator_answer(effects, request, args.unknown)
-                mark("step answer", ",".join(d["type"] for d in answer["decisions"]))
+                emit("step answer", ",".join(d["type"] for d in answer["decisions"]))
                 resume(answer)
             elif request is not None:
                 count = len(request["action_requests"])
-                mark("step approve", count)
+                emit("step approve", count)
                 resume({"decisions": [{"type": "approve"}] * count})
             elif snapshot.values.get("status") and not snapshot.next:
-                mark("final", snapshot.values["status"])
+                emit("final", snapshot.values["status"])
                 return EXIT_FINAL
             else:
                 # Stopped mid-run. `next` may be empty even so: when a node's writes were saved but the
                 # process died before the step's checkpoint, LangGraph's snapshot shows no next node.
-                mark("step resume", ",".join(snapshot.next) or "-")
+                emit("step resume", ",".join(snapshot.next) or "-")
                 resume()
             if args.once:
-                mark("once")
+                emit("once")
                 return EXIT_FINAL
     except ThreadBusy:
-        mark("busy")
+        emit("busy")
         return EXIT_BUSY
-    mark("error too_many_steps")
+    emit("error too_many_steps")
     return 2
 
 
-def child_main(argv: list[str] | None = None) -> int:
+def child_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True)
     parser.add_argument("--effects", required=True)
@@ -199,18 +199,26 @@ def child_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bypass-lease", action="store_true", help="graph.invoke directly instead of runs.resume")
     parser.add_argument("--once", action="store_true", help="do one step only")
     parser.add_argument("--max-steps", type=int, default=12)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _overrides(reconcile: str) -> dict[str, Any]:
+    if reconcile == "absent":
+        return {"reconcile": None}
+    if reconcile == "raises":
+        return {"reconcile": _raise_cannot_tell}
+    return {}
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    args = child_parser().parse_args(argv)
 
     from sample_app import build
 
     from gatedloop.checkpoints import open_sqlite
 
     effects = _marked_effects(args.effects, args)
-    overrides: dict[str, Any] = {}
-    if args.reconcile == "absent":
-        overrides["reconcile"] = None
-    elif args.reconcile == "raises":
-        overrides["reconcile"] = _raise_cannot_tell
+    overrides = _overrides(args.reconcile)
     with open_sqlite(args.db) as saver:
         _mark_checkpoint_writes(saver)
         graph = build(saver, effects, **overrides)
@@ -219,6 +227,21 @@ def child_main(argv: list[str] | None = None) -> int:
             Path(args.barrier, f"ready.{os.getpid()}").touch()
             _wait_for(os.path.join(args.barrier, "go"))
         return drive(graph, effects, args)
+
+
+def drive_here(argv: list[str]) -> ChildRun:
+    """`drive` in this process (same options as the script; no markers from writes or checkpoints)."""
+    from sample_app import Effects, build
+
+    from gatedloop.checkpoints import open_sqlite
+
+    args = child_parser().parse_args(argv)
+    lines: list[str] = []
+    effects = Effects(args.effects)
+    with open_sqlite(args.db) as saver:
+        graph = build(saver, effects, **_overrides(args.reconcile))
+        code = drive(graph, effects, args, emit=lambda *parts: lines.append(" ".join(map(str, parts))))
+    return ChildRun(code, lines, killed=False, stderr="")
 
 
 # --------------------------------------------------------------------------------------------- parent side
@@ -302,20 +325,21 @@ class Child:
             self.lines.append(line)
         return line
 
-    def wait_for(self, prefix: str, occurrence: int = 1, timeout_s: float = CHILD_TIMEOUT_S) -> str | None:
-        """Read lines until the `occurrence`-th one starting with `prefix`; None if the child ended first."""
+    def wait_for(
+        self, prefix: str | tuple[str, ...], occurrence: int = 1, timeout_s: float = CHILD_TIMEOUT_S
+    ) -> str | None:
+        """Read lines until the `occurrence`-th one starting with `prefix` (or one of several); None if the
+        child ended first."""
+        prefixes = (prefix,) if isinstance(prefix, str) else prefix
         deadline = time.monotonic() + timeout_s
-        seen = sum(1 for line in self.lines if line.split(" ", 1)[0] == prefix)
-        if seen >= occurrence:
-            return [line for line in self.lines if line.split(" ", 1)[0] == prefix][occurrence - 1]
-        while True:
+        seen = [line for line in self.lines if line.split(" ", 1)[0] in prefixes]
+        while len(seen) < occurrence:
             line = self.next_line(deadline)
             if line is None:
                 return None
-            if line.split(" ", 1)[0] == prefix:
-                seen += 1
-                if seen >= occurrence:
-                    return line
+            if line.split(" ", 1)[0] in prefixes:
+                seen.append(line)
+        return seen[occurrence - 1]
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -538,8 +562,8 @@ class TrialResult:
 
 
 def run_trial(plan: TrialPlan, workdir: Path) -> TrialResult:
-    """Child 1 starts and approves the thread; each kill lands in a fresh process resuming by thread id;
-    a last fresh process resumes without a kill. Then the invariants are checked."""
+    """Child 1 starts and approves the thread, each later kill lands in a fresh process resuming by thread
+    id, and this process resumes last, without a kill. Then the invariants are checked."""
     workdir.mkdir(parents=True, exist_ok=True)
     db, effects = str(workdir / "runs.sqlite"), str(workdir / "effects.sqlite")
     thread_id = f"trial-{plan.seed}"
@@ -556,9 +580,9 @@ def run_trial(plan: TrialPlan, workdir: Path) -> TrialResult:
         f"{plan.delay_after:.4f}",
     ]
     cmd = child_command(db, effects, thread_id, *options)
-    children: list[ChildRun] = []
-    for index, kill in enumerate([*plan.kills, None]):
-        children.append(run_child(cmd, workdir / f"child{index}.stderr", kill))
+    children = [run_child(cmd, workdir / f"child{i}.stderr", kill) for i, kill in enumerate(plan.kills)]
+    # the last resume, without a kill, runs here: this process has not touched the thread either
+    children.append(drive_here(cmd[2:]))
     unrecorded = sum(1 for child in children[1:] if "step start" in child.lines)
     call_ids = [f"c1_{i}" for i in range(plan.writes)]
     report = inspect_thread(db, effects, thread_id, call_ids)

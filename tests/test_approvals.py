@@ -139,6 +139,8 @@ def test_runs_resume_raises_before_touching_the_thread(db):
         assert graph.get_state(CFG).config["configurable"]["checkpoint_id"] == before
         with pytest.raises(InvalidDecision, match="not valid"):
             runs.resume(graph, "t1", {"decisions": [{"type": "edit", "edited_action": {"args": {"item": 1}}}]})
+        with pytest.raises(InvalidDecision, match="none was given"):
+            runs.resume(graph, "t1", None)
         out = runs.resume(graph, "t1", {"decisions": [{"type": "approve"}]})
     assert out["status"] == "completed" and len(effects.rows()) == 1
 

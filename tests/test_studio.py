@@ -275,11 +275,6 @@ def test_respond_gives_the_model_the_reviewers_message_instead_of_running(
     assert studio.ledger(thread_id, SEAT_CALL) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="graph/demo.py _workshop calls .get() on a respond ToolMessage's string result: the model call fails",
-)
 def test_respond_completes(studio: Server) -> None:
     client = studio.client
     thread_id = client.threads.create()["thread_id"]
@@ -403,19 +398,27 @@ def test_unknown_outcome_abandoned_ends_the_thread_needing_attention(lab: Server
     assert attempts(lab, thread_id, "abandon-1") == 1
 
 
-def test_not_done_runs_the_write_again_once(lab: Server) -> None:
-    """The first attempt is still blocked and will fail without an effect: the person's `not_done` is true."""
-    thread_id, _ = start_unknown(lab, "lost-1")
-    out = decide(lab, thread_id, {"decisions": [{"type": "not_done"}]}, "studio_app")
+def test_not_done_is_refused_while_the_first_attempt_is_still_running(lab: Server) -> None:
+    """Starting the write again while its first attempt may still land would risk a second effect."""
+    thread_id, request = start_unknown(lab, "lost-1")
+    again = paused(lab, thread_id, resume(lab, thread_id, "studio_app", {"decisions": [{"type": "not_done"}]}))
+    assert "still running" in again["error"]
+    assert {k: v for k, v in again.items() if k != "error"} == request
+    assert attempts(lab, thread_id, "lost-1") == 1
 
+    (lab.folder / "release-lost-1").touch()
+
+    def recorded() -> bool:
+        entry = lab.ledger(thread_id, slot_call("lost-1"))
+        return entry is not None and entry.state != "claimed"
+
+    wait_for(recorded, "the first attempt's failure to be recorded")
+    out = decide(lab, thread_id, {"decisions": [{"type": "not_done"}]}, "studio_app")
     assert out["status"] == "completed"
     message = tool_message(out, slot_call("lost-1"))
-    assert message.status == "success"
-    assert json.loads(message.content)["slot"] == "lost-1"
-    assert attempts(lab, thread_id, "lost-1") == 2
-    assert effects(lab, thread_id, "lost-1") == 1
-    entry = lab.ledger(thread_id, slot_call("lost-1"))
-    assert entry is not None and entry.state == "done" and entry.attempts == 2
+    assert message.status == "error" and json.loads(message.content)["error"]["type"] == "tool_error"
+    assert attempts(lab, thread_id, "lost-1") == 1
+    assert effects(lab, thread_id, "lost-1") == 0
 
 
 def test_not_done_after_the_first_attempt_finished_late_is_not_run_again(lab: Server) -> None:

@@ -1,0 +1,262 @@
+"""Prototypes of proposed gatedloop changes, applied by patching at run time (the source is not edited).
+
+    .venv/bin/python -m bench.experiments [--turns 400] [--kind write] [--variants baseline fold ...]
+
+Each variant runs one thread of `--turns` turns in a fresh process (so patches never leak between
+variants) and reports ms/turn (mean over the first 50/200/400 turns), stored bytes, a resume of a paused
+approval on a fresh saver in the same process (open + get_state + resume), and a turn of 8 slow reads.
+The patches are sketches of the proposals in bench/README.md, to measure their effect before anyone
+edits gatedloop; they are not the proposed code itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import typing
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+VARIANTS: dict[str, str] = {
+    "baseline": "gatedloop as it is",
+    "fold": "fold_messages indexes the history once per fold, not once per write (graph/state.py)",
+    "no_empty": "nodes leave `messages` out of the update when they add nothing (validate/approve/execute/finalize)",
+    "snapshot": "DeltaChannel(fold_messages, snapshot_frequency=1000) (graph/state.py)",
+    "ledger_sync": "ledger connection with PRAGMA synchronous=NORMAL, like the checkpointer (checkpoints/ledger.py)",
+    "cancel": "clear_cancel deletes only when a cancel row exists (checkpoints/ledger.py, nodes/model.py)",
+    "versions": "compact channel versions in GatedSqliteSaver.get_next_version (checkpoints/sqlite.py)",
+    "pool": "build_graph(...).with_config(max_concurrency=...) sized for a turn's calls (graph/build.py)",
+}
+COMBOS = {"all": ["fold", "no_empty", "snapshot", "ledger_sync", "cancel", "versions", "pool"]}
+
+
+# --- the patches -------------------------------------------------------------------------------------
+
+
+def fast_fold(history: Any, writes: Any) -> Any:
+    """Same result as graph/state.py's fold_messages, with one id index per fold instead of one per write."""
+    from langchain_core.messages import BaseMessageChunk, RemoveMessage, convert_to_messages
+    from langchain_core.messages.utils import message_chunk_to_message
+    from langgraph.graph.message import add_messages
+
+    merged = list(history or [])
+    index: dict[str, int] | None = None
+    for write in writes:
+        incoming = convert_to_messages(write if isinstance(write, list) else [write])
+        for offset, message in enumerate(incoming):
+            if message.id is None:
+                message.id = f"msg-{len(merged) + offset}"
+        if any(isinstance(m, RemoveMessage) for m in incoming):
+            merged, index = add_messages(merged, incoming), None  # rare: the general path
+            continue
+        if index is None:
+            index = {m.id: i for i, m in enumerate(merged)}
+        for message in incoming:
+            if isinstance(message, BaseMessageChunk):
+                message = message_chunk_to_message(message)
+            at = index.get(message.id)
+            if at is None:
+                index[message.id] = len(merged)
+                merged.append(message)
+            else:
+                merged[at] = message
+    return merged
+
+
+def _delta_channels() -> list[Any]:
+    from gatedloop.graph import state
+
+    channels = []
+    for schema in (state.GatedState, state.InputState):
+        hint = typing.get_type_hints(schema, include_extras=True)["messages"]
+        channels.extend(m for m in hint.__metadata__ if type(m).__name__ == "DeltaChannel")
+    return channels
+
+
+def _without_empty_messages(make: Any) -> Any:
+    def wrap(node: Any) -> Any:
+        @functools.wraps(node)
+        def inner(state: Any, runtime: Any) -> Any:
+            update = node(state, runtime)
+            if isinstance(update, dict) and update.get("messages") == []:
+                update = {k: v for k, v in update.items() if k != "messages"}
+            return update
+
+        return inner
+
+    if make is None:
+        return wrap
+    return lambda parts: wrap(make(parts))
+
+
+def apply(variants: list[str]) -> None:
+    import gatedloop.graph.build as build
+    from gatedloop.checkpoints import ledger, sqlite
+
+    for name in variants:
+        if name == "fold":
+            for channel in _delta_channels():
+                channel.reducer = fast_fold
+        elif name == "no_empty":
+            for maker in ("make_validate_node", "make_approve_node", "make_execute_node"):
+                setattr(build, maker, _without_empty_messages(getattr(build, maker)))
+            build.finalize = _without_empty_messages(None)(build.finalize)
+        elif name == "snapshot":
+            for channel in _delta_channels():
+                channel.snapshot_frequency = 1000
+        elif name == "ledger_sync":
+            original_init = ledger.SqliteLedger.__init__
+
+            def init(self: Any, path: Any, _orig: Any = original_init) -> None:
+                _orig(self, path)
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+
+            ledger.SqliteLedger.__init__ = init  # type: ignore[method-assign]
+        elif name == "cancel":
+            original_clear = ledger.SqliteLedger.clear_cancel
+
+            def clear(self: Any, thread_id: str, _orig: Any = original_clear) -> None:
+                if self.cancel_requested(thread_id):
+                    _orig(self, thread_id)
+
+            ledger.SqliteLedger.clear_cancel = clear  # type: ignore[method-assign]
+        elif name == "versions":
+
+            def next_version(self: Any, current: Any, channel: Any) -> str:
+                if current is None:
+                    number = 0
+                elif isinstance(current, int):
+                    number = current
+                else:
+                    number = int(str(current).split(".")[0], 16 if len(str(current).split(".")[0]) < 32 else 10)
+                return f"{number + 1:08x}"
+
+            for cls in (sqlite.GatedSqliteSaver, sqlite.GatedAsyncSqliteSaver):
+                cls.get_next_version = next_version  # type: ignore[method-assign]
+        elif name == "pool":
+            original_build = build.build_graph
+
+            def build_graph(*args: Any, _orig: Any = original_build, **kwargs: Any) -> Any:
+                limits = kwargs.get("limits")
+                return _orig(*args, **kwargs).with_config(
+                    max_concurrency=max(16, getattr(limits, "max_calls_per_turn", 16))
+                )
+
+            build.build_graph = build_graph
+            import gatedloop.graph as graph_pkg
+
+            graph_pkg.build_graph = build_graph
+        elif name != "baseline":
+            raise SystemExit(f"unknown variant {name!r}")
+
+
+# --- one variant, in its own process ------------------------------------------------------------------
+
+
+def measure(variants: list[str], turns: int, kind: str) -> dict[str, Any]:
+    apply(variants)
+    from langgraph.types import Command
+
+    import bench.anchor as anchor
+    from gatedloop.graph import build_graph
+
+    anchor.build_graph = build_graph  # the patched one, if any
+    from bench.scenarios import APPROVE, check_done, config, run_turn, start_paused, stored_bytes, user_text
+
+    work = Path(tempfile.mkdtemp(prefix="gatedloop-exp-"))
+    db = work / "exp.sqlite"
+    turn_ms: list[float] = []
+    with anchor.open_system("gatedloop", db) as graph:
+        for turn in range(1, turns):
+            started = time.perf_counter()
+            run_turn("gatedloop", graph, "x", turn, kind)  # type: ignore[arg-type]
+            turn_ms.append((time.perf_counter() - started) * 1000)
+        start_paused("gatedloop", graph, "x", turns)
+    stored = stored_bytes(db)
+    copy = work / "copy.sqlite"
+    with sqlite3.connect(str(db)) as source, sqlite3.connect(str(copy)) as target:
+        source.backup(target)
+    started = time.perf_counter()
+    with anchor.open_system("gatedloop", copy) as graph:
+        snapshot = graph.get_state(config("x"))
+        assert snapshot.interrupts, "not paused"
+        out = graph.invoke(Command(resume=APPROVE), config("x"), durability="sync")
+        check_done("gatedloop", out, turns)
+    resume_ms = (time.perf_counter() - started) * 1000
+    with anchor.open_system("gatedloop", work / "reads.sqlite") as graph:
+        run_turn("gatedloop", graph, "r", 1, "read")
+        reads = []
+        for turn in range(2, 5):
+            started = time.perf_counter()
+            out = graph.invoke({"messages": [("user", user_text(turn, "slow8"))]}, config("r"), durability="sync")
+            check_done("gatedloop", out, turn)
+            reads.append((time.perf_counter() - started) * 1000)
+    marks = [n for n in (50, 200, 400) if n < turns] + [turns - 1]
+    return {
+        "variants": variants,
+        "turns": turns,
+        "kind": kind,
+        "mean_ms_per_turn": {str(n): round(sum(turn_ms[:n]) / n, 2) for n in marks},
+        "last25_ms_per_turn": round(sum(turn_ms[-25:]) / len(turn_ms[-25:]), 2),
+        "blob_bytes": stored.blob_bytes,
+        "file_bytes": stored.file_bytes,
+        "checkpoint_rows": stored.checkpoints,
+        "write_rows": stored.writes,
+        "resume_ms_in_process": round(resume_ms, 1),
+        "slow8_turn_ms": round(sorted(reads)[1], 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.experiments")
+    parser.add_argument("--turns", type=int, default=400)
+    parser.add_argument("--kind", choices=("read", "write"), default="write")
+    parser.add_argument("--variants", nargs="*", default=["baseline", *VARIANTS.keys() - {"baseline"}, "all"])
+    parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    parser.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(measure(args.child, args.turns, args.kind)))
+        return
+    results = []
+    for variant in args.variants:
+        patches = COMBOS.get(variant, [variant])
+        started = time.perf_counter()
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.experiments",
+                "--turns",
+                str(args.turns),
+                "--kind",
+                args.kind,
+                "--child",
+                *patches,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            print(f"{variant}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
+            continue
+        result = {"variant": variant, **json.loads(done.stdout.strip().splitlines()[-1])}
+        results.append(result)
+        print(f"{variant:12s} {time.perf_counter() - started:6.1f}s {json.dumps(result)}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"experiments-{args.kind}-{args.turns}.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

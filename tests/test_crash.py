@@ -1,0 +1,279 @@
+"""Invariants 3 and 7 under real crashes: child processes SIGKILLed mid-run, resumed by thread id alone.
+
+The seeded trials kill a real child at a random moment (before, during and between writes, and while
+checkpoints are written), resume in a fresh process (killed again in about half the trials), then once
+more without a kill, and check every invariant on what is left (see `crash_child.inspect_thread`). The
+deterministic tests below create each unknown-outcome case for real, by killing a child inside a write
+that waits on a gate file, or by a ledger claim whose claimant process is dead or alive, and check what
+reconcile (or a person) makes of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from crash_child import KillPlan, child_command, inspect_thread, plan_trial, run_child, run_trial
+from invariants import assert_each_call_answered_once
+from langchain_core.messages import ToolMessage
+from sample_app import Effects, build
+
+from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints.ledger import idempotency_key
+from gatedloop.graph import runs
+from gatedloop.nodes.hitl import InvalidDecision
+
+pytestmark = pytest.mark.slow
+
+TRIALS = int(os.environ.get("GATEDLOOP_CRASH_TRIALS", "30"))
+SEED_BASE = int(os.environ.get("GATEDLOOP_CRASH_SEED", "20240"))
+THREAD = "t1"
+
+
+def test_seeded_crash_trials_keep_every_invariant(tmp_path: Path):
+    plans = [plan_trial(SEED_BASE + i) for i in range(TRIALS)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda p: run_trial(p, tmp_path / f"trial-{p.seed}"), plans))
+    failures = [r.explain() for r in results if not r.ok]
+    assert not failures, "\n\n".join(failures)
+    kills = sum(r.kills for r in results)
+    statuses = Counter(r.report.status for r in results)
+    assert kills >= TRIALS // 2, f"only {kills} kills landed in {TRIALS} trials"
+    assert set(statuses) <= {"completed", "needs_attention", "waiting_for_person"}, statuses
+    for result in results:
+        if result.plan.unknown == "truthful":
+            assert result.report.status == "completed", result.explain()
+            assert all(n == 1 for n in result.report.effects_per_call.values()), result.explain()
+
+
+# ------------------------------------------------------------------ unknown outcomes created by a real kill
+
+
+def killed_in_write(tmp_path: Path, where: str, text: str = "book 2 seat") -> tuple[str, Effects]:
+    """A real child approves the thread's writes and is SIGKILLed inside the first one, before or after its
+    effect is recorded (it waits on a gate file that never appears). The ledger claim stays `claimed`."""
+    db, effects_path = str(tmp_path / "runs.sqlite"), str(tmp_path / "effects.sqlite")
+    cmd = child_command(
+        db, effects_path, THREAD, "--text", text, "--hold", where, "--hold-call", "c1_0", "--gate", str(tmp_path / "x")
+    )
+    run = run_child(cmd, tmp_path / "child.stderr", KillPlan(f"hold_{where}"))
+    assert run.killed, run.lines
+    effects = Effects(effects_path)
+    assert len(effects.rows()) == (1 if where == "after" else 0)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT state, attempts FROM gatedloop_ledger").fetchall() == [("claimed", 1)]
+    return db, effects
+
+
+def tool_answers(out: dict) -> dict[str, ToolMessage]:
+    return {m.tool_call_id: m for m in out["messages"] if isinstance(m, ToolMessage)}
+
+
+def ledger_state(saver, call_id: str = "c1_0") -> tuple[str, int]:
+    entry = saver.ledger.get(THREAD, call_id)
+    return entry.state, entry.attempts
+
+
+def events(saver) -> list[str]:
+    return [e["event"] for e in saver.ledger.audit(THREAD) if e["call_id"] == "c1_0"]
+
+
+def test_reconcile_done_reuses_the_result_and_does_not_run_again(tmp_path: Path):
+    db, effects = killed_in_write(tmp_path, "after")
+    [(_, args, key)] = effects.rows()
+    with open_sqlite(db) as saver:
+        out = runs.resume(build(saver, effects), THREAD)
+        assert ledger_state(saver) == ("done", 1)
+        assert "reconciled" in events(saver)
+    assert out["status"] == "completed"
+    assert effects.rows() == [("book", args, key)]
+    answer = tool_answers(out)["c1_0"]
+    assert answer.status == "success"
+    assert json.loads(answer.content) == effects.find(key)
+    assert_each_call_answered_once(out["messages"])
+
+
+def test_reconcile_not_done_runs_the_write_exactly_once_more(tmp_path: Path):
+    db, effects = killed_in_write(tmp_path, "before")
+    with open_sqlite(db) as saver:
+        out = runs.resume(build(saver, effects), THREAD)
+        assert ledger_state(saver) == ("done", 2)
+    assert out["status"] == "completed"
+    key = idempotency_key(THREAD, "c1_0")
+    assert [k for _, _, k in effects.rows()] == [key]
+    assert json.loads(tool_answers(out)["c1_0"].content) == effects.find(key)
+    assert_each_call_answered_once(out["messages"])
+
+
+def _cannot_tell(args: dict, key: str):
+    raise ConnectionError("the booking system is down")
+
+
+CANNOT_TELL = {"absent": {"reconcile": None}, "raises": {"reconcile": _cannot_tell}}
+
+
+def paused_on_unknown(graph, thread_id: str = THREAD) -> dict:
+    out = runs.resume(graph, thread_id)
+    request = out["__interrupt__"][0].value
+    assert request["kind"] == "unknown_outcome"
+    assert request["allowed_decisions"] == ["done", "not_done", "abandon"]
+    [call] = request["calls"]
+    assert call["tool_call_id"] == "c1_0"
+    assert call["idempotency_key"] == idempotency_key(thread_id, "c1_0")
+    assert call["args"] == {"item": "seat", "quantity": 2}
+    assert call["reason"] == "claimant_died"
+    return request
+
+
+@pytest.mark.parametrize("reconcile", sorted(CANNOT_TELL))
+def test_cannot_tell_asks_a_person_and_done_records_their_result(tmp_path: Path, reconcile: str):
+    db, effects = killed_in_write(tmp_path, "after")
+    with open_sqlite(db) as saver:
+        graph = build(saver, effects, **CANNOT_TELL[reconcile])
+        paused_on_unknown(graph)
+        with pytest.raises(InvalidDecision):
+            runs.resume(graph, THREAD, {"decisions": [{"type": "done"}]})  # done needs the result
+        assert runs.pending_request(graph, THREAD)["kind"] == "unknown_outcome"
+        result = {"booking": "B-77", "note": "seen in the back office"}
+        out = runs.resume(graph, THREAD, {"decisions": [{"type": "done", "result": result}], "reviewer": "ops"})
+        assert ledger_state(saver) == ("done", 1)
+        marked = [e for e in saver.ledger.audit(THREAD) if e["event"] == "marked done"]
+        assert [e["actor"] for e in marked] == ["ops"]
+    assert out["status"] == "completed"
+    assert len(effects.rows()) == 1
+    assert json.loads(tool_answers(out)["c1_0"].content) == result
+    assert_each_call_answered_once(out["messages"])
+
+
+@pytest.mark.parametrize("reconcile", sorted(CANNOT_TELL))
+def test_cannot_tell_then_not_done_runs_the_write_once(tmp_path: Path, reconcile: str):
+    db, effects = killed_in_write(tmp_path, "before")
+    with open_sqlite(db) as saver:
+        graph = build(saver, effects, **CANNOT_TELL[reconcile])
+        paused_on_unknown(graph)
+        assert effects.rows() == []
+        out = runs.resume(graph, THREAD, {"decisions": [{"type": "not_done"}], "reviewer": "ops"})
+        assert ledger_state(saver) == ("done", 2)
+    assert out["status"] == "completed"
+    assert [k for _, _, k in effects.rows()] == [idempotency_key(THREAD, "c1_0")]
+    assert tool_answers(out)["c1_0"].status == "success"
+    assert_each_call_answered_once(out["messages"])
+
+
+@pytest.mark.parametrize("reconcile", sorted(CANNOT_TELL))
+def test_cannot_tell_then_abandon_stops_with_needs_attention(tmp_path: Path, reconcile: str):
+    db, effects = killed_in_write(tmp_path, "before", text="book 2 seat, 1 lunch")
+    with open_sqlite(db) as saver:
+        graph = build(saver, effects, **CANNOT_TELL[reconcile])
+        paused_on_unknown(graph)
+        out = runs.resume(graph, THREAD, {"decisions": [{"type": "abandon"}], "reviewer": "ops"})
+        assert ledger_state(saver) == ("abandoned", 1)
+        assert ledger_state(saver, "c1_1") == ("done", 1)
+    assert out["status"] == "needs_attention"
+    assert out["answer"] is None
+    assert [k for _, _, k in effects.rows()] == [idempotency_key(THREAD, "c1_1")]
+    answers = tool_answers(out)
+    assert answers["c1_0"].status == "error"
+    assert json.loads(answers["c1_0"].content)["error"]["type"] == "outcome_unknown"
+    assert answers["c1_1"].status == "success"
+    assert_each_call_answered_once(out["messages"])
+
+
+# ------------------------------------------------------------ unknown outcomes from a planted ledger claim
+
+
+def claimant_of(pid: int) -> str:
+    """The ledger's claimant identity (host:pid:start time) of a running process, read from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        started = stat.read().rsplit(")", 1)[1].split()[19]
+    return f"{socket.gethostname()}:{pid}:{started}"
+
+
+def plant_claim(db: str, call_id: str, claimant: str) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key, state, claimed_at,"
+            " attempts, claimant) VALUES (?, ?, 'book', 'x', ?, 'claimed', ?, 1, ?)",
+            (THREAD, call_id, idempotency_key(THREAD, call_id), time.time(), claimant),
+        )
+
+
+def test_claim_of_a_dead_process_is_reconciled_and_run_once(db: str, tmp_path: Path):
+    effects = Effects(tmp_path / "effects.sqlite")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = claimant_of(gone.pid)
+    gone.wait()
+    with open_sqlite(db) as saver:
+        graph = build(saver, effects)
+        runs.start(graph, THREAD, "book 2 seat")
+        plant_claim(db, "c1_0", dead)
+        out = runs.resume(graph, THREAD, {"decisions": [{"type": "approve"}]})
+        assert ledger_state(saver) == ("done", 2)
+    assert out["status"] == "completed"
+    assert [k for _, _, k in effects.rows()] == [idempotency_key(THREAD, "c1_0")]
+    assert_each_call_answered_once(out["messages"])
+
+
+def test_claim_of_a_live_process_goes_to_a_person_not_rerun(db: str, tmp_path: Path):
+    effects = Effects(tmp_path / "effects.sqlite")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        with open_sqlite(db) as saver:
+            graph = build(saver, effects)
+            runs.start(graph, THREAD, "book 2 seat")
+            plant_claim(db, "c1_0", claimant_of(other.pid))
+            out = runs.resume(graph, THREAD, {"decisions": [{"type": "approve"}]})
+            request = out["__interrupt__"][0].value
+            assert request["kind"] == "unknown_outcome"
+            assert [c["reason"] for c in request["calls"]] == ["claimant_running"]
+            assert effects.rows() == []
+            other.kill()
+            other.wait()
+            out = runs.resume(graph, THREAD, {"decisions": [{"type": "not_done"}]})
+            assert ledger_state(saver) == ("done", 2)
+    finally:
+        other.kill()
+        other.wait()
+    assert out["status"] == "completed"
+    assert [k for _, _, k in effects.rows()] == [idempotency_key(THREAD, "c1_0")]
+    assert_each_call_answered_once(out["messages"])
+
+
+# ------------------------------------------------------------------------- known bugs, pinned until fixed
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a re-run killed again is never run, although a person says not_done")
+def test_rerun_killed_again_then_not_done_runs_the_write(tmp_path: Path):
+    """Kill 1 inside the write; the next process re-claims it (attempts 2) and is killed inside it too. The
+    third process sees `claimant_died` from its cached first try (attempts 1), so the conditional reclaim
+    fails: the call goes to a person, and `not_done` cannot reclaim either."""
+    db, effects = killed_in_write(tmp_path, "before")
+    cmd = child_command(db, effects.path, THREAD, "--hold", "before", "--gate", str(tmp_path / "x"))
+    assert run_child(cmd, tmp_path / "child2.stderr", KillPlan("hold_before")).killed
+    with open_sqlite(db) as saver:
+        graph = build(saver, effects)
+        out = runs.resume(graph, THREAD)
+        if "__interrupt__" in out:
+            out = runs.resume(graph, THREAD, {"decisions": [{"type": "not_done"}]})
+        report = inspect_thread(db, effects.path, THREAD, ["c1_0"])
+    assert out["status"] == "completed"
+    assert report.problems == []
+    assert len(effects.rows()) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="bug: after a crash an unknown write is re-run after the later writes")
+def test_writes_keep_the_models_order_across_a_crash(tmp_path: Path):
+    db, effects = killed_in_write(tmp_path, "before", text="book 1 a, 2 b, 3 c")
+    with open_sqlite(db) as saver:
+        out = runs.resume(build(saver, effects), THREAD)
+    assert out["status"] == "completed"
+    assert [args["item"] for _, args, _ in effects.rows()] == ["a", "b", "c"]
