@@ -11,7 +11,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from gatedloop.checkpoints.ledger import SqliteLedger
+from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
 from gatedloop.graph.limits import Limits
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
 from gatedloop.graph.state import GatedState, InputState, OutputState
@@ -32,7 +32,7 @@ def build_graph(
     policies: Mapping[str, ToolPolicy] | None = None,
     limits: Limits | None = None,
     checkpointer: BaseCheckpointSaver | None = None,
-    ledger: SqliteLedger | None = None,
+    ledger: Ledger | None = None,
     name: str = "gatedloop",
 ) -> CompiledStateGraph:
     """Compile the gated loop.

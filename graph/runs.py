@@ -8,6 +8,7 @@ answer against the pending request before it reaches the graph (`InvalidDecision
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -15,7 +16,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StreamMode
 
 from gatedloop.checkpoints.lease import thread_lease
-from gatedloop.checkpoints.ledger import SqliteLedger
+from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import validate_thread_id
 from gatedloop.nodes.hitl import InvalidDecision, check_decisions
 from gatedloop.nodes.unknown import check_unknown_answer
@@ -45,8 +46,16 @@ def check_answer(request: dict[str, Any], answer: Any) -> None:
         check_decisions(answer, request.get("action_requests", []), request.get("review_configs", []))
 
 
-def _db_path(graph: CompiledStateGraph[Any, Any, Any, Any]) -> str | None:
-    return getattr(graph.checkpointer, "path", None)
+def lease_for(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, wait_s: float
+) -> AbstractContextManager[None]:
+    """The thread's lease: the checkpointer's own (`saver.lease`, e.g. Postgres advisory locks), else a file lock
+    beside a SQLite file, else none (an in-memory checkpointer lives in one process anyway)."""
+    saver = graph.checkpointer
+    own = getattr(saver, "lease", None)
+    if callable(own):
+        return cast(AbstractContextManager[None], own(thread_id, wait_s=wait_s))
+    return thread_lease(getattr(saver, "path", None), thread_id, wait_s=wait_s)
 
 
 def stream_start(
@@ -59,7 +68,7 @@ def stream_start(
 ) -> Iterator[tuple[str, Any]]:
     """Start (or continue) a thread with a user message, yielding (mode, chunk) as steps happen."""
     config = config_for(thread_id)
-    with thread_lease(_db_path(graph), thread_id, wait_s=wait_s):
+    with lease_for(graph, thread_id, wait_s):
         yield from cast(
             Iterator[tuple[str, Any]],
             graph.stream(
@@ -78,7 +87,7 @@ def stream_resume(
 ) -> Iterator[tuple[str, Any]]:
     """Resume a paused thread with an answer (or, with None, a thread stopped mid-run by a crash)."""
     config = config_for(thread_id)
-    with thread_lease(_db_path(graph), thread_id, wait_s=wait_s):
+    with lease_for(graph, thread_id, wait_s):
         request = pending_request(graph, thread_id)
         if request is not None:
             if answer is None:
@@ -120,6 +129,6 @@ def outcome(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> di
     return values
 
 
-def cancel(thread_id: str, *, ledger: SqliteLedger) -> None:
+def cancel(thread_id: str, *, ledger: Ledger) -> None:
     """Ask a thread to stop at its next node boundary (status `cancelled`); a running write finishes first."""
     ledger.request_cancel(validate_thread_id(thread_id))

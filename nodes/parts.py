@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import Runnable
 from langgraph.config import get_config
 
-from gatedloop.checkpoints.ledger import SqliteLedger
+from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.limits import Limits
 from gatedloop.graph.state import CallPlan, RequestCounters
 from gatedloop.tools.errors import ErrorType, error_json
@@ -26,7 +26,7 @@ class LoopParts:
     model: Runnable[LanguageModelInput, BaseMessage]
     registry: ToolRegistry
     limits: Limits
-    ledger: SqliteLedger
+    ledger: Ledger
     clock: Callable[[], float] = field(default=time.time)
 
     def stop_before_work(

@@ -18,7 +18,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from gatedloop.checkpoints.ledger import SqliteLedger, claimant_alive, idempotency_key
+from gatedloop.checkpoints.ledger import Ledger, claimant_alive, idempotency_key
 from gatedloop.graph.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry
@@ -87,7 +87,7 @@ def run_read(registry: ToolRegistry, plan: CallPlan, max_chars: int) -> Outcome:
     return outcome
 
 
-def run_write(registry: ToolRegistry, ledger: SqliteLedger, thread_id: str, plan: CallPlan, max_chars: int) -> Outcome:
+def run_write(registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int) -> Outcome:
     """A write: claim, run once, record. A lost claim returns the stored result or `unknown`."""
     won, entry = ledger.claim(thread_id, plan["id"], plan["name"], plan["digest"])
     if not won:
@@ -99,7 +99,7 @@ def run_write(registry: ToolRegistry, ledger: SqliteLedger, thread_id: str, plan
 
 
 def start_write(
-    registry: ToolRegistry, ledger: SqliteLedger, thread_id: str, plan: CallPlan, max_chars: int, attempts: int
+    registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int, attempts: int
 ) -> Outcome:
     """Run a write this process holds the claim for, and record its outcome in the ledger."""
     policy = registry.policy(plan["name"])
@@ -126,7 +126,7 @@ def start_write(
     return outcome
 
 
-def _record_late(ledger: SqliteLedger, thread_id: str, plan: CallPlan, future: Future[Any], max_chars: int) -> None:
+def _record_late(ledger: Ledger, thread_id: str, plan: CallPlan, future: Future[Any], max_chars: int) -> None:
     """A timed-out write that finishes later still records what it did, for reconciliation."""
     _IN_FLIGHT.pop((thread_id, plan["id"]), None)
     exc = future.exception()
