@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 from langchain_core.runnables import Runnable
 from langgraph.config import get_config
 
@@ -25,7 +27,16 @@ class ToolArgumentChunks(BaseCallbackHandler):
     def __init__(self) -> None:
         self.chunks: list[dict[str, Any]] = []
 
-    def on_llm_new_token(self, token: str, *, chunk: Any = None, **kwargs: Any) -> None:
+    def on_llm_new_token(
+        self,
+        token: str | list[str | dict[str, Any]],
+        *,
+        chunk: GenerationChunk | ChatGenerationChunk | None = None,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         message = getattr(chunk, "message", None)
         if isinstance(message, AIMessageChunk):
             self.chunks.extend(dict(c) for c in message.tool_call_chunks)
