@@ -65,3 +65,24 @@ def describe_thread(graph: CompiledStateGraph, thread_id: str) -> ThreadSummary:
     status = values.get("status") or "unknown"
     detail = values.get("stop_detail") or (values.get("answer") or "")[:60]
     return ThreadSummary(thread_id, status, detail, count)
+
+
+def node_path(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> list[str]:
+    """The nodes a thread went through, oldest first, read from its checkpoint history ("paused" marks a wait)."""
+    history = list(graph.get_state_history({"configurable": {"thread_id": thread_id}}))
+    path: list[str] = []
+    for snapshot in reversed(history):
+        for node in snapshot.next:
+            if node != "__start__":
+                path.append(f"{node} (paused for a person)" if snapshot.interrupts else node)
+    return path
+
+
+def path_mermaid(path: list[str], status: str) -> str:
+    """One thread's path as a Mermaid flowchart: each step numbered, ending in its status."""
+    lines = ["graph LR;", "    s0([start])"]
+    for index, node in enumerate(path, 1):
+        lines.append(f'    s{index}["{index}. {node}"]')
+        lines.append(f"    s{index - 1} --> s{index}")
+    lines.append(f"    s{len(path)} --> done([{status}])")
+    return "\n".join(lines)

@@ -17,7 +17,14 @@ from langgraph.graph.state import CompiledStateGraph
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.sqlite import GatedSqliteSaver
-from gatedloop.checkpoints.threads import InvalidThreadId, describe_thread, thread_ids, validate_thread_id
+from gatedloop.checkpoints.threads import (
+    InvalidThreadId,
+    describe_thread,
+    node_path,
+    path_mermaid,
+    thread_ids,
+    validate_thread_id,
+)
 from gatedloop.cli.render import STOP_WORDS, approval_table, print_history, step_lines
 from gatedloop.cli.review import ask_reviewer
 from gatedloop.graph import build_graph, runs
@@ -159,6 +166,9 @@ def cmd_threads(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     thread_id = validate_thread_id(args.thread)
     with open_app(args.db) as (graph, saver):
+        if args.mermaid:
+            print(path_mermaid(node_path(graph, thread_id), describe_thread(graph, thread_id).status))
+            return EXIT_COMPLETED
         values = runs.outcome(graph, thread_id)
         print_history(values.get("messages", []), saver.ledger.audit(thread_id), sys.stdout)
         summary = describe_thread(graph, thread_id)
@@ -205,6 +215,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("threads", help="list threads and where each stands").set_defaults(func=cmd_threads)
     show = sub.add_parser("show", help="print a thread's conversation and each call's fate")
     show.add_argument("thread")
+    show.add_argument("--mermaid", action="store_true", help="draw the thread's path through the graph")
     show.set_defaults(func=cmd_show)
     cancel = sub.add_parser("cancel", help="stop a thread at its next step")
     cancel.add_argument("thread")

@@ -44,6 +44,10 @@ def test_run_without_a_terminal_stops_and_prints_the_thread_and_the_request(tmp_
     assert "Reserved" in done.stdout and "status: completed" in done.stdout
     shown = cli("show", "w1", db=db).stdout
     assert "decision by rita: approve" in shown and "executed: ok" in shown
+    drawn = cli("show", "w1", "--mermaid", db=db).stdout
+    steps = [line.split('"')[1].split(". ", 1)[1] for line in drawn.splitlines() if '["' in line]
+    assert steps == ["model", "validate", "approve (paused for a person)", "execute", "model", "finalize"]
+    assert "done([completed])" in drawn
 
 
 def test_resume_with_reject_and_a_reason(tmp_path):
