@@ -1,7 +1,13 @@
-"""Measurements that need a fresh process: resuming an approval, and peak memory of a long thread.
+"""The measurements `bench.run` makes in child processes; each prints one JSON object on its last line.
 
-Run by `bench.run` as `python -m bench.probe resume|memory ...`; prints one JSON object on the last line.
-Import time is measured separately from the work, since it is the same for every thread length.
+- `long`: one thread of N turns (per-turn wall times, stored bytes sampled between turns, peak RSS), and
+  optionally a copy of the file with the thread paused at an approval at given lengths (for `resume`).
+- `resume`: a fresh process opens a copy, loads the paused thread and approves it.
+- `concurrency`: many async threads at once on one file, with a stall watchdog (a hung run is reported,
+  not waited on forever: a deadlocked executor thread cannot be stopped, so the child exits hard).
+- `memory`: a thread of N turns under tracemalloc (optional; `long` already reports peak RSS).
+
+Import time is measured apart from the work, since it is the same for every thread length.
 """
 
 from __future__ import annotations
@@ -11,17 +17,32 @@ import time
 _T_START = time.perf_counter()
 
 import argparse  # noqa: E402
+import asyncio  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import resource  # noqa: E402
+import sqlite3  # noqa: E402
 import sys  # noqa: E402
 import tracemalloc  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from dataclasses import asdict  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from langgraph.types import Command  # noqa: E402
 
-from bench.anchor import open_system  # noqa: E402
-from bench.scenarios import APPROVE, SYSTEMS, check_done, config, run_turn  # noqa: E402
+from bench.anchor import open_async_system, open_system  # noqa: E402
+from bench.scenarios import (  # noqa: E402
+    APPROVE,
+    SYSTEMS,
+    arun_turn,
+    check_done,
+    config,
+    run_turn,
+    start_paused,
+    stored_bytes,
+)
 
 _T_IMPORTED = time.perf_counter()
 
@@ -33,6 +54,64 @@ def _ms(seconds: float) -> float:
 def _rss_mb() -> float:
     """Peak resident set size of this process so far (Linux reports KiB)."""
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2)
+
+
+def copy_db(src: str | Path, dst: str | Path) -> None:
+    """A consistent copy of a live database (SQLite's backup API), WAL folded in."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{dst}{suffix}").unlink(missing_ok=True)
+    source, target = sqlite3.connect(str(src), timeout=10.0), sqlite3.connect(str(dst))
+    try:
+        source.backup(target)
+    finally:
+        source.close()
+        target.close()
+
+
+def warm_up(system: Any, db: str) -> None:
+    """First-use costs (lazy imports, schema building) paid on a scratch file before anything is timed."""
+    with open_system(system, db) as graph:
+        for turn, kind in enumerate(("read", "write"), start=1):
+            run_turn(system, graph, "warm", turn, kind)  # type: ignore[arg-type]
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+def long(
+    system: Any, kind: Any, db: str, lengths: list[int], sample_every: int, pause_at: list[int], copy_prefix: str
+) -> dict[str, Any]:
+    """One thread of max(lengths) turns. A turn paused for a copy is timed without the copy."""
+    last = max(lengths)
+    samples: dict[int, dict[str, int]] = {}
+    turn_s: list[float] = []
+    copies: dict[int, str] = {}
+    approvals = 0
+    warm_up(system, f"{db}.warm")
+    with open_system(system, db) as graph:
+        gc.collect()
+        before = _rss_mb()
+        for turn in range(1, last + 1):
+            if turn in pause_at:
+                started = time.perf_counter()
+                start_paused(system, graph, "long", turn)
+                first = time.perf_counter() - started
+                copies[turn] = f"{copy_prefix}-{turn}.sqlite"
+                copy_db(db, copies[turn])
+                started = time.perf_counter()
+                out = graph.invoke(Command(resume=APPROVE), config("long"), durability="sync")
+                check_done(system, out, turn)
+                turn_s.append(first + time.perf_counter() - started)
+                approvals += 1
+            else:
+                started = time.perf_counter()
+                approvals += run_turn(system, graph, "long", turn, kind)
+                turn_s.append(time.perf_counter() - started)
+            if turn % sample_every == 0 or turn in lengths:
+                samples[turn] = asdict(stored_bytes(db))
+    expected = last if kind == "write" else len(pause_at)
+    if approvals != expected:
+        raise AssertionError(f"{system}/{kind}: {approvals} approvals in {last} turns, expected {expected}")
+    return {"turn_s": turn_s, "samples": samples, "copies": copies, "rss_before_mb": before, "rss_peak_mb": _rss_mb()}
 
 
 def resume(system: Any, db: str, thread_id: str, turn: int) -> dict[str, Any]:
@@ -58,44 +137,118 @@ def resume(system: Any, db: str, thread_id: str, turn: int) -> dict[str, Any]:
     }
 
 
-def memory(system: Any, db: str, turns: int, kind: Any, trace: bool) -> dict[str, Any]:
-    """Run `turns` turns on one thread; report peak RSS and (with --trace) tracemalloc's peak."""
+def _is_lock_error(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return "locked" in text or "busy" in text
+
+
+async def concurrency(system: Any, db: str, threads: int, turns: int, stall_s: float, pool: int) -> dict[str, Any]:
+    """`threads` threads at once, `turns` approval turns each; stops at the first stall of `stall_s` seconds."""
+    if pool:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=pool))
+    errors: list[str] = []
+    lock_errors = 0
+    done_turns = 0
+    async with open_async_system(system, db) as graph:
+
+        async def one_thread(index: int) -> None:
+            nonlocal lock_errors, done_turns
+            for turn in range(1, turns + 1):
+                try:
+                    await arun_turn(system, graph, f"conc-{index}", turn, "write")
+                except Exception as exc:
+                    errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+                    lock_errors += _is_lock_error(exc)
+                    return
+                done_turns += 1
+
+        started = time.perf_counter()
+        work = asyncio.gather(*(one_thread(i) for i in range(threads)))
+        seen, quiet_since, hung = -1, time.perf_counter(), False
+        while not work.done():
+            await asyncio.wait([work], timeout=0.25)
+            if done_turns != seen:
+                seen, quiet_since = done_turns, time.perf_counter()
+            elif time.perf_counter() - quiet_since > stall_s:
+                hung = True
+                break
+        wall = (quiet_since if hung else time.perf_counter()) - started
+        result = {
+            "wall_s": round(wall, 4),
+            "turns": done_turns,
+            "turns_expected": threads * turns,
+            "turns_per_s": done_turns / wall if wall > 0 else 0.0,
+            "errors": len(errors),
+            "lock_errors": lock_errors,
+            "hung": hung,
+            "stall_s": stall_s,
+            "default_executor_workers": pool or min(32, (os.cpu_count() or 1) + 4),
+            "error_samples": sorted(set(errors))[:5],
+        }
+        if hung:
+            # Executor threads blocked forever cannot be joined; report and leave at once.
+            sys.stdout.write(json.dumps(result) + "\n")
+            sys.stdout.flush()
+            os._exit(0)
+    return result
+
+
+def memory(system: Any, db: str, turns: int, kind: Any) -> dict[str, Any]:
+    """Run `turns` turns on one thread under tracemalloc (started after imports and graph build)."""
     with open_system(system, db) as graph:
         gc.collect()
-        before = _rss_mb()
-        if trace:
-            tracemalloc.start()
+        tracemalloc.start()
         started = time.perf_counter()
         for turn in range(1, turns + 1):
             run_turn(system, graph, "mem", turn, kind)
         elapsed = time.perf_counter() - started
-        result: dict[str, Any] = {"rss_before_mb": before, "rss_peak_mb": _rss_mb(), "seconds": round(elapsed, 3)}
-        if trace:
-            current, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            result.update(tracemalloc_peak_mb=round(peak / 2**20, 2), tracemalloc_end_mb=round(current / 2**20, 2))
-    return result
+        current, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return {
+        "tracemalloc_peak_mb": round(peak / 2**20, 2),
+        "tracemalloc_end_mb": round(current / 2**20, 2),
+        "rss_peak_mb": _rss_mb(),
+        "seconds": round(elapsed, 3),
+    }
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.probe")
     sub = parser.add_subparsers(dest="what", required=True)
-    p_resume = sub.add_parser("resume")
-    p_resume.add_argument("--system", choices=SYSTEMS, required=True)
-    p_resume.add_argument("--db", required=True)
-    p_resume.add_argument("--thread", required=True)
-    p_resume.add_argument("--turn", type=int, required=True)
-    p_memory = sub.add_parser("memory")
-    p_memory.add_argument("--system", choices=SYSTEMS, required=True)
-    p_memory.add_argument("--db", required=True)
-    p_memory.add_argument("--turns", type=int, required=True)
-    p_memory.add_argument("--kind", choices=("read", "write"), default="write")
-    p_memory.add_argument("--trace", action="store_true")
+    for name in ("long", "resume", "concurrency", "memory"):
+        p = sub.add_parser(name)
+        p.add_argument("--system", choices=SYSTEMS, required=True)
+        p.add_argument("--db", required=True)
+    p = sub.choices["long"]
+    p.add_argument("--kind", choices=("read", "write"), required=True)
+    p.add_argument("--lengths", type=_ints, required=True)
+    p.add_argument("--sample-every", type=int, default=25)
+    p.add_argument("--pause-at", type=_ints, default=[])
+    p.add_argument("--copy-prefix", default="")
+    p = sub.choices["resume"]
+    p.add_argument("--thread", required=True)
+    p.add_argument("--turn", type=int, required=True)
+    p = sub.choices["concurrency"]
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--turns", type=int, required=True)
+    p.add_argument("--stall-s", type=float, default=15.0)
+    p.add_argument("--pool", type=int, default=0, help="default executor size (0: asyncio's default)")
+    p = sub.choices["memory"]
+    p.add_argument("--turns", type=int, required=True)
+    p.add_argument("--kind", choices=("read", "write"), default="write")
     args = parser.parse_args(argv)
-    if args.what == "resume":
+    if args.what == "long":
+        result = long(args.system, args.kind, args.db, args.lengths, args.sample_every, args.pause_at, args.copy_prefix)
+    elif args.what == "resume":
         result = resume(args.system, args.db, args.thread, args.turn)
+    elif args.what == "concurrency":
+        result = asyncio.run(concurrency(args.system, args.db, args.threads, args.turns, args.stall_s, args.pool))
     else:
-        result = memory(args.system, args.db, args.turns, args.kind, args.trace)
+        result = memory(args.system, args.db, args.turns, args.kind)
     sys.stdout.write(json.dumps(result) + "\n")
 
 

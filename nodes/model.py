@@ -7,6 +7,7 @@ the conversation, the model is asked again per `Limits.model_retries`, then the 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,7 @@ from langgraph.runtime import Runtime
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
 from gatedloop.nodes.streamed_args import invoke_capturing
+from gatedloop.tools.arguments import out_of_range
 
 log = logging.getLogger("gatedloop.model")
 
@@ -65,7 +67,28 @@ def check_response(message: BaseMessage, earlier_ids: set[str]) -> AIMessage:
         seen.add(call_id)
     if isinstance(message, AIMessageChunk):
         message = AIMessage(**message.model_dump(exclude={"type", "tool_call_chunks", "chunk_position"}))
-    return message
+    return _storable(message)
+
+
+def _storable(message: AIMessage) -> AIMessage:
+    """Calls whose arguments cannot be checkpointed (64-bit overflow) become invalid calls, kept as JSON text."""
+    bad = [c for c in message.tool_calls if out_of_range(c["args"])]
+    if not bad:
+        return message
+    invalid = [
+        {
+            "type": "invalid_tool_call",
+            "id": c["id"],
+            "name": c["name"],
+            "args": json.dumps(c["args"]),
+            "error": "integers must fit in 64 bits",
+        }
+        for c in bad
+    ]
+    valid = [c for c in message.tool_calls if c not in bad]
+    return message.model_copy(
+        update={"tool_calls": valid, "invalid_tool_calls": [*message.invalid_tool_calls, *invalid]}
+    )
 
 
 def _has_text(message: AIMessage) -> bool:

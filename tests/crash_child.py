@@ -12,6 +12,7 @@ thread stopped mid-run with `runs.resume(graph, tid)` (no answer), and answers u
     hold_before <key>        waiting on the gate file before recording the effect (--hold before)
     effect <key> <seq>       the effect is committed in effects.sqlite (the ledger does not know yet)
     hold_after <key>         waiting on the gate file after the effect (--hold after)
+    hold_ckpt <step>         waiting on the gate file before the checkpoint of a step (--hold ckpt)
     ckpt <n> / ckpt_done <n> a checkpoint is being written / was written
     writes <n> / writes_done <n>  pending writes (task results) are being written / were written
     busy                     `ThreadBusy`: another process holds the thread's lease (exit 3)
@@ -94,8 +95,12 @@ def _marked_effects(path: str, args: argparse.Namespace) -> Any:
     return MarkedEffects(path)
 
 
-def _mark_checkpoint_writes(saver: Any) -> None:
-    """Wrap this saver's put/put_writes so a parent can kill the child while checkpoints are written."""
+def _mark_checkpoint_writes(saver: Any, args: argparse.Namespace) -> None:
+    """Wrap this saver's put/put_writes so a parent can kill the child while checkpoints are written.
+
+    With `--hold ckpt --hold-step N` the checkpoint of step N waits on the gate file before it is written:
+    the step's task writes are saved, its checkpoint is not.
+    """
     counts = Counter[str]()
     for name, label in (("put", "ckpt"), ("put_writes", "writes")):
         original = getattr(saver, name)
@@ -105,6 +110,9 @@ def _mark_checkpoint_writes(saver: Any) -> None:
                 counts[_label] += 1
                 n = counts[_label]
             mark(_label, n)
+            if _label == "ckpt" and args.hold == "ckpt" and args.gate and a[2].get("step") == args.hold_step:
+                mark("hold_ckpt", args.hold_step)
+                _wait_for(args.gate)
             result = _original(*a, **kw)
             mark(f"{_label}_done", n)
             return result
@@ -192,7 +200,8 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--unknown", choices=["truthful", "done", "not_done", "abandon", "wait"], default="truthful")
     parser.add_argument("--delay-before", type=float, default=0.0, help="seconds inside a write, before the effect")
     parser.add_argument("--delay-after", type=float, default=0.0, help="seconds after the effect, before returning")
-    parser.add_argument("--hold", choices=["none", "before", "after"], default="none")
+    parser.add_argument("--hold", choices=["none", "before", "after", "ckpt"], default="none")
+    parser.add_argument("--hold-step", type=int, default=None, help="with --hold ckpt: the step whose checkpoint waits")
     parser.add_argument("--hold-call", action="append", default=[], help="hold only these call ids (default: all)")
     parser.add_argument("--gate", default=None, help="file whose existence releases a held write")
     parser.add_argument("--barrier", default=None, help="directory: write ready.<pid>, then wait for <dir>/go")
@@ -220,7 +229,7 @@ def child_main(argv: list[str] | None = None) -> int:
     effects = _marked_effects(args.effects, args)
     overrides = _overrides(args.reconcile)
     with open_sqlite(args.db) as saver:
-        _mark_checkpoint_writes(saver)
+        _mark_checkpoint_writes(saver, args)
         graph = build(saver, effects, **overrides)
         mark("ready", os.getpid())
         if args.barrier:

@@ -394,3 +394,21 @@ def test_statuses_are_distinct_and_documented():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     for status in STATUSES:
         assert f"`{status}`" in readme, status
+
+
+def test_integers_beyond_64_bits_are_refused_not_a_crash(db):
+    huge = 2**70
+    with open_sqlite(db) as saver:
+        graph, _, recorder = make(
+            saver, [reply(calls=[call("transfer", {"amount": huge, "to": "x"}, "w1")]), reply("ok")]
+        )
+        out = graph.invoke({"messages": [("user", "go")]}, CFG)
+        assert "__interrupt__" not in out and recorder.calls == []
+        assert err(answers(out)["w1"])["type"] == "invalid_arguments"
+        assert out["status"] == "completed"
+        graph, _, recorder = make(saver, [reply(calls=[call("transfer", {"amount": 1, "to": "x"}, "w2")]), reply("ok")])
+        cfg = {"configurable": {"thread_id": "g3"}}
+        graph.invoke({"messages": [("user", "go")]}, cfg)
+        edit = {"type": "edit", "edited_action": {"name": "transfer", "args": {"amount": huge, "to": "x"}}}
+        again = graph.invoke(Command(resume={"decisions": [edit]}), cfg)
+    assert "64 bits" in again["__interrupt__"][0].value["error"] and recorder.calls == []

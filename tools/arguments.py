@@ -60,6 +60,22 @@ def _object(value: Any) -> dict[str, Any]:
     return value
 
 
+INT64 = 2**63
+
+
+def out_of_range(value: Any) -> bool:
+    """Integers beyond 64 bits: valid JSON, but LangGraph's checkpoint serializer (msgpack) cannot store them."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not -INT64 <= value < INT64
+    if isinstance(value, dict):
+        return any(out_of_range(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(out_of_range(v) for v in value)
+    return False
+
+
 def canonical(value: Any) -> Any:
     """Normalize for comparison: sorted keys (via json), equal numbers equal (1 == 1.0), NaN kept distinct."""
     if isinstance(value, dict):

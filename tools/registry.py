@@ -16,7 +16,7 @@ from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from gatedloop.tools import errors
-from gatedloop.tools.arguments import ArgumentsError, parse_arguments
+from gatedloop.tools.arguments import ArgumentsError, out_of_range, parse_arguments
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 log = logging.getLogger("gatedloop.tools")
@@ -83,6 +83,8 @@ class ToolRegistry:
             parsed = parse_arguments(raw_args, strict=policy.strict)
         except ArgumentsError as exc:
             return Refusal("invalid_arguments", errors.INVALID_JSON.format(detail=exc))
+        if out_of_range(parsed.args):
+            return Refusal("invalid_arguments", errors.SCHEMA_MISMATCH.format(detail="integers must fit in 64 bits"))
         problem = self._schema_problem(name, parsed.args)
         if problem:
             return Refusal("invalid_arguments", errors.SCHEMA_MISMATCH.format(detail=problem))

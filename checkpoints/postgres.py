@@ -1,0 +1,350 @@
+"""Postgres for more than one machine: LangGraph's `PostgresSaver`, the ledger beside it, and a lease.
+
+`open_postgres(url)` yields a `GatedPostgresSaver`: the checkpointer (set up), `.ledger` (a `PostgresLedger`,
+same tables and same semantics as `SqliteLedger`, in the same database) and `.lease(thread_id)`, the thread's
+lease for `gatedloop.graph.runs`. SQLite's file lock becomes a session-level advisory lock
+(`pg_try_advisory_lock`) held on a connection of its own: the server drops it when that session ends, however
+the holder ends, so a SIGKILLed process never blocks the next one. The ledger's unique row per
+(thread, call id) is, as with SQLite, the whole at-most-once story: `INSERT ... ON CONFLICT DO NOTHING` has
+one winner across processes and hosts.
+
+Tables are created once, under an advisory lock, because `CREATE TABLE IF NOT EXISTS` (and LangGraph's
+migrations) can fail when two processes run them on a fresh database at the same moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, suppress
+from typing import Any
+
+import psycopg
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg import Connection
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import DictRow, dict_row, tuple_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from gatedloop.checkpoints.lease import ThreadBusy
+from gatedloop.checkpoints.ledger import LedgerEntry, Outcome, current_claimant, idempotency_key
+
+URL_PREFIXES = ("postgresql://", "postgres://")
+
+LEDGER_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS gatedloop_ledger (
+        thread_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args_digest TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('claimed', 'done', 'failed', 'abandoned')),
+        result TEXT,
+        claimed_at DOUBLE PRECISION NOT NULL,
+        finished_at DOUBLE PRECISION,
+        attempts INTEGER NOT NULL DEFAULT 1,
+        claimant TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (thread_id, call_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS gatedloop_audit (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        event TEXT NOT NULL,
+        actor TEXT,
+        at DOUBLE PRECISION NOT NULL,
+        detail TEXT NOT NULL,
+        UNIQUE (thread_id, call_id, event)
+    )""",
+    """CREATE TABLE IF NOT EXISTS gatedloop_cancel (
+        thread_id TEXT PRIMARY KEY,
+        requested_at DOUBLE PRECISION NOT NULL
+    )""",
+)
+
+ENTRY_COLUMNS = (
+    "thread_id, call_id, tool, args_digest, idempotency_key, state, result, claimed_at, finished_at, attempts, claimant"
+)
+
+CONNECT_TIMEOUT_S = 10
+SETUP_LOCK_KEY = int.from_bytes(hashlib.sha256(b"gatedloop:setup").digest()[:8], "big", signed=True)
+LEASE_POLL_S = 0.05
+# The lease's session must die soon after its holder does, also when the holder's host vanishes without
+# closing the socket: TCP keepalives on both ends (about 25 s), and no idle timeout on the held session.
+LEASE_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+LEASE_SERVER_OPTIONS = (
+    "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 -c idle_session_timeout=0"
+)
+
+
+def is_postgres_url(target: str) -> bool:
+    """Whether a `--db` / `GATEDLOOP_DB` value names a Postgres database rather than a SQLite file."""
+    return target.startswith(URL_PREFIXES)
+
+
+def lease_key(thread_id: str) -> int:
+    """The advisory-lock key of a thread: 64 bits of a hash, namespaced so other users of advisory locks
+    in the same database are unlikely to collide with it (a collision only makes a thread look busy)."""
+    return int.from_bytes(hashlib.sha256(f"gatedloop:lease:{thread_id}".encode()).digest()[:8], "big", signed=True)
+
+
+def _with_defaults(url: str, **defaults: Any) -> str:
+    """The URL with `defaults` for the parameters it does not set itself."""
+    given = conninfo_to_dict(url)
+    return make_conninfo(url, **{k: v for k, v in defaults.items() if k not in given})
+
+
+def _lease_conninfo(url: str) -> str:
+    given = conninfo_to_dict(url)
+    options = " ".join(part for part in (str(given.get("options") or ""), LEASE_SERVER_OPTIONS) if part)
+    return make_conninfo(
+        _with_defaults(url, connect_timeout=CONNECT_TIMEOUT_S, application_name="gatedloop-lease", **LEASE_KEEPALIVES),
+        options=options,
+    )
+
+
+@contextmanager
+def hold_lease(url: str, thread_id: str, *, wait_s: float = 0.0) -> Iterator[None]:
+    """Hold the thread's advisory lock for the block on a connection of its own; ThreadBusy if another
+    session holds it for longer than `wait_s`. Two holders in one process exclude each other too."""
+    key = lease_key(thread_id)
+    with psycopg.connect(_lease_conninfo(url), autocommit=True) as conn:
+        deadline = time.monotonic() + wait_s
+        while True:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            if row is not None and row[0]:
+                break
+            if time.monotonic() >= deadline:
+                raise ThreadBusy(thread_id)
+            time.sleep(LEASE_POLL_S)
+        try:
+            yield
+        finally:
+            # closing the session releases the lock anyway; unlocking first keeps a session-pooling proxy honest
+            with suppress(psycopg.Error):
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def prepare_database(url: str, *, checkpoints: bool = True) -> None:
+    """Create the ledger tables (and run LangGraph's checkpoint migrations if `checkpoints`), one process
+    at a time. Connection errors surface here with the server's own message."""
+    target = _with_defaults(url, connect_timeout=CONNECT_TIMEOUT_S, application_name="gatedloop-setup")
+    with Connection.connect(target, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (SETUP_LOCK_KEY,))
+        try:
+            if checkpoints:
+                PostgresSaver(conn).setup()
+            for statement in LEDGER_SCHEMA:
+                conn.execute(statement)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
+
+
+def _saver_pool(url: str, max_size: int) -> ConnectionPool[Connection[DictRow]]:
+    """Connections as LangGraph's `PostgresSaver` expects them (autocommit, dict rows), checked on loan so a
+    server restart costs a reconnect, not an error."""
+    return ConnectionPool(
+        _with_defaults(url, connect_timeout=CONNECT_TIMEOUT_S, application_name="gatedloop"),
+        connection_class=Connection[DictRow],
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        min_size=1,
+        max_size=max_size,
+        check=ConnectionPool.check_connection,
+        open=False,
+        name="gatedloop",
+    )
+
+
+class PostgresLedger:
+    """Ledger, audit trail and cancel flags in Postgres, with `SqliteLedger`'s semantics statement for statement.
+
+    Every operation is one autocommitted statement, so each is atomic by itself; under READ COMMITTED a
+    concurrent `INSERT ... ON CONFLICT DO NOTHING` waits for the other inserter and then does nothing, and a
+    conditional `UPDATE` re-checks its condition on the row another one just changed.
+    """
+
+    def __init__(self, conn: str | ConnectionPool[Any], *, setup: bool = True, max_size: int = 4):
+        if isinstance(conn, str):
+            if setup:
+                prepare_database(conn, checkpoints=False)
+            self._pool: ConnectionPool[Any] = _saver_pool(conn, max_size)
+            self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+            self._owns_pool = True
+        else:
+            self._pool = conn
+            self._owns_pool = False
+
+    def close(self) -> None:
+        if self._owns_pool:
+            self._pool.close()
+
+    def _execute(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(query, params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def _count(self, query: str, params: tuple[Any, ...]) -> int:
+        with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(query, params)
+            return cur.rowcount
+
+    def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]:
+        """Claim the right to start this call. Returns (True, entry) for the one winner, else the existing row."""
+        key = idempotency_key(thread_id, call_id)
+        inserted = self._execute(
+            "INSERT INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key, state, claimed_at,"
+            " claimant) VALUES (%s, %s, %s, %s, %s, 'claimed', %s, %s)"
+            f" ON CONFLICT (thread_id, call_id) DO NOTHING RETURNING {ENTRY_COLUMNS}",
+            (thread_id, call_id, tool, args_digest, key, time.time(), current_claimant()),
+        )
+        if inserted:
+            return True, LedgerEntry(*inserted[0])
+        entry = self.get(thread_id, call_id)
+        assert entry is not None
+        return False, entry
+
+    def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool:
+        """Allow one more start of a call known not to have happened; of two resumers only one wins."""
+        return (
+            self._count(
+                "UPDATE gatedloop_ledger SET attempts=attempts+1, claimed_at=%s, claimant=%s "
+                "WHERE thread_id=%s AND call_id=%s AND state='claimed' AND attempts=%s",
+                (time.time(), current_claimant(), thread_id, call_id, seen_attempts),
+            )
+            == 1
+        )
+
+    def finish(self, thread_id: str, call_id: str, outcome: Outcome, result: Any) -> None:
+        """Record the outcome once; a second finish of the same call is ignored."""
+        self._count(
+            "UPDATE gatedloop_ledger SET state=%s, result=%s, finished_at=%s "
+            "WHERE thread_id=%s AND call_id=%s AND state='claimed'",
+            (outcome, json.dumps(result, ensure_ascii=False, default=str), time.time(), thread_id, call_id),
+        )
+
+    def get(self, thread_id: str, call_id: str) -> LedgerEntry | None:
+        rows = self._execute(
+            f"SELECT {ENTRY_COLUMNS} FROM gatedloop_ledger WHERE thread_id=%s AND call_id=%s", (thread_id, call_id)
+        )
+        return LedgerEntry(*rows[0]) if rows else None
+
+    def entries(self, thread_id: str) -> list[LedgerEntry]:
+        rows = self._execute(
+            f"SELECT {ENTRY_COLUMNS} FROM gatedloop_ledger WHERE thread_id=%s ORDER BY claimed_at", (thread_id,)
+        )
+        return [LedgerEntry(*row) for row in rows]
+
+    def record(
+        self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None
+    ) -> None:
+        """Append an audit event; the same (call, event) is kept once, so re-run nodes do not duplicate it."""
+        self._count(
+            "INSERT INTO gatedloop_audit (thread_id, call_id, event, actor, at, detail) VALUES (%s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (thread_id, call_id, event) DO NOTHING",
+            (thread_id, call_id, event, actor, time.time(), json.dumps(detail, ensure_ascii=False, default=str)),
+        )
+
+    def audit(self, thread_id: str) -> list[dict[str, Any]]:
+        rows = self._execute(
+            "SELECT call_id, event, actor, at, detail FROM gatedloop_audit WHERE thread_id=%s ORDER BY seq",
+            (thread_id,),
+        )
+        return [{"call_id": c, "event": e, "actor": a, "at": at, "detail": json.loads(d)} for c, e, a, at, d in rows]
+
+    def request_cancel(self, thread_id: str) -> None:
+        self._count(
+            "INSERT INTO gatedloop_cancel (thread_id, requested_at) VALUES (%s, %s)"
+            " ON CONFLICT (thread_id) DO UPDATE SET requested_at=EXCLUDED.requested_at",
+            (thread_id, time.time()),
+        )
+
+    def cancel_requested(self, thread_id: str) -> bool:
+        return bool(self._execute("SELECT 1 FROM gatedloop_cancel WHERE thread_id=%s", (thread_id,)))
+
+    def clear_cancel(self, thread_id: str) -> None:
+        self._count("DELETE FROM gatedloop_cancel WHERE thread_id=%s", (thread_id,))
+
+    def thread_ids(self) -> list[str]:
+        """Threads with a checkpoint, oldest activity first (as `checkpoints.threads.thread_ids` for SQLite)."""
+        rows = self._execute(
+            "SELECT thread_id FROM checkpoints WHERE checkpoint_ns='' GROUP BY thread_id ORDER BY MAX(checkpoint_id)",
+            (),
+        )
+        return [row[0] for row in rows]
+
+
+class GatedPostgresSaver(PostgresSaver):
+    """LangGraph's `PostgresSaver` on a connection pool, plus the ledger in the same database and the lease."""
+
+    ledger: PostgresLedger
+    url: str
+
+    def lease(self, thread_id: str, *, wait_s: float = 0.0) -> AbstractContextManager[None]:
+        """The thread's lease (a context manager); see `hold_lease`."""
+        return hold_lease(self.url, thread_id, wait_s=wait_s)
+
+    def thread_ids(self) -> list[str]:
+        return self.ledger.thread_ids()
+
+
+class GatedAsyncPostgresSaver(AsyncPostgresSaver):
+    """LangGraph's `AsyncPostgresSaver`, plus the (synchronous, as the nodes call it) ledger and the lease."""
+
+    ledger: PostgresLedger
+    url: str
+
+    def lease(self, thread_id: str, *, wait_s: float = 0.0) -> AbstractContextManager[None]:
+        return hold_lease(self.url, thread_id, wait_s=wait_s)
+
+    def thread_ids(self) -> list[str]:
+        return self.ledger.thread_ids()
+
+
+@contextmanager
+def open_postgres(url: str, *, max_size: int = 8) -> Iterator[GatedPostgresSaver]:
+    """A synchronous Postgres checkpointer on `url` (tables created if missing), with its ledger and lease.
+
+    `max_size` bounds this process's pooled connections (checkpoints and ledger share them); each held
+    lease takes one more connection of its own.
+    """
+    prepare_database(url)
+    pool = _saver_pool(url, max_size)
+    pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+    try:
+        saver = GatedPostgresSaver(pool)
+        saver.ledger, saver.url = PostgresLedger(pool, setup=False), url
+        yield saver
+    finally:
+        pool.close()
+
+
+@asynccontextmanager
+async def open_async_postgres(url: str, *, max_size: int = 8) -> AsyncIterator[GatedAsyncPostgresSaver]:
+    """The async twin of `open_postgres`, for `ainvoke`/`astream`: checkpoints on an async pool; the ledger
+    (called from the nodes, which are synchronous) on a small synchronous pool of its own."""
+    await asyncio.to_thread(prepare_database, url)
+    pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] = AsyncConnectionPool(
+        _with_defaults(url, connect_timeout=CONNECT_TIMEOUT_S, application_name="gatedloop"),
+        connection_class=psycopg.AsyncConnection[DictRow],
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        min_size=1,
+        max_size=max_size,
+        check=AsyncConnectionPool.check_connection,
+        open=False,
+        name="gatedloop-async",
+    )
+    await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+    ledger: PostgresLedger | None = None
+    try:
+        ledger = await asyncio.to_thread(PostgresLedger, url, setup=False)
+        saver = GatedAsyncPostgresSaver(pool)
+        saver.ledger, saver.url = ledger, url
+        yield saver
+    finally:
+        if ledger is not None:
+            ledger.close()
+        await pool.close()
