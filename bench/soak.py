@@ -25,6 +25,7 @@ if __package__ in (None, ""):
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import os
 import re
@@ -186,6 +187,8 @@ class Soak:
             if hung:
                 report = self.report(wall, hung=True, ledger=None)
                 emit(report, self.args.json)
+                if self.args.dump_on_hang:
+                    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
                 os._exit(2)
             ledger = Counter(e.state for i in range(self.args.threads) for e in saver.ledger.entries(f"soak-{i}"))
             with_wal = file_bytes(self.db)
@@ -266,6 +269,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", default=None, help="write the full report (with all RSS samples) here")
     parser.add_argument("--sample-s", type=float, default=2.0, help="RSS sampling period")
     parser.add_argument("--stall-s", type=float, default=60.0, help="report a hang after this long with no turn done")
+    parser.add_argument("--dump-on-hang", action="store_true", help="print every thread's stack when hung")
     return parser.parse_args(argv)
 
 

@@ -20,6 +20,7 @@ from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import validate_thread_id
 from gatedloop.nodes.hitl import InvalidDecision, check_decisions
 from gatedloop.nodes.unknown import check_unknown_answer
+from gatedloop.tools.arguments import out_of_range
 from gatedloop.tools.policy import CallContext
 
 STREAM_MODES: list[StreamMode] = ["updates", "custom"]
@@ -40,6 +41,9 @@ def pending_request(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: st
 
 def check_answer(request: dict[str, Any], answer: Any) -> None:
     """Raise InvalidDecision if `answer` cannot be applied to `request`."""
+    if out_of_range(answer if isinstance(answer, dict) else {}):
+        # LangGraph stores the resume value in the checkpoint before any node sees it; msgpack cannot.
+        raise InvalidDecision("integers in the answer must fit in 64 bits")
     if request.get("kind") == "unknown_outcome":
         check_unknown_answer(answer, len(request.get("calls", [])))
     else:

@@ -5,7 +5,7 @@ no URL, or without the `postgres` extra installed, the Postgres tests are skippe
 and FAIL under CI (`CI=true`): a skip must not hide a missing server there.
 
 Run as a script (`python tests/pg_server.py --db env --effects ... --thread ...`, tests/ on PYTHONPATH) it is
-`crash_child.py` on Postgres: the same options, markers and driving (`crash_child.drive`), with the
+`crash_child.py` on Postgres: the same options, markers and driving (its `child_main`), with the
 checkpointer from `open_postgres`. `--db env` reads the URL from `GATEDLOOP_TEST_PG_URL`, so the password
 stays out of the process list. `python tests/pg_server.py claim ...` races ledger claims instead.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -90,22 +91,25 @@ def _resolve_url(value: str) -> str:
 
 
 def child_main(argv: list[str]) -> int:
-    """crash_child's child, on Postgres."""
-    import crash_child
-    from sample_app import build
+    """crash_child's child, on Postgres: its `child_main` as it is, with `open_sqlite` opening Postgres.
 
+    Reusing the whole child (rather than its private helpers) keeps every option and marker it has, and
+    keeps working when those helpers change."""
+    import crash_child
+
+    import gatedloop.checkpoints
     from gatedloop.checkpoints.postgres import open_postgres
 
-    args = crash_child.child_parser().parse_args(argv)
-    effects = crash_child._marked_effects(args.effects, args)
-    with open_postgres(_resolve_url(args.db)) as saver:
-        crash_child._mark_checkpoint_writes(saver)
-        graph = build(saver, effects, **crash_child._overrides(args.reconcile))
-        crash_child.mark("ready", os.getpid())
-        if args.barrier:
-            Path(args.barrier, f"ready.{os.getpid()}").touch()
-            crash_child._wait_for(os.path.join(args.barrier, "go"))
-        return int(crash_child.drive(graph, effects, args))
+    def open_test_postgres(db: str) -> Any:
+        return open_postgres(_resolve_url(db))
+
+    gatedloop.checkpoints.open_sqlite = open_test_postgres  # type: ignore[assignment]
+    return int(crash_child.child_main(argv))
+
+
+def _wait_for(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.005)
 
 
 def claim_main(argv: list[str]) -> int:
@@ -126,7 +130,7 @@ def claim_main(argv: list[str]) -> int:
     try:
         crash_child.mark("ready", os.getpid())
         Path(args.barrier, f"ready.{os.getpid()}").touch()
-        crash_child._wait_for(os.path.join(args.barrier, "go"))
+        _wait_for(os.path.join(args.barrier, "go"))
         for index in range(args.calls):
             call_id = f"c{index}"
             if args.reclaim is None:

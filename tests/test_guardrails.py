@@ -17,6 +17,7 @@ from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.threads import InvalidThreadId, validate_thread_id
 from gatedloop.graph import Limits, build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.tools import CallContext, ToolPolicy
 from gatedloop.tools.results import TRUNCATION_MARKER
 
@@ -410,5 +411,7 @@ def test_integers_beyond_64_bits_are_refused_not_a_crash(db):
         cfg = {"configurable": {"thread_id": "g3"}}
         graph.invoke({"messages": [("user", "go")]}, cfg)
         edit = {"type": "edit", "edited_action": {"name": "transfer", "args": {"amount": huge, "to": "x"}}}
-        again = graph.invoke(Command(resume={"decisions": [edit]}), cfg)
-    assert "64 bits" in again["__interrupt__"][0].value["error"] and recorder.calls == []
+        with pytest.raises(InvalidDecision, match="64 bits"):
+            runs.resume(graph, "g3", {"decisions": [edit]})
+        out = runs.resume(graph, "g3", {"decisions": [{"type": "approve"}]})
+    assert out["status"] == "completed" and recorder.calls == [("transfer", {"amount": 1, "to": "x"})]
