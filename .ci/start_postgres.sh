@@ -67,6 +67,20 @@ fi
 ready() { "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" -t 1 >/dev/null 2>&1; }
 ours_running() { as_owner "$BIN/pg_ctl" status -D "$DATA" >/dev/null 2>&1; }
 
+# A server that was SIGKILLed leaves postmaster.pid behind; if its pid is gone, a zombie (nobody reaps it
+# when PID 1 does not) or some other program, pg_ctl and postgres would both take it for a live server.
+clear_stale_pid() {
+    local pidfile="$DATA/postmaster.pid" pid state comm
+    [[ -f "$pidfile" ]] || return 0
+    pid=$(head -n 1 "$pidfile")
+    state=$(sed -E 's/^.*\) ([A-Za-z]).*$/\1/' "/proc/$pid/stat" 2>/dev/null || true)
+    comm=$(cat "/proc/$pid/comm" 2>/dev/null || true)
+    if [[ -z "$state" || "$state" == Z || "$comm" != postgres* ]]; then
+        rm -f "$pidfile"
+    fi
+}
+
+clear_stale_pid
 if ! ours_running; then
     if ready; then
         die "port $PORT on 127.0.0.1 is taken by a server that is not ours ($DATA); set GATEDLOOP_PG_PORT"
@@ -95,7 +109,10 @@ EOF
     fi
     touch "$LOG"
     chown "$OWNER" "$LOG"
-    as_owner "$BIN/pg_ctl" start -D "$DATA" -l "$LOG" -w -t 60 -s >/dev/null || die "the server did not start"
+    # a second try: backends orphaned by a killed server hold its shared memory until they notice and exit
+    as_owner "$BIN/pg_ctl" start -D "$DATA" -l "$LOG" -w -t 60 -s >/dev/null 2>&1 \
+        || { sleep 2 && as_owner "$BIN/pg_ctl" start -D "$DATA" -l "$LOG" -w -t 60 -s >/dev/null; } \
+        || die "the server did not start"
 fi
 
 for _ in $(seq 1 100); do

@@ -34,8 +34,13 @@ VARIANTS: dict[str, str] = {
     "cancel": "clear_cancel deletes only when a cancel row exists (checkpoints/ledger.py, nodes/model.py)",
     "versions": "compact channel versions in GatedSqliteSaver.get_next_version (checkpoints/sqlite.py)",
     "pool": "build_graph(...).with_config(max_concurrency=...) sized for a turn's calls (graph/build.py)",
+    "callback": "ToolArgumentChunks.on_chat_model_start as a no-op, so LangChain does not stringify the history "
+    "for it on every model call (nodes/streamed_args.py)",
 }
-COMBOS = {"all": ["fold", "no_empty", "snapshot", "ledger_sync", "cancel", "versions", "pool"]}
+COMBOS = {
+    "all": ["fold", "no_empty", "snapshot", "ledger_sync", "cancel", "versions", "pool", "callback"],
+    "all_but_versions": ["fold", "no_empty", "snapshot", "ledger_sync", "cancel", "pool", "callback"],
+}
 
 
 # --- the patches -------------------------------------------------------------------------------------
@@ -131,12 +136,8 @@ def apply(variants: list[str]) -> None:
         elif name == "versions":
 
             def next_version(self: Any, current: Any, channel: Any) -> str:
-                if current is None:
-                    number = 0
-                elif isinstance(current, int):
-                    number = current
-                else:
-                    number = int(str(current).split(".")[0], 16 if len(str(current).split(".")[0]) < 32 else 10)
+                """Fresh files only: 8 hex digits, no random suffix (old 50-char versions would compare wrongly)."""
+                number = 0 if current is None else int(current) if isinstance(current, int) else int(current, 16)
                 return f"{number + 1:08x}"
 
             for cls in (sqlite.GatedSqliteSaver, sqlite.GatedAsyncSqliteSaver):
@@ -154,6 +155,10 @@ def apply(variants: list[str]) -> None:
             import gatedloop.graph as graph_pkg
 
             graph_pkg.build_graph = build_graph
+        elif name == "callback":
+            from gatedloop.nodes import streamed_args
+
+            streamed_args.ToolArgumentChunks.on_chat_model_start = lambda self, *a, **k: None  # type: ignore[method-assign]
         elif name != "baseline":
             raise SystemExit(f"unknown variant {name!r}")
 
@@ -174,11 +179,13 @@ def measure(variants: list[str], turns: int, kind: str) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gatedloop-exp-"))
     db = work / "exp.sqlite"
     turn_ms: list[float] = []
+    turn_cpu_ms: list[float] = []
     with anchor.open_system("gatedloop", db) as graph:
         for turn in range(1, turns):
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             run_turn("gatedloop", graph, "x", turn, kind)  # type: ignore[arg-type]
             turn_ms.append((time.perf_counter() - started) * 1000)
+            turn_cpu_ms.append((time.process_time() - cpu) * 1000)
         start_paused("gatedloop", graph, "x", turns)
     stored = stored_bytes(db)
     copy = work / "copy.sqlite"
@@ -205,6 +212,7 @@ def measure(variants: list[str], turns: int, kind: str) -> dict[str, Any]:
         "turns": turns,
         "kind": kind,
         "mean_ms_per_turn": {str(n): round(sum(turn_ms[:n]) / n, 2) for n in marks},
+        "cpu_mean_ms_per_turn": {str(n): round(sum(turn_cpu_ms[:n]) / n, 2) for n in marks},
         "last25_ms_per_turn": round(sum(turn_ms[-25:]) / len(turn_ms[-25:]), 2),
         "blob_bytes": stored.blob_bytes,
         "file_bytes": stored.file_bytes,

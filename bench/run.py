@@ -118,8 +118,8 @@ def bench_long(plan: Plan, work: Path) -> tuple[list[dict[str, Any]], dict[str, 
                     paused[system] = {int(n): path for n, path in result["copies"].items()}
                 result["samples"] = {int(n): v for n, v in result["samples"].items()}
                 runs.append({"system": system, "kind": kind, "rep": rep, **result})
-                total = sum(result["turn_s"])
-                log(f"long thread {system}/{kind} rep {rep + 1}: {total:.1f}s in turns, rss {result['rss_peak_mb']} MB")
+                wall, cpu = sum(result["turn_s"]), sum(result["turn_cpu_s"])
+                log(f"long thread {system}/{kind} rep {rep + 1}: {wall:.1f}s wall, {cpu:.1f}s CPU in turns")
                 _remove_db(db)
     return runs, paused
 
@@ -176,12 +176,17 @@ def _timing_at(runs: list[dict[str, Any]], n: int) -> dict[str, Any]:
     w = window(n)
     cumulative = [sum(r["turn_s"][:n]) / n * 1000 for r in runs]
     recent = [sum(r["turn_s"][n - w : n]) / w * 1000 for r in runs]
+    cpu = [sum(r["turn_cpu_s"][:n]) / n * 1000 for r in runs]
+    cpu_recent = [sum(r["turn_cpu_s"][n - w : n]) / w * 1000 for r in runs]
     return {
         "mean_ms_per_turn": median(cumulative),
         "window_ms_per_turn": median(recent),
+        "cpu_mean_ms_per_turn": median(cpu),
+        "cpu_window_ms_per_turn": median(cpu_recent),
         "window_turns": w,
         "runs_mean_ms": [round(x, 3) for x in cumulative],
         "runs_window_ms": [round(x, 3) for x in recent],
+        "runs_cpu_mean_ms": [round(x, 3) for x in cpu],
     }
 
 
@@ -343,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
             results.update(summarize_long(plan, runs))
             results["raw_turn_ms"] = {
                 f"{r['system']}/{r['kind']}/{r['rep']}": [round(t * 1000, 3) for t in r["turn_s"]] for r in runs
+            }
+            results["raw_turn_cpu_ms"] = {
+                f"{r['system']}/{r['kind']}/{r['rep']}": [round(t * 1000, 3) for t in r["turn_cpu_s"]] for r in runs
             }
             log(f"resume in a fresh process at {plan.resume_lengths} turns, {plan.resume_trials} trials")
             results["resume"] = bench_resume(plan, work, paused)

@@ -102,12 +102,21 @@ def current_claimant() -> str:
 
 
 def claimant_alive(claimant: str) -> bool:
-    """Whether the process that made a claim may still be running (unknown hosts count as alive)."""
+    """Whether the process that made a claim may still be running (unknown hosts count as alive; a killed
+    process not yet reaped by its parent, a zombie, is dead)."""
     host, _, rest = claimant.partition(":")
     pid_text, _, _ = rest.partition(":")
     if host != socket.gethostname() or not pid_text.isdigit():
         return True
-    return _process_identity(int(pid_text)) == claimant
+    return _process_identity(int(pid_text)) == claimant and _process_state(int(pid_text)) not in ("Z", "X")
+
+
+def _process_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 def idempotency_key(thread_id: str, call_id: str) -> str:

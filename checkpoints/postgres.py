@@ -73,6 +73,7 @@ ENTRY_COLUMNS = (
 CONNECT_TIMEOUT_S = 10
 SETUP_LOCK_KEY = int.from_bytes(hashlib.sha256(b"gatedloop:setup").digest()[:8], "big", signed=True)
 LEASE_POLL_S = 0.05
+SETUP_WAIT_S = 120.0
 # The lease's session must die soon after its holder does, also when the holder's host vanishes without
 # closing the socket: TCP keepalives on both ends (about 25 s), and no idle timeout on the held session.
 LEASE_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
@@ -114,10 +115,7 @@ def hold_lease(url: str, thread_id: str, *, wait_s: float = 0.0) -> Iterator[Non
     key = lease_key(thread_id)
     with psycopg.connect(_lease_conninfo(url), autocommit=True) as conn:
         deadline = time.monotonic() + wait_s
-        while True:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-            if row is not None and row[0]:
-                break
+        while not _try_lock(conn, key):
             if time.monotonic() >= deadline:
                 raise ThreadBusy(thread_id)
             time.sleep(LEASE_POLL_S)
@@ -129,12 +127,23 @@ def hold_lease(url: str, thread_id: str, *, wait_s: float = 0.0) -> Iterator[Non
                 conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
+def _try_lock(conn: Connection[Any], key: int) -> bool:
+    row = conn.execute("SELECT pg_try_advisory_lock(%s) AS locked", (key,)).fetchone()
+    return bool(row is not None and (row["locked"] if isinstance(row, dict) else row[0]))
+
+
 def prepare_database(url: str, *, checkpoints: bool = True) -> None:
     """Create the ledger tables (and run LangGraph's checkpoint migrations if `checkpoints`), one process
     at a time. Connection errors surface here with the server's own message."""
     target = _with_defaults(url, connect_timeout=CONNECT_TIMEOUT_S, application_name="gatedloop-setup")
     with Connection.connect(target, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (SETUP_LOCK_KEY,))
+        # Poll rather than wait in `pg_advisory_lock`: a waiter blocked inside a statement holds a snapshot,
+        # the holder's `CREATE INDEX CONCURRENTLY` waits for that snapshot, and the server reports a deadlock.
+        deadline = time.monotonic() + SETUP_WAIT_S
+        while not _try_lock(conn, SETUP_LOCK_KEY):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"another process has been setting up the database for {SETUP_WAIT_S:.0f}s")
+            time.sleep(LEASE_POLL_S)
         try:
             if checkpoints:
                 PostgresSaver(conn).setup()

@@ -58,7 +58,9 @@ def describe_thread(graph: CompiledStateGraph, thread_id: str) -> ThreadSummary:
         )
         label = "waiting for approval" if kind == "approval" else "waiting: write outcome unknown"
         return ThreadSummary(thread_id, "waiting", label, count)
-    if snapshot.next:
+    if snapshot.next or (count and not values.get("status")):
+        # No status yet: a process stopped mid-run (if it died after a step's writes but before the step's
+        # checkpoint, LangGraph shows no next node, yet the thread resumes from those writes).
         return ThreadSummary(
             thread_id, "interrupted", f"stopped before {', '.join(snapshot.next)}; resume to go on", count
         )

@@ -145,7 +145,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     with open_app(args.db) as (graph, _):
         request = runs.pending_request(graph, thread_id)
         answer = resume_answer(args, request) if request else None
-        if request is None and not graph.get_state(runs.config_for(thread_id)).next:
+        if request is None and describe_thread(graph, thread_id).status != "interrupted":
             print(f"thread {thread_id} has nothing to resume")
             return settle(graph, thread_id, args)
         emit(runs.stream_resume(graph, thread_id, answer), args.json)

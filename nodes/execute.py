@@ -17,11 +17,8 @@ from langchain_core.messages import ToolMessage
 from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
-from langgraph.types import interrupt
 
-from gatedloop.checkpoints.ledger import claimant_alive, current_claimant
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
-from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.parts import (
     LoopParts,
     call_context,
@@ -29,14 +26,8 @@ from gatedloop.nodes.parts import (
     error_message,
     result_message,
 )
-from gatedloop.nodes.running import Outcome, run_read, run_write, start_write, still_running_here, stored_outcome
-from gatedloop.nodes.unknown import (
-    CANNOT_TELL,
-    check_unknown_answer,
-    reconcile,
-    reconciled_outcome,
-    unknown_request,
-)
+from gatedloop.nodes.running import Outcome, run_read, run_write
+from gatedloop.nodes.unknown import settle_unknown
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest, digest, fingerprint
 
@@ -52,20 +43,10 @@ def make_execute_node(parts: LoopParts):
     def write(thread_id: str, plan: CallPlan) -> Outcome:
         return _reported(plan, lambda: run_write(parts.registry, parts.ledger, thread_id, plan, max_chars))
 
-    def rerun(thread_id: str, plan: CallPlan, attempts: int) -> Outcome | None:
-        """Run again a write known not to have happened; its recorded outcome if it finished meanwhile;
-        None if another process took it first."""
-        if not parts.ledger.reclaim(thread_id, plan["id"], attempts):
-            entry = parts.ledger.get(thread_id, plan["id"])
-            return stored_outcome(entry.state, entry.result) if entry and entry.state != "claimed" else None
-        parts.ledger.record(thread_id, plan["id"], f"rerun_{attempts + 1}", {"attempt": attempts + 1})
-        return start_write(parts.registry, parts.ledger, thread_id, plan, max_chars, attempts + 1)
-
     # One LangGraph task per call: a finished call's result is kept in the checkpoint and never re-run.
     # (cast: langgraph's `task` overloads do not type-check a plain sync function under mypy.)
     read_task: Any = task(name="tool_read")(cast(Any, read))
     write_task: Any = task(name="tool_write")(cast(Any, write))
-    rerun_task: Any = task(name="tool_write_retry")(cast(Any, rerun))
 
     def execute(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         thread_id = current_thread_id()
@@ -82,9 +63,19 @@ def make_execute_node(parts: LoopParts):
             not_run = [error_message(c["id"], c["name"], "budget_exhausted", reason) for c in runnable]
             return {"messages": not_run, "calls": _answered(calls), "stop": stop[0], "stop_detail": stop[1]}
 
-        outcomes = _run_in_order(runnable, read_task, lambda plan: write_task(thread_id, plan))
-        pending = [(p, outcomes[p["id"]]) for p in runnable if outcomes[p["id"]]["status"] == "unknown"]
-        abandoned = _resolve_unknown(parts, thread_id, pending, outcomes, rerun_task)
+        unsettled: list[str] = []
+
+        def write_settled(plan: CallPlan) -> Outcome:
+            """A write's outcome, an unknown one settled before the next write starts (the model's order)."""
+            outcome: Outcome = write_task(thread_id, plan).result()
+            if outcome["status"] != "unknown":
+                return outcome
+            settled, left_open = settle_unknown(parts, thread_id, plan, outcome)
+            if left_open:
+                unsettled.append(plan["id"])
+            return settled
+
+        outcomes = _run_in_order(runnable, read_task, write_settled)
 
         answers: list[ToolMessage] = []
         loop_hit = False
@@ -106,7 +97,7 @@ def make_execute_node(parts: LoopParts):
         counters["per_tool"] = per_tool
         counters["fingerprints"] = fingerprints
         update: dict[str, Any] = {"messages": answers, "calls": _answered(calls), "counters": counters}
-        if abandoned:
+        if unsettled:
             update.update(stop="needs_attention", stop_detail="a write's outcome is unknown and was left to a person")
         elif loop_hit:
             update.update(stop="loop_detected", stop_detail="the model repeated the same call with the same result")
@@ -151,7 +142,9 @@ def _still_approved(parts: LoopParts, plan: CallPlan, context: Any) -> bool:
     return current == plan["digest"] and not parts.registry.policy(plan["name"]).needs_approval(plan["args"], context)
 
 
-def _run_in_order(runnable: list[CallPlan], read_task: Any, write_task: Any) -> dict[str, Outcome]:
+def _run_in_order(
+    runnable: list[CallPlan], read_task: Any, write_settled: Callable[[CallPlan], Outcome]
+) -> dict[str, Outcome]:
     """Consecutive reads concurrently; each write alone, in the model's order."""
     outcomes: dict[str, Outcome] = {}
     batch: list[CallPlan] = []
@@ -167,89 +160,9 @@ def _run_in_order(runnable: list[CallPlan], read_task: Any, write_task: Any) -> 
             batch.append(plan)
             continue
         flush()
-        outcomes[plan["id"]] = write_task(plan).result()
+        outcomes[plan["id"]] = write_settled(plan)
     flush()
     return outcomes
-
-
-def _resolve_unknown(
-    parts: LoopParts,
-    thread_id: str,
-    pending: list[tuple[CallPlan, Outcome]],
-    outcomes: dict[str, Outcome],
-    rerun_task: Any,
-) -> bool:
-    """Reconcile each unknown write; what the system cannot tell goes to a person. True if any abandoned."""
-    for_person: list[tuple[CallPlan, Outcome]] = []
-    for plan, outcome in pending:
-        entry = parts.ledger.get(thread_id, plan["id"])
-        if entry is not None and entry.state != "claimed":
-            outcomes[plan["id"]] = stored_outcome(entry.state, entry.result)
-            continue
-        answer = reconcile(parts, thread_id, plan)
-        if answer is CANNOT_TELL:
-            for_person.append((plan, outcome))
-        elif answer is not None:
-            outcomes[plan["id"]] = _settle(parts, thread_id, plan, reconciled_outcome(parts, answer), "reconciled")
-        elif outcome.get("unknown") == "claimant_died":
-            rerun = rerun_task(thread_id, plan, outcome.get("attempts", 1)).result()
-            if rerun is None:
-                for_person.append((plan, outcome))
-            else:
-                outcomes[plan["id"]] = rerun
-        else:
-            for_person.append((plan, outcome))
-    if not for_person:
-        return False
-    request = unknown_request(thread_id, for_person)
-    error: str | None = None
-    while True:
-        answer = interrupt(request if error is None else {**request, "error": error})
-        try:
-            decisions = check_unknown_answer(answer, len(for_person))
-            for (plan, _), decision in zip(for_person, decisions, strict=True):
-                if decision["type"] == "not_done":
-                    _check_rerunnable(parts, thread_id, plan)
-            break
-        except InvalidDecision as exc:
-            error = str(exc)
-    abandoned = False
-    for (plan, outcome), decision in zip(for_person, decisions, strict=True):
-        who = decision["reviewer"]
-        if decision["type"] == "done":
-            settled = reconciled_outcome(parts, decision["result"])
-            outcomes[plan["id"]] = _settle(parts, thread_id, plan, settled, "marked done", who)
-        elif decision["type"] == "not_done":
-            rerun = rerun_task(thread_id, plan, outcome.get("attempts", 1)).result()
-            outcomes[plan["id"]] = rerun if rerun is not None else outcome
-        else:
-            parts.ledger.finish(thread_id, plan["id"], "abandoned", outcome)
-            outcomes[plan["id"]] = {**outcome, "status": "error"}
-            abandoned = True
-        parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", {"decision": decision["type"]}, who)
-    return abandoned
-
-
-def _check_rerunnable(parts: LoopParts, thread_id: str, plan: CallPlan) -> None:
-    """`not_done` may start the write again only if no attempt of it can still be running."""
-    entry = parts.ledger.get(thread_id, plan["id"])
-    if entry is None or entry.state != "claimed":
-        return
-    if still_running_here(thread_id, plan["id"]):
-        raise InvalidDecision(
-            f"the first attempt of {plan['name']} is still running in this process; answer done or abandon, "
-            "or resume again once it returns"
-        )
-    if entry.claimant != current_claimant() and claimant_alive(entry.claimant):
-        raise InvalidDecision(f"{plan['name']} is held by another live process ({entry.claimant}); it may be running")
-
-
-def _settle(
-    parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, how: str, who: str | None = None
-) -> Outcome:
-    parts.ledger.finish(thread_id, plan["id"], "done", outcome)
-    parts.ledger.record(thread_id, plan["id"], how, {"result_chars": len(outcome["content"])}, who)
-    return outcome
 
 
 def _repeat_count(fingerprints: dict[str, list[Any]], plan: CallPlan, content: str) -> int:

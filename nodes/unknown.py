@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal, NotRequired, TypedDict
 
-from gatedloop.checkpoints.ledger import idempotency_key
+from langgraph.types import interrupt
+
+from gatedloop.checkpoints.ledger import claimant_alive, current_claimant, idempotency_key
 from gatedloop.graph.state import CallPlan
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.parts import LoopParts
-from gatedloop.nodes.running import Outcome, _ok
+from gatedloop.nodes.running import Outcome, _ok, start_write, still_running_here, stored_outcome
 
 log = logging.getLogger("gatedloop.reconcile")
 
@@ -70,6 +72,86 @@ def unknown_request(thread_id: str, pending: list[tuple[CallPlan, Outcome]]) -> 
         ],
         "allowed_decisions": list(UNKNOWN_DECISIONS),
     }
+
+
+def settle_unknown(parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome) -> tuple[Outcome, bool]:
+    """The outcome to report for a write whose outcome was unknown, and whether it is still left open.
+
+    In order: an outcome recorded meanwhile (a late finish) wins; then the tool's `reconcile`; then, if no
+    attempt can still be running, `None` from reconcile means run it again (one winner, by a conditional
+    re-claim); anything else goes to a person. Re-runs call the tool directly, not as a LangGraph task: the
+    ledger decides who may start it, and a node re-run must not depend on how many tasks ran before.
+    """
+    entry = parts.ledger.get(thread_id, plan["id"])
+    if entry is not None and entry.state != "claimed":
+        return stored_outcome(entry.state, entry.result), entry.state == "abandoned"
+    answer = reconcile(parts, thread_id, plan)
+    if answer is not CANNOT_TELL and answer is not None:
+        return _settle(parts, thread_id, plan, reconciled_outcome(parts, answer), "reconciled"), False
+    if answer is None and entry is not None and not _may_be_running(thread_id, plan, entry.claimant):
+        rerun = _rerun(parts, thread_id, plan, entry.attempts)
+        if rerun is not None:
+            return rerun, False
+    return _ask_person(parts, thread_id, plan, outcome)
+
+
+def _may_be_running(thread_id: str, plan: CallPlan, claimant: str) -> bool:
+    if still_running_here(thread_id, plan["id"]):
+        return True
+    return claimant != current_claimant() and claimant_alive(claimant)
+
+
+def _rerun(parts: LoopParts, thread_id: str, plan: CallPlan, attempts: int) -> Outcome | None:
+    """Start again a write known not to have happened; its recorded outcome if it finished meanwhile; None if
+    another resumer took it first."""
+    if not parts.ledger.reclaim(thread_id, plan["id"], attempts):
+        entry = parts.ledger.get(thread_id, plan["id"])
+        return stored_outcome(entry.state, entry.result) if entry and entry.state != "claimed" else None
+    parts.ledger.record(thread_id, plan["id"], f"rerun_{attempts + 1}", {"attempt": attempts + 1})
+    return start_write(parts.registry, parts.ledger, thread_id, plan, parts.limits.max_result_chars, attempts + 1)
+
+
+def _ask_person(parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome) -> tuple[Outcome, bool]:
+    """Interrupt until a valid answer: done (with its result), not_done (run it now) or abandon."""
+    request = unknown_request(thread_id, [(plan, outcome)])
+    error: str | None = None
+    while True:
+        answer = interrupt(request if error is None else {**request, "error": error})
+        try:
+            [decision] = check_unknown_answer(answer, 1)
+            if decision["type"] == "not_done" and _may_be_running(thread_id, plan, _claimant(parts, thread_id, plan)):
+                raise InvalidDecision(
+                    f"an attempt of {plan['name']} may still be running; answer done or abandon, or resume again "
+                    "once it has returned"
+                )
+            break
+        except InvalidDecision as exc:
+            error = str(exc)
+    who = decision["reviewer"]
+    parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", {"decision": decision["type"]}, who)
+    if decision["type"] == "done":
+        return _settle(parts, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who), False
+    if decision["type"] == "not_done":
+        entry = parts.ledger.get(thread_id, plan["id"])
+        if entry is not None and entry.state != "claimed":
+            return stored_outcome(entry.state, entry.result), False
+        rerun = _rerun(parts, thread_id, plan, entry.attempts if entry else 1)
+        return (rerun, False) if rerun is not None else (outcome, True)
+    parts.ledger.finish(thread_id, plan["id"], "abandoned", outcome)
+    return {**outcome, "status": "error"}, True
+
+
+def _claimant(parts: LoopParts, thread_id: str, plan: CallPlan) -> str:
+    entry = parts.ledger.get(thread_id, plan["id"])
+    return entry.claimant if entry is not None and entry.state == "claimed" else current_claimant()
+
+
+def _settle(
+    parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, how: str, who: str | None = None
+) -> Outcome:
+    parts.ledger.finish(thread_id, plan["id"], "done", outcome)
+    parts.ledger.record(thread_id, plan["id"], how, {"result_chars": len(outcome["content"])}, who)
+    return outcome
 
 
 def check_unknown_answer(answer: Any, count: int) -> list[dict[str, Any]]:

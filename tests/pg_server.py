@@ -7,7 +7,8 @@ and FAIL under CI (`CI=true`): a skip must not hide a missing server there.
 Run as a script (`python tests/pg_server.py --db env --effects ... --thread ...`, tests/ on PYTHONPATH) it is
 `crash_child.py` on Postgres: the same options, markers and driving (its `child_main`), with the
 checkpointer from `open_postgres`. `--db env` reads the URL from `GATEDLOOP_TEST_PG_URL`, so the password
-stays out of the process list. `python tests/pg_server.py claim ...` races ledger claims instead.
+stays out of the process list. `python tests/pg_server.py claim ...` races ledger claims instead, and
+`python tests/pg_server.py open ...` races the first opening of a fresh database.
 """
 
 from __future__ import annotations
@@ -145,9 +146,33 @@ def claim_main(argv: list[str]) -> int:
     return 0
 
 
+def open_main(argv: list[str]) -> int:
+    """Wait at the barrier, then `open_postgres` on database `--database` of the test server (tables are
+    created by whichever process gets there first); print `opened`."""
+    import crash_child
+    from psycopg.conninfo import make_conninfo
+
+    from gatedloop.checkpoints.postgres import open_postgres
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--database", required=True)
+    parser.add_argument("--barrier", required=True)
+    args = parser.parse_args(argv)
+    url = make_conninfo(os.environ[URL_ENV], dbname=args.database)
+    crash_child.mark("ready", os.getpid())
+    Path(args.barrier, f"ready.{os.getpid()}").touch()
+    _wait_for(os.path.join(args.barrier, "go"))
+    with open_postgres(url) as saver:
+        saver.ledger.claim("t", "c", "book", "digest")
+    crash_child.mark("opened")
+    return 0
+
+
 def main(argv: list[str]) -> Any:
     if argv[:1] == ["claim"]:
         return claim_main(argv[1:])
+    if argv[:1] == ["open"]:
+        return open_main(argv[1:])
     return child_main(argv)
 
 

@@ -53,7 +53,7 @@ THREAD = "t1"
 # second kill lands inside the re-run of a write ends `completed` with that write never run and its claim
 # left open. Only that exact signature is tolerated here (and reported as a warning); set this to False
 # once the pinned test passes.
-TOLERATE_KNOWN_RERUN_BUG = True
+TOLERATE_KNOWN_RERUN_BUG = False
 
 
 def known_rerun_bug(result: TrialResult) -> bool:
@@ -287,7 +287,6 @@ def test_claim_of_a_live_process_goes_to_a_person_not_rerun(db: str, tmp_path: P
 # ------------------------------------------------------------------------- known bugs, pinned until fixed
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a re-run killed again is never run, although a person says not_done")
 def test_rerun_killed_again_then_not_done_runs_the_write(tmp_path: Path):
     """Kill 1 inside the write; the next process re-claims it (attempts 2) and is killed inside it too. The
     third process sees `claimant_died` from its cached first try (attempts 1), so the conditional reclaim
@@ -306,7 +305,6 @@ def test_rerun_killed_again_then_not_done_runs_the_write(tmp_path: Path):
     assert len(effects.rows()) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="bug: after a crash an unknown write is re-run after the later writes")
 def test_writes_keep_the_models_order_across_a_crash(tmp_path: Path):
     db, effects = killed_in_write(tmp_path, "before", text="book 1 a, 2 b, 3 c")
     with open_sqlite(db) as saver:
@@ -336,7 +334,6 @@ def test_killed_between_a_steps_writes_and_its_checkpoint_resumes_by_thread_id(t
     assert_each_call_answered_once(out["messages"])
 
 
-@pytest.mark.xfail(strict=True, reason="bug: such a thread shows no next node, so it is listed 'unknown'")
 def test_killed_between_a_steps_writes_and_its_checkpoint_is_listed_as_resumable(tmp_path: Path):
     from gatedloop.checkpoints.threads import describe_thread
 
@@ -346,7 +343,6 @@ def test_killed_between_a_steps_writes_and_its_checkpoint_is_listed_as_resumable
     assert summary.status == "interrupted"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a killed claimant not yet reaped (zombie) counts as running")
 def test_claim_of_a_killed_but_unreaped_process_is_reconciled(tmp_path: Path):
     db, effects_path = str(tmp_path / "runs.sqlite"), str(tmp_path / "effects.sqlite")
     cmd = child_command(db, effects_path, THREAD, "--text", "book 2 seat", "--hold", "before", "--gate", "/nonexistent")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pg_server
 import pytest
 from crash_child import EXIT_BUSY, EXIT_FINAL, EXIT_WAITING, Child, ChildRun, KillPlan, plan_trial, run_child
 from invariants import assert_each_call_answered_once
@@ -201,8 +203,8 @@ def test_postgres_ledger_behaves_like_the_sqlite_ledger(saver, tmp_path: Path):
 
 
 def test_claims_raced_by_many_processes_have_one_winner_each(pg_url: str, files: dict[str, str]):
-    """Eight processes claim the same 40 calls at the same moment, then race to reclaim each at attempt 1."""
-    thread_id, calls, racers = new_thread_id("claims"), 40, 8
+    """Six processes claim the same 40 calls at the same moment, then race to reclaim each at attempt 1."""
+    thread_id, calls, racers = new_thread_id("claims"), 40, 6
 
     def race(*extra: str) -> list[ChildRun]:
         barrier = Path(files["barrier"], "-".join(extra) or "claim")
@@ -230,6 +232,32 @@ def test_claims_raced_by_many_processes_have_one_winner_each(pg_url: str, files:
         ledger.close()
     assert len(entries) == calls
     assert {(e.state, e.attempts) for e in entries} == {("claimed", 2)}
+
+
+def test_processes_opening_a_fresh_database_at_once_all_succeed(pg_url: str, files: dict[str, str]):
+    """LangGraph's own `setup()` fails when two processes run it on a fresh database at once (duplicate
+    pg_type / checkpoint_migrations rows); `open_postgres` takes turns, without a deadlock against the
+    migrations' `CREATE INDEX CONCURRENTLY`."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"gl_fresh_{new_thread_id('db').split('-', 1)[1]}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        try:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.skip("the test role may not create databases")
+    try:
+        cmd = [sys.executable, str(Path(pg_server.__file__)), "open", "--database", name, "--barrier", files["barrier"]]
+        children = [Child(cmd, Path(files["tmp"], f"open{i}.stderr")) for i in range(4)]
+        for child in children:
+            assert child.wait_for("ready") is not None, child.wait().stderr[-2000:]
+        Path(files["barrier"], "go").touch()
+        results = [child.wait() for child in children]
+        assert [r.last() for r in results] == ["opened"] * 4, [r.stderr[-1500:] for r in results]
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 # --------------------------------------------------------------------- approval, then resume in a new process
