@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +37,9 @@ VARIANTS: dict[str, str] = {
     "for it on every model call (nodes/streamed_args.py)",
 }
 COMBOS = {
-    "all": ["fold", "no_empty", "snapshot", "ledger_sync", "cancel", "versions", "pool", "callback"],
-    "all_but_versions": ["fold", "no_empty", "snapshot", "ledger_sync", "cancel", "pool", "callback"],
+    "proposed": ["fold", "no_empty", "ledger_sync", "cancel", "versions", "pool", "callback"],
+    "proposed_but_versions": ["fold", "no_empty", "ledger_sync", "cancel", "pool", "callback"],
+    "proposed_with_snapshot": ["fold", "no_empty", "ledger_sync", "cancel", "versions", "pool", "callback", "snapshot"],
 }
 
 
@@ -76,14 +76,13 @@ def fast_fold(history: Any, writes: Any) -> Any:
     return merged
 
 
-def _delta_channels() -> list[Any]:
+def _state_module() -> Any:
+    """graph/state.py's annotations are strings (`from __future__ import annotations`): LangGraph evaluates
+    `DeltaChannel(fold_messages)` anew from this module's globals when a graph is built, so the patches
+    replace those globals (patching a channel instance from `get_type_hints` would change nothing)."""
     from gatedloop.graph import state
 
-    channels = []
-    for schema in (state.GatedState, state.InputState):
-        hint = typing.get_type_hints(schema, include_extras=True)["messages"]
-        channels.extend(m for m in hint.__metadata__ if type(m).__name__ == "DeltaChannel")
-    return channels
+    return state
 
 
 def _without_empty_messages(make: Any) -> Any:
@@ -108,15 +107,14 @@ def apply(variants: list[str]) -> None:
 
     for name in variants:
         if name == "fold":
-            for channel in _delta_channels():
-                channel.reducer = fast_fold
+            _state_module().fold_messages = fast_fold
         elif name == "no_empty":
             for maker in ("make_validate_node", "make_approve_node", "make_execute_node"):
                 setattr(build, maker, _without_empty_messages(getattr(build, maker)))
             build.finalize = _without_empty_messages(None)(build.finalize)
         elif name == "snapshot":
-            for channel in _delta_channels():
-                channel.snapshot_frequency = 1000
+            state = _state_module()
+            state.DeltaChannel = functools.partial(state.DeltaChannel, snapshot_frequency=1000)
         elif name == "ledger_sync":
             original_init = ledger.SqliteLedger.__init__
 
@@ -227,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.experiments")
     parser.add_argument("--turns", type=int, default=400)
     parser.add_argument("--kind", choices=("read", "write"), default="write")
-    parser.add_argument("--variants", nargs="*", default=["baseline", *VARIANTS.keys() - {"baseline"}, "all"])
+    parser.add_argument("--variants", nargs="*", default=["baseline", *list(VARIANTS)[1:], *COMBOS])
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     parser.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

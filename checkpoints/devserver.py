@@ -10,7 +10,8 @@ What it needs:
 * langgraph-api with custom-checkpointer support (checked with langgraph-cli 0.4.40 / langgraph-api 0.16.7);
   the server enters this async context manager once per event-loop thread and closes it on shutdown.
 * `GATEDLOOP_DB`: the SQLite file (default `.gatedloop/studio.sqlite`, relative to the server's working
-  directory; the parent folder is created). `gatedloop.graph.studio` puts its execution ledger in the same
+  directory; the parent folder is created), or a `postgresql://` URL: then checkpoints go to Postgres through
+  `open_async_postgres` (needs the `postgres` extra). `gatedloop.graph.studio` puts its execution ledger in the same
   file by default, so checkpoints, ledger and audit trail live together as with `open_sqlite`.
 * The graph itself is compiled with no checkpointer (the server refuses one that has its own).
 
@@ -27,10 +28,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from gatedloop.checkpoints.sqlite import GatedAsyncSqliteSaver, open_async_sqlite
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from gatedloop.checkpoints.sqlite import open_async_sqlite
 
 DB_ENV = "GATEDLOOP_DB"
 DEFAULT_DB = ".gatedloop/studio.sqlite"
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
 
 def studio_db_path() -> Path:
@@ -39,7 +43,15 @@ def studio_db_path() -> Path:
 
 
 @asynccontextmanager
-async def studio_checkpointer() -> AsyncIterator[GatedAsyncSqliteSaver]:
-    """Open `open_async_sqlite(GATEDLOOP_DB)` for the server's lifetime: WAL, busy timeout, ledger tables."""
+async def studio_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
+    """Open `open_async_sqlite(GATEDLOOP_DB)` for the server's lifetime (WAL, busy timeout, ledger tables), or
+    `open_async_postgres` when `GATEDLOOP_DB` is a Postgres URL."""
+    target = os.environ.get(DB_ENV) or ""
+    if target.startswith(POSTGRES_PREFIXES):
+        from gatedloop.checkpoints.postgres import open_async_postgres
+
+        async with open_async_postgres(target) as pg_saver:
+            yield pg_saver
+        return
     async with open_async_sqlite(studio_db_path()) as saver:
         yield saver

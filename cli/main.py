@@ -1,4 +1,4 @@
-"""`gatedloop`: run, review, resume, list and inspect threads of the gated loop on a SQLite file."""
+"""`gatedloop`: run, review, resume, list and inspect threads of the gated loop (SQLite file or Postgres URL)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from langgraph.graph.state import CompiledStateGraph
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.lease import ThreadBusy
-from gatedloop.checkpoints.sqlite import GatedSqliteSaver
 from gatedloop.checkpoints.threads import (
     InvalidThreadId,
     describe_thread,
@@ -34,18 +34,67 @@ from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
 
 EXIT_COMPLETED, EXIT_STOPPED, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
 DEFAULT_DB = "gatedloop.sqlite"
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+DEMO_DATA_ENV = "GATEDLOOP_DEMO_DATA"
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database named by --db / GATEDLOOP_DB cannot be opened."""
+
+
+def is_postgres(db: str) -> bool:
+    return db.startswith(POSTGRES_PREFIXES)
+
+
+def shown_db(db: str) -> str:
+    """The database as printed: a Postgres URL without its password."""
+    if not is_postgres(db):
+        return db
+    parts = urlsplit(db)
+    if parts.password is None:
+        return db
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def demo_data_path(db: str) -> Path:
+    """The demo tools' data: beside a SQLite database; for Postgres, `GATEDLOOP_DEMO_DATA` or the working folder."""
+    if is_postgres(db):
+        return Path(os.environ.get(DEMO_DATA_ENV) or "gatedloop.demo-data.sqlite")
     path = Path(db)
     return path.with_name(f"{path.stem}.demo-data.sqlite")
 
 
 @contextmanager
-def open_app(db: str) -> Iterator[tuple[CompiledStateGraph, GatedSqliteSaver]]:
-    """The CLI's graph: the configured model, the demo tools (data beside the database), SQLite checkpoints."""
+def open_saver(db: str) -> Iterator[Any]:
+    """`open_sqlite(db)`, or `open_postgres(db)` for a `postgresql://` URL (needs the `postgres` extra)."""
+    if not is_postgres(db):
+        with open_sqlite(db) as sqlite_saver:
+            yield sqlite_saver
+        return
+    try:
+        from psycopg import OperationalError
+
+        from gatedloop.checkpoints.postgres import open_postgres
+    except ImportError as exc:
+        raise DatabaseUnavailable(
+            f"{shown_db(db)} needs the postgres extra: pip install 'gatedloop[postgres]'"
+        ) from exc
+    with ExitStack() as stack:
+        try:
+            saver = stack.enter_context(open_postgres(db))
+        except OperationalError as exc:
+            raise DatabaseUnavailable(f"cannot open {shown_db(db)}: {exc}") from exc
+        yield saver
+
+
+@contextmanager
+def open_app(db: str) -> Iterator[tuple[CompiledStateGraph, Any]]:
+    """The CLI's graph: the configured model, the demo tools (data beside the database), SQLite or Postgres
+    checkpoints."""
     store = DemoStore(demo_data_path(db))
-    with open_sqlite(db) as saver:
+    with open_saver(db) as saver:
         graph = build_graph(load_model(), build_demo_tools(store), policies=demo_policies(store), checkpointer=saver)
         yield graph, saver
 
@@ -101,7 +150,7 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace) 
 
 def cmd_run(args: argparse.Namespace) -> int:
     thread_id = validate_thread_id(args.thread or f"t-{uuid.uuid4().hex[:12]}")
-    print(f"model: {describe_choice()}   thread: {thread_id}   db: {args.db}")
+    print(f"model: {describe_choice()}   thread: {thread_id}   db: {shown_db(args.db)}")
     with open_app(args.db) as (graph, _):
         emit(runs.stream_start(graph, thread_id, args.question), args.json)
         return settle(graph, thread_id, args)
@@ -153,11 +202,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
-    if not Path(args.db).exists():
+    if not is_postgres(args.db) and not Path(args.db).exists():
         print(f"no database at {args.db}")
         return EXIT_COMPLETED
-    with open_app(args.db) as (graph, _):
-        for thread_id in thread_ids(args.db):
+    with open_app(args.db) as (graph, saver):
+        listed = saver.thread_ids() if is_postgres(args.db) else thread_ids(args.db)
+        for thread_id in listed:
             summary = describe_thread(graph, thread_id)
             print(f"{summary.thread_id:<28} {summary.status:<16} {summary.detail}")
     return EXIT_COMPLETED
@@ -178,7 +228,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     thread_id = validate_thread_id(args.thread)
-    with open_sqlite(args.db) as saver:
+    with open_saver(args.db) as saver:
         runs.cancel(thread_id, ledger=saver.ledger)
     print(f"cancel requested for {thread_id}; it stops at its next step")
     return EXIT_COMPLETED
@@ -192,7 +242,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="gatedloop", description=__doc__)
-    root.add_argument("--db", default=os.environ.get("GATEDLOOP_DB", DEFAULT_DB), help="SQLite file (GATEDLOOP_DB)")
+    root.add_argument(
+        "--db",
+        default=os.environ.get("GATEDLOOP_DB", DEFAULT_DB),
+        help="SQLite file or postgresql:// URL (GATEDLOOP_DB)",
+    )
     root.add_argument("--json", action="store_true", help="print machine-readable events")
     root.add_argument("--reviewer", default=os.environ.get("USER", "cli"), help="reviewer id recorded with decisions")
     sub = root.add_subparsers(dest="command", required=True)
@@ -230,7 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (InvalidDecision, InvalidThreadId, ModelConfigError, ThreadBusy, json.JSONDecodeError) as exc:
+    except (
+        InvalidDecision,
+        InvalidThreadId,
+        ModelConfigError,
+        ThreadBusy,
+        DatabaseUnavailable,
+        json.JSONDecodeError,
+    ) as exc:
         print(f"gatedloop: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

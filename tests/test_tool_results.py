@@ -636,7 +636,8 @@ def test_any_tool_result_or_exception_is_answered_once_as_json_and_never_leaks(p
     assert marker not in everything and "hunter2" not in everything
     for call_id, message in answers.items():
         text = str(message.content)
-        assert app.tool_text_seen_by_model(call_id) == text
+        if out["status"] == "completed":  # an abandoned write stops the loop before the model reads results
+            assert app.tool_text_seen_by_model(call_id) == text
         if message.status == "error":
             body = json.loads(text)
             assert body["ok"] is False and set(body["error"]) >= {"type", "message", "retryable"}
