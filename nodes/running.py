@@ -74,17 +74,31 @@ def run_read(registry: ToolRegistry, plan: CallPlan, max_chars: int) -> Outcome:
     policy = registry.policy(plan["name"])
     started = time.monotonic()
     future = _POOL.submit(invoke_tool, registry.tools[plan["name"]], plan["args"])
-    try:
-        outcome = _ok(future.result(timeout=policy.timeout_s), max_chars)
-    except FutureTimeout:
+    finished, result, exc = _wait(future, policy.timeout_s)
+    if not finished:
         body = errors.error_json("timeout", errors.TIMEOUT.format(seconds=policy.timeout_s))
-        outcome = {"status": "error", "content": body, "error_type": "timeout", "duration_ms": 0.0}
-    except GraphBubbleUp:
-        raise
-    except Exception as exc:
+        outcome: Outcome = {"status": "error", "content": body, "error_type": "timeout", "duration_ms": 0.0}
+    elif exc is not None:
         outcome = _failure(exc, plan["name"], plan["id"])
+    else:
+        outcome = _ok(result, max_chars)
     outcome["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
     return outcome
+
+
+def _wait(future: Future[Any], timeout_s: float) -> tuple[bool, Any, BaseException | None]:
+    """(finished, result, exception). Not finished means our timeout passed; a TimeoutError the tool raised
+    itself is its exception (on 3.11+ the two are the same class, so `future.done()` tells them apart).
+    A BaseException that is not an Exception (SystemExit, KeyboardInterrupt) is not swallowed: it stops the
+    run, and the thread resumes from its checkpoint, a write's claim settled through reconciliation."""
+    try:
+        return True, future.result(timeout=timeout_s), None
+    except GraphBubbleUp:
+        raise
+    except FutureTimeout as exc:
+        return (True, None, exc) if future.done() else (False, None, None)
+    except Exception as exc:
+        return True, None, exc
 
 
 def run_write(registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int) -> Outcome:
@@ -108,19 +122,15 @@ def start_write(
         args["idempotency_key"] = idempotency_key(thread_id, plan["id"])
     started = time.monotonic()
     future = _POOL.submit(invoke_tool, registry.tools[plan["name"]], args)
-    try:
-        outcome = _ok(future.result(timeout=policy.timeout_s), max_chars)
-    except FutureTimeout:
+    finished, result, exc = _wait(future, policy.timeout_s)
+    if not finished:
         _IN_FLIGHT[(thread_id, plan["id"])] = future
         future.add_done_callback(lambda f: _record_late(ledger, thread_id, plan, f, max_chars))
         return unknown("timeout", attempts, time.monotonic() - started)
-    except GraphBubbleUp:
-        raise
-    except CONNECTION_ERRORS as exc:
+    if isinstance(exc, CONNECTION_ERRORS):
         log.warning("write %s (call %s) lost its connection: %s", plan["name"], plan["id"], type(exc).__name__)
         return unknown("connection_lost", attempts, time.monotonic() - started)
-    except Exception as exc:
-        outcome = _failure(exc, plan["name"], plan["id"])
+    outcome = _failure(exc, plan["name"], plan["id"]) if exc is not None else _ok(result, max_chars)
     outcome["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
     ledger.finish(thread_id, plan["id"], "done" if outcome["status"] == "ok" else "failed", outcome)
     return outcome

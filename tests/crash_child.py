@@ -502,9 +502,13 @@ def inspect_thread(db: str, effects_path: str, thread_id: str, call_ids: list[st
     values = snapshot.values or {}
     messages = values.get("messages", [])
     waiting_on: set[str] = set()
+    not_yet: set[str] = set()
     if request is not None and request.get("kind") == "unknown_outcome":
         status = "waiting_for_person"
         waiting_on = {c["tool_call_id"] for c in request["calls"]}
+        # Writes run in the model's order: those after the one waiting for a person have not started yet.
+        first = min(call_ids.index(cid) for cid in waiting_on if cid in call_ids)
+        not_yet = set(call_ids[first + 1 :])
     elif request is not None:
         status = "waiting_for_approval"
     elif snapshot.next or not values.get("status"):
@@ -523,7 +527,10 @@ def inspect_thread(db: str, effects_path: str, thread_id: str, call_ids: list[st
 
     double = [cid for cid, n in per_call.items() if n > 1]
     abandoned = {cid for cid, (state, _) in ledger.items() if state == "abandoned"}
-    missing = [cid for cid, n in per_call.items() if n == 0 and cid not in abandoned and cid not in waiting_on]
+    missing = [cid for cid, n in per_call.items() if n == 0 and cid not in abandoned | waiting_on | not_yet]
+    started_early = [cid for cid in not_yet if per_call.get(cid)]
+    if started_early:
+        problems.append(f"writes ran before an earlier write was settled: {started_early}")
     if status == "needs_attention" and not abandoned:
         problems.append("needs_attention but no write was abandoned")
     if status in ("completed", "needs_attention"):

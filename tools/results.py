@@ -1,34 +1,54 @@
-"""Shaping tool results for the model: JSON text, capped in size with an explicit marker."""
+"""Shaping tool results for the model: strict JSON text, capped in size with an explicit marker.
+
+Rendering never raises: whatever a tool returns (sets, bytes, NaN, objects, tuple keys, deep nesting) becomes
+JSON, so a write that succeeded is never reported as failed because its result was awkward to print.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 DEFAULT_MAX_RESULT_CHARS = 4000
 TRUNCATION_MARKER = "…[truncated: {shown} of {total} characters shown]"
+MAX_DEPTH = 64
+TOO_DEEP = "…[nested deeper than 64 levels]"
 
 
 def to_json_text(result: Any) -> str:
     """Results reach the model as JSON (`ensure_ascii=False`); strings pass through as they are."""
     if isinstance(result, str):
         return result
-    if isinstance(result, bytes):
-        return json.dumps({"ok": True, "bytes": len(result)})
-    try:
-        return json.dumps(result, ensure_ascii=False, default=_fallback)
-    except (TypeError, ValueError):
-        return json.dumps({"ok": True, "result": repr(result)[:200]}, ensure_ascii=False)
+    return json.dumps(jsonable(result), ensure_ascii=False, allow_nan=False)
 
 
-def _fallback(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if isinstance(value, bytes):
-        return {"bytes": len(value)}
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """A JSON-safe copy: str keys, finite numbers (NaN and infinities as strings), known types rendered."""
+    if depth > MAX_DEPTH:
+        return TOO_DEEP
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {_key(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v, depth + 1) for v in value]
     if isinstance(value, set | frozenset):
-        return sorted(value, key=repr)
+        return [jsonable(v, depth + 1) for v in sorted(value, key=repr)]
+    if isinstance(value, bytes | bytearray):
+        return {"bytes": len(value)}
+    if hasattr(value, "model_dump"):
+        try:
+            return jsonable(value.model_dump(mode="json"), depth + 1)
+        except Exception:
+            return str(value)
     return str(value)
+
+
+def _key(key: Any) -> str:
+    return key if isinstance(key, str) else str(key)
 
 
 def cap(text: str, max_chars: int = DEFAULT_MAX_RESULT_CHARS) -> str:
