@@ -8,12 +8,14 @@ reviewer approved; a mismatch goes back to `approve`. Unknown write outcomes are
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
 from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
+from langgraph._internal._runnable import RunnableCallable  # as langgraph.prebuilt.ToolNode: sync + async twins
 from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
@@ -30,11 +32,14 @@ from gatedloop.nodes.running import Outcome, run_read, run_write
 from gatedloop.nodes.unknown import settle_unknown
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest, digest, fingerprint
+from gatedloop.tools.policy import CallContext
 
 log = logging.getLogger("gatedloop.execute")
 
 
-def make_execute_node(parts: LoopParts):
+def make_execute_node(parts: LoopParts) -> RunnableCallable:
+    """Sync and async twins (as LangGraph's ToolNode): under `ainvoke` the node awaits its tasks instead of
+    holding an executor thread while they wait for one, which deadlocks once enough threads run at once."""
     max_chars = parts.limits.max_result_chars
 
     def read(plan: CallPlan) -> Outcome:
@@ -49,40 +54,94 @@ def make_execute_node(parts: LoopParts):
     write_task: Any = task(name="tool_write")(cast(Any, write))
 
     def execute(state: GatedState, runtime: Runtime) -> dict[str, Any]:
-        thread_id = current_thread_id()
-        calls = state.get("calls") or []
-        counters: RequestCounters = {**state["counters"]}
-        context = call_context(runtime.context)
-        runnable = [c for c in calls if c["verdict"] == "run"]
-        stale = {c["id"] for c in runnable if not _still_approved(parts, c, context)}
+        turn = _Turn(parts, state, runtime)
+        if turn.early is not None:
+            return turn.early
+        batch: list[CallPlan] = []
+
+        def flush() -> None:
+            futures = [(plan, read_task(plan)) for plan in batch]
+            for plan, future in futures:
+                turn.outcomes[plan["id"]] = future.result()
+            batch.clear()
+
+        for plan in turn.runnable:
+            if plan["effect"] == "read":
+                batch.append(plan)
+                continue
+            flush()
+            turn.settle_write(plan, write_task(turn.thread_id, plan).result())
+        flush()
+        return turn.update()
+
+    async def aexecute(state: GatedState, runtime: Runtime) -> dict[str, Any]:
+        # Ledger calls are blocking SQLite: off the event loop, which an async checkpointer needs to commit.
+        turn = await asyncio.to_thread(_Turn, parts, state, runtime)
+        if turn.early is not None:
+            return turn.early
+        batch: list[CallPlan] = []
+
+        async def flush() -> None:
+            results = await asyncio.gather(*(read_task(plan) for plan in batch))
+            turn.outcomes.update({plan["id"]: result for plan, result in zip(batch, results, strict=True)})
+            batch.clear()
+
+        for plan in turn.runnable:
+            if plan["effect"] == "read":
+                batch.append(plan)
+                continue
+            await flush()
+            outcome = await write_task(turn.thread_id, plan)
+            await asyncio.to_thread(turn.settle_write, plan, outcome)
+        await flush()
+        return await asyncio.to_thread(turn.update)
+
+    return RunnableCallable(execute, aexecute, name="execute")
+
+
+class _Turn:
+    """One `execute` step: what may run, the outcomes in the model's order, and the resulting update.
+
+    Consecutive reads run concurrently; a write is a barrier and runs alone, and an unknown write outcome is
+    settled before the next write starts, so writes happen in the model's order even after a crash.
+    """
+
+    def __init__(self, parts: LoopParts, state: GatedState, runtime: Runtime):
+        self.parts = parts
+        self.thread_id = current_thread_id()
+        self.calls = state.get("calls") or []
+        self.counters: RequestCounters = {**state["counters"]}
+        self.runnable = [c for c in self.calls if c["verdict"] == "run"]
+        self.outcomes: dict[str, Outcome] = {}
+        self.unsettled: list[str] = []
+        self.early = self._early_exit(call_context(runtime.context))
+
+    def _early_exit(self, context: CallContext) -> dict[str, Any] | None:
+        stale = {c["id"] for c in self.runnable if not _still_approved(self.parts, c, context)}
         if stale:
-            return {"calls": [{**c, "verdict": "ask"} if c["id"] in stale else c for c in calls]}
-        stop = parts.stop_before_work(thread_id, counters, tokens=False)
+            return {"calls": [{**c, "verdict": "ask"} if c["id"] in stale else c for c in self.calls]}
+        stop = self.parts.stop_before_work(self.thread_id, self.counters, tokens=False)
         if stop:
             reason = errors.NOT_RUN_STOPPED.format(reason=stop[1])
-            not_run = [error_message(c["id"], c["name"], "budget_exhausted", reason) for c in runnable]
-            return {"messages": not_run, "calls": _answered(calls), "stop": stop[0], "stop_detail": stop[1]}
+            not_run = [error_message(c["id"], c["name"], "budget_exhausted", reason) for c in self.runnable]
+            return {"messages": not_run, "calls": _answered(self.calls), "stop": stop[0], "stop_detail": stop[1]}
+        return None
 
-        unsettled: list[str] = []
-
-        def write_settled(plan: CallPlan) -> Outcome:
-            """A write's outcome, an unknown one settled before the next write starts (the model's order)."""
-            outcome: Outcome = write_task(thread_id, plan).result()
-            if outcome["status"] != "unknown":
-                return outcome
-            settled, left_open = settle_unknown(parts, thread_id, plan, outcome)
+    def settle_write(self, plan: CallPlan, outcome: Outcome) -> None:
+        if outcome["status"] == "unknown":
+            outcome, left_open = settle_unknown(self.parts, self.thread_id, plan, outcome)
             if left_open:
-                unsettled.append(plan["id"])
-            return settled
+                self.unsettled.append(plan["id"])
+        self.outcomes[plan["id"]] = outcome
 
-        outcomes = _run_in_order(runnable, read_task, write_settled)
-
+    def update(self) -> dict[str, Any]:
+        counters = self.counters
         answers: list[ToolMessage] = []
         loop_hit = False
         fingerprints = {k: list(v) for k, v in counters["fingerprints"].items()}
         per_tool = dict(counters["per_tool"])
-        for plan in runnable:
-            outcome = outcomes[plan["id"]]
+        for plan in self.runnable:
+            outcome = self.outcomes[plan["id"]]
             per_tool[plan["name"]] = per_tool.get(plan["name"], 0) + 1
             content = outcome["content"]
             if outcome["status"] == "ok" and plan["effect"] == "read":
@@ -92,18 +151,16 @@ def make_execute_node(parts: LoopParts):
                     outcome = {**outcome, "status": "error", "error_type": "duplicate_call"}
                     loop_hit = loop_hit or repeat >= 2
             answers.append(_message(plan, outcome, content))
-            parts.ledger.record(thread_id, plan["id"], "executed", _audit(plan, outcome))
-        counters["tool_calls"] += len(runnable)
+            self.parts.ledger.record(self.thread_id, plan["id"], "executed", _audit(plan, outcome))
+        counters["tool_calls"] += len(self.runnable)
         counters["per_tool"] = per_tool
         counters["fingerprints"] = fingerprints
-        update: dict[str, Any] = {"messages": answers, "calls": _answered(calls), "counters": counters}
-        if unsettled:
+        update: dict[str, Any] = {"messages": answers, "calls": _answered(self.calls), "counters": counters}
+        if self.unsettled:
             update.update(stop="needs_attention", stop_detail="a write's outcome is unknown and was left to a person")
         elif loop_hit:
             update.update(stop="loop_detected", stop_detail="the model repeated the same call with the same result")
         return update
-
-    return execute
 
 
 def _reported(plan: CallPlan, run: Callable[[], Outcome]) -> Outcome:
@@ -140,29 +197,6 @@ def _still_approved(parts: LoopParts, plan: CallPlan, context: Any) -> bool:
     if "approved_digest" in plan:
         return current == plan["approved_digest"]
     return current == plan["digest"] and not parts.registry.policy(plan["name"]).needs_approval(plan["args"], context)
-
-
-def _run_in_order(
-    runnable: list[CallPlan], read_task: Any, write_settled: Callable[[CallPlan], Outcome]
-) -> dict[str, Outcome]:
-    """Consecutive reads concurrently; each write alone, in the model's order."""
-    outcomes: dict[str, Outcome] = {}
-    batch: list[CallPlan] = []
-
-    def flush() -> None:
-        futures = [(plan, read_task(plan)) for plan in batch]
-        for plan, future in futures:
-            outcomes[plan["id"]] = future.result()
-        batch.clear()
-
-    for plan in runnable:
-        if plan["effect"] == "read":
-            batch.append(plan)
-            continue
-        flush()
-        outcomes[plan["id"]] = write_settled(plan)
-    flush()
-    return outcomes
 
 
 def _repeat_count(fingerprints: dict[str, list[Any]], plan: CallPlan, content: str) -> int:

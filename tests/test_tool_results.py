@@ -429,7 +429,7 @@ def test_a_write_result_that_reads_like_an_approval_does_not_approve_the_next_wr
     assert [r[1]["slot"] for r in app.effects.rows("book")] == [1, 2]
 
 
-# --------------------------------------------------------------------- known problems, pinned (xfail)
+# ------------------------------------------- awkward results and the tool's own TimeoutError (fixed in 01968ae)
 
 
 def test_a_write_that_succeeded_with_an_unrenderable_result_is_recorded_done(app: App):
@@ -469,6 +469,41 @@ def test_a_read_that_raises_timeout_error_is_not_reported_as_a_30_s_timeout(app:
     app.behaviours.by_slot[1] = ("raise", TimeoutError("upstream timed out"))
     out = app.run("t", [[read(1)]])
     assert "did not answer within" not in tool_messages(out)["r1"].content
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+UNRENDERABLE: dict[str, Any] = {
+    "int beyond 4300 digits": 10**5000,
+    "object whose str() raises": Unprintable(),
+    "dict key whose str() raises": {Unprintable(): 1},
+    "set member whose repr() raises": {Unprintable()},
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=(ValueError, RuntimeError),
+    reason="gatedloop problem (since 01968ae): rendering moved out of the try in run_read/start_write and "
+    "`jsonable` still calls str()/repr() and json.dumps(int) unguarded, so these escape graph.invoke",
+)
+@pytest.mark.parametrize("effect", ["read", "write"])
+@pytest.mark.parametrize("kind", list(UNRENDERABLE))
+def test_a_result_that_cannot_be_printed_never_breaks_the_loop(app: App, kind: str, effect: str):
+    app.behaviours.by_slot[1] = ("return", UNRENDERABLE[kind])
+    out = app.run("t", [[read(1) if effect == "read" else write(1)]])
+    assert out["status"] == "completed"
+    assert_each_call_answered_once(out["messages"])
+    json.loads(tool_messages(out)["r1" if effect == "read" else "w1"].content)
+    if effect == "write":
+        assert len(app.effects.rows("book")) == 1
+        assert [e.state for e in app.saver.ledger.entries("t")] == ["done"]
 
 
 # ------------------------------------------------------------------------------------- property-based
