@@ -487,12 +487,6 @@ UNRENDERABLE: dict[str, Any] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ValueError, RuntimeError),
-    reason="gatedloop problem (since 01968ae): rendering moved out of the try in run_read/start_write and "
-    "`jsonable` still calls str()/repr() and json.dumps(int) unguarded, so these escape graph.invoke",
-)
 @pytest.mark.parametrize("effect", ["read", "write"])
 @pytest.mark.parametrize("kind", list(UNRENDERABLE))
 def test_a_result_that_cannot_be_printed_never_breaks_the_loop(app: App, kind: str, effect: str):

@@ -13,6 +13,7 @@ from typing import Any
 DEFAULT_MAX_RESULT_CHARS = 4000
 TRUNCATION_MARKER = "…[truncated: {shown} of {total} characters shown]"
 MAX_DEPTH = 64
+MAX_INT_BITS = 10_000  # Python refuses to print integers past about 4,300 digits
 TOO_DEEP = "…[nested deeper than 64 levels]"
 
 
@@ -27,8 +28,10 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     """A JSON-safe copy: str keys, finite numbers (NaN and infinities as strings), known types rendered."""
     if depth > MAX_DEPTH:
         return TOO_DEEP
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool | str):
         return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= MAX_INT_BITS else f"<integer of {value.bit_length()} bits>"
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, dict):
@@ -36,19 +39,26 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     if isinstance(value, list | tuple):
         return [jsonable(v, depth + 1) for v in value]
     if isinstance(value, set | frozenset):
-        return [jsonable(v, depth + 1) for v in sorted(value, key=repr)]
+        return sorted((jsonable(v, depth + 1) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
     if isinstance(value, bytes | bytearray):
         return {"bytes": len(value)}
     if hasattr(value, "model_dump"):
         try:
             return jsonable(value.model_dump(mode="json"), depth + 1)
         except Exception:
-            return str(value)
-    return str(value)
+            return _text(value)
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
 
 
 def _key(key: Any) -> str:
-    return key if isinstance(key, str) else str(key)
+    return key if isinstance(key, str) else _text(jsonable(key) if isinstance(key, int) else key)
 
 
 def cap(text: str, max_chars: int = DEFAULT_MAX_RESULT_CHARS) -> str:
