@@ -57,7 +57,17 @@ CREATE TABLE IF NOT EXISTS gatedloop_cancel (
     thread_id TEXT PRIMARY KEY,
     requested_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS gatedloop_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 """
+
+LEDGER_LOST = (
+    "the execution ledger (table gatedloop_ledger) is missing from {path}, which holds checkpoints: writes that "
+    "were already started could run again. Restore it from a backup, or open with recreate_ledger=True: every "
+    "write is then reconciled with its system before it runs"
+)
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -144,7 +154,7 @@ class Ledger(Protocol):
 class SqliteLedger:
     """Ledger, audit trail and cancel flags in one SQLite file (usually the checkpoint file)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, recreate: bool = False):
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -154,7 +164,25 @@ class SqliteLedger:
         if self.path != ":memory:":
             self._conn.execute("PRAGMA journal_mode=WAL")
         with self._lock:
+            lost = self._missing("gatedloop_ledger") and not self._missing("checkpoints") and self._has_checkpoints()
+            if lost and not recreate:
+                self._conn.close()
+                raise LedgerError(LEDGER_LOST.format(path=self.path))
             self._conn.executescript(SCHEMA)
+            if lost:
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO gatedloop_meta (key, value) VALUES ('recreated_at', ?)", (str(time.time()),)
+                )
+            row = self._conn.execute("SELECT 1 FROM gatedloop_meta WHERE key='recreated_at'").fetchone()
+        self.recreated = row is not None
+        """True once the ledger was lost and recreated: won claims are then reconciled before they run."""
+
+    def _missing(self, table: str) -> bool:
+        found = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone()
+        return found is None
+
+    def _has_checkpoints(self) -> bool:
+        return self._conn.execute("SELECT 1 FROM checkpoints LIMIT 1").fetchone() is not None
 
     def close(self) -> None:
         with self._lock:

@@ -40,8 +40,10 @@ def _prepare(path: str | Path) -> str:
 
 
 @contextmanager
-def open_sqlite(path: str | Path) -> Iterator[GatedSqliteSaver]:
-    """A synchronous SQLite checkpointer on `path` (created if missing), with its ledger."""
+def open_sqlite(path: str | Path, *, recreate_ledger: bool = False) -> Iterator[GatedSqliteSaver]:
+    """A synchronous SQLite checkpointer on `path` (created if missing), with its ledger.
+
+    A file with checkpoints but no ledger table raises `LedgerError` unless `recreate_ledger=True`."""
     target = _prepare(path)
     conn = sqlite3.connect(target, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     ledger = None
@@ -51,7 +53,7 @@ def open_sqlite(path: str | Path) -> Iterator[GatedSqliteSaver]:
         conn.execute("PRAGMA synchronous=NORMAL")
         saver = GatedSqliteSaver(conn)
         saver.setup()
-        ledger = SqliteLedger(target)
+        ledger = SqliteLedger(target, recreate=recreate_ledger)
         saver.ledger, saver.path = ledger, target
         yield saver
     finally:
@@ -61,7 +63,7 @@ def open_sqlite(path: str | Path) -> Iterator[GatedSqliteSaver]:
 
 
 @asynccontextmanager
-async def open_async_sqlite(path: str | Path) -> AsyncIterator[GatedAsyncSqliteSaver]:
+async def open_async_sqlite(path: str | Path, *, recreate_ledger: bool = False) -> AsyncIterator[GatedAsyncSqliteSaver]:
     """The async twin of `open_sqlite`, for `ainvoke`/`astream` and many concurrent threads."""
     target = _prepare(path)
     async with aiosqlite.connect(target, timeout=BUSY_TIMEOUT_MS / 1000) as conn:
@@ -70,7 +72,7 @@ async def open_async_sqlite(path: str | Path) -> AsyncIterator[GatedAsyncSqliteS
         await conn.execute("PRAGMA synchronous=NORMAL")
         saver = GatedAsyncSqliteSaver(conn)
         await saver.setup()
-        ledger = SqliteLedger(target)
+        ledger = SqliteLedger(target, recreate=recreate_ledger)
         saver.ledger, saver.path = ledger, target
         try:
             yield saver

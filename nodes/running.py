@@ -29,7 +29,7 @@ log = logging.getLogger("gatedloop.execute")
 # Threads, not processes: tools are mostly I/O. A timed-out call keeps its thread until it returns.
 _POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gatedloop-tool")
 
-UnknownReason = Literal["timeout", "connection_lost", "claimant_died", "claimant_running"]
+UnknownReason = Literal["timeout", "connection_lost", "claimant_died", "claimant_running", "ledger_lost"]
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 
 # Writes of this process that timed out but have not returned yet, so nobody starts them a second time.
@@ -101,14 +101,40 @@ def _wait(future: Future[Any], timeout_s: float) -> tuple[bool, Any, BaseExcepti
         return True, None, exc
 
 
+CANNOT_TELL = object()
+
+
+def reconcile(registry: ToolRegistry, thread_id: str, plan: CallPlan) -> Any:
+    """The tool's own answer to 'did this write happen?': a result, None, or CANNOT_TELL."""
+    policy = registry.policy(plan["name"])
+    if policy.reconcile is None:
+        return CANNOT_TELL
+    try:
+        return policy.reconcile(dict(plan["args"]), idempotency_key(thread_id, plan["id"]))
+    except Exception:
+        log.warning("reconcile for %s (call %s) could not tell", plan["name"], plan["id"], exc_info=True)
+        return CANNOT_TELL
+
+
 def run_write(registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int) -> Outcome:
-    """A write: claim, run once, record. A lost claim returns the stored result or `unknown`."""
+    """A write: claim, run once, record. A lost claim returns the stored result or `unknown`.
+
+    After the ledger was lost and recreated, even a won claim may be a write that already happened, so the
+    tool's system is asked first (`reconcile`); if it cannot tell, the outcome is unknown (a person decides)."""
     won, entry = ledger.claim(thread_id, plan["id"], plan["name"], plan["digest"])
     if not won:
         if entry.state != "claimed":
             return stored_outcome(entry.state, entry.result)
         reason: UnknownReason = "claimant_running" if claimant_alive(entry.claimant) else "claimant_died"
         return unknown(reason, entry.attempts)
+    if getattr(ledger, "recreated", False):
+        known = reconcile(registry, thread_id, plan)
+        if known is CANNOT_TELL:
+            return unknown("ledger_lost", entry.attempts)
+        if known is not None:
+            outcome = _ok(known, max_chars)
+            ledger.finish(thread_id, plan["id"], "done", outcome)
+            return outcome
     return start_write(registry, ledger, thread_id, plan, max_chars, entry.attempts)
 
 

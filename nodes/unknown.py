@@ -16,12 +16,19 @@ from gatedloop.checkpoints.ledger import claimant_alive, current_claimant, idemp
 from gatedloop.graph.state import CallPlan
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.parts import LoopParts
-from gatedloop.nodes.running import Outcome, _ok, start_write, still_running_here, stored_outcome
+from gatedloop.nodes.running import (
+    CANNOT_TELL,
+    Outcome,
+    _ok,
+    reconcile,
+    start_write,
+    still_running_here,
+    stored_outcome,
+)
 
 log = logging.getLogger("gatedloop.reconcile")
 
 UNKNOWN_DECISIONS = ("done", "not_done", "abandon")
-CANNOT_TELL = object()
 
 Resolution = Literal["done", "not_done", "ask"]
 
@@ -39,18 +46,6 @@ class UnknownOutcomeRequest(TypedDict):
     calls: list[UnknownCall]
     allowed_decisions: list[str]
     error: NotRequired[str]
-
-
-def reconcile(parts: LoopParts, thread_id: str, plan: CallPlan) -> Any:
-    """The tool's own answer to 'did this write happen?': a result, None, or CANNOT_TELL."""
-    policy = parts.registry.policy(plan["name"])
-    if policy.reconcile is None:
-        return CANNOT_TELL
-    try:
-        return policy.reconcile(dict(plan["args"]), idempotency_key(thread_id, plan["id"]))
-    except Exception:
-        log.warning("reconcile for %s (call %s) could not tell", plan["name"], plan["id"], exc_info=True)
-        return CANNOT_TELL
 
 
 def reconciled_outcome(parts: LoopParts, result: Any) -> Outcome:
@@ -85,7 +80,7 @@ def settle_unknown(parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Ou
     entry = parts.ledger.get(thread_id, plan["id"])
     if entry is not None and entry.state != "claimed":
         return stored_outcome(entry.state, entry.result), entry.state == "abandoned"
-    answer = reconcile(parts, thread_id, plan)
+    answer = reconcile(parts.registry, thread_id, plan)
     if answer is not CANNOT_TELL and answer is not None:
         return _settle(parts, thread_id, plan, reconciled_outcome(parts, answer), "reconciled"), False
     if answer is None and entry is not None and not _may_be_running(thread_id, plan, entry.claimant):
