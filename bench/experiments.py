@@ -85,14 +85,33 @@ def _state_module() -> Any:
     return state
 
 
+def _drop_empty(update: Any) -> Any:
+    if isinstance(update, dict) and update.get("messages") == []:
+        return {k: v for k, v in update.items() if k != "messages"}
+    return update
+
+
 def _without_empty_messages(make: Any) -> Any:
+    """Wrap a node (a function, or a RunnableCallable with sync and async twins) to drop `messages: []`."""
+    from langgraph._internal._runnable import RunnableCallable
+
     def wrap(node: Any) -> Any:
+        if isinstance(node, RunnableCallable):
+            sync, asyn = node.func, node.afunc
+
+            @functools.wraps(sync)
+            def inner_sync(state: Any, runtime: Any) -> Any:
+                return _drop_empty(sync(state, runtime))
+
+            @functools.wraps(asyn)
+            async def inner_async(state: Any, runtime: Any) -> Any:
+                return _drop_empty(await asyn(state, runtime))
+
+            return RunnableCallable(inner_sync, inner_async, name=node.name)
+
         @functools.wraps(node)
         def inner(state: Any, runtime: Any) -> Any:
-            update = node(state, runtime)
-            if isinstance(update, dict) and update.get("messages") == []:
-                update = {k: v for k, v in update.items() if k != "messages"}
-            return update
+            return _drop_empty(node(state, runtime))
 
         return inner
 
@@ -118,8 +137,8 @@ def apply(variants: list[str]) -> None:
         elif name == "ledger_sync":
             original_init = ledger.SqliteLedger.__init__
 
-            def init(self: Any, path: Any, _orig: Any = original_init) -> None:
-                _orig(self, path)
+            def init(self: Any, *args: Any, _orig: Any = original_init, **kwargs: Any) -> None:
+                _orig(self, *args, **kwargs)
                 self._conn.execute("PRAGMA synchronous=NORMAL")
 
             ledger.SqliteLedger.__init__ = init  # type: ignore[method-assign]

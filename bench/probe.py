@@ -200,11 +200,27 @@ async def concurrency(system: Any, db: str, threads: int, turns: int, stall_s: f
             "error_samples": sorted(set(errors))[:5],
         }
         if hung:
+            result["stacks"] = thread_stacks()
             # Executor threads blocked forever cannot be joined; report and leave at once.
             sys.stdout.write(json.dumps(result) + "\n")
             sys.stdout.flush()
             os._exit(0)
     return result
+
+
+def thread_stacks(depth: int = 4) -> list[dict[str, Any]]:
+    """Where every thread of this process is, grouped: the innermost `depth` frames and how many threads."""
+    import collections
+    import threading
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    groups: collections.Counter[tuple[str, ...]] = collections.Counter()
+    for ident, frame in sys._current_frames().items():
+        frames = traceback.extract_stack(frame)[-depth:]
+        where = tuple(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames)
+        groups[(names.get(ident, "?").rstrip("0123456789_"), *where)] += 1
+    return [{"threads": n, "name": key[0], "stack": list(key[1:])} for key, n in groups.most_common()]
 
 
 def memory(system: Any, db: str, turns: int, kind: Any) -> dict[str, Any]:

@@ -258,6 +258,15 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
         for label, c in concurrency.items():
             for sample in c["error_samples"]:
                 lines.append(f"\n{label} error: `{sample}`")
+            hung = next((r for r in c["runs"] if r.get("stacks")), None)
+            if hung:
+                lines += [
+                    "",
+                    f"Where the threads of the first hung `{label}` run were (threads: innermost frames):",
+                    "",
+                ]
+                for group in hung["stacks"][:4]:
+                    lines.append(f"- {group['threads']} x `{group['name']}`: " + " <- ".join(reversed(group["stack"])))
         lines += [
             "",
             f"Throughput ratio gatedloop/anchor: {_fmt(ratios.get('concurrent_turns_per_s'))}"

@@ -53,6 +53,15 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
     read_task: Any = task(name="tool_read")(cast(Any, read))
     write_task: Any = task(name="tool_write")(cast(Any, write))
 
+    def settle(thread_id: str, plan: CallPlan, outcome: Outcome) -> dict[str, Any]:
+        settled, left_open = settle_unknown(parts, thread_id, plan, outcome)
+        return {"outcome": settled, "left_open": left_open}
+
+    # Settling an unknown outcome may ask a person. As its own task, its interrupts and their answers belong
+    # to that one call, and once settled it is not re-decided when the node runs again: an answer can never
+    # be applied to another call's question, whatever the ledger says by then.
+    settle_task: Any = task(name="settle_unknown_write")(cast(Any, settle))
+
     def execute(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         turn = _Turn(parts, state, runtime)
         if turn.early is not None:
@@ -70,7 +79,10 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
                 batch.append(plan)
                 continue
             flush()
-            turn.settle_write(plan, write_task(turn.thread_id, plan).result())
+            outcome = write_task(turn.thread_id, plan).result()
+            turn.record_write(
+                plan, outcome, settle_task(turn.thread_id, plan, outcome).result() if _unknown(outcome) else None
+            )
         flush()
         return turn.update()
 
@@ -92,7 +104,9 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
                 continue
             await flush()
             outcome = await write_task(turn.thread_id, plan)
-            await asyncio.to_thread(turn.settle_write, plan, outcome)
+            turn.record_write(
+                plan, outcome, await settle_task(turn.thread_id, plan, outcome) if _unknown(outcome) else None
+            )
         await flush()
         return await asyncio.to_thread(turn.update)
 
@@ -127,10 +141,10 @@ class _Turn:
             return {"messages": not_run, "calls": _answered(self.calls), "stop": stop[0], "stop_detail": stop[1]}
         return None
 
-    def settle_write(self, plan: CallPlan, outcome: Outcome) -> None:
-        if outcome["status"] == "unknown":
-            outcome, left_open = settle_unknown(self.parts, self.thread_id, plan, outcome)
-            if left_open:
+    def record_write(self, plan: CallPlan, outcome: Outcome, settled: dict[str, Any] | None) -> None:
+        if settled is not None:
+            outcome = settled["outcome"]
+            if settled["left_open"]:
                 self.unsettled.append(plan["id"])
         self.outcomes[plan["id"]] = outcome
 
@@ -161,6 +175,10 @@ class _Turn:
         elif loop_hit:
             update.update(stop="loop_detected", stop_detail="the model repeated the same call with the same result")
         return update
+
+
+def _unknown(outcome: Outcome) -> bool:
+    return outcome["status"] == "unknown"
 
 
 def _reported(plan: CallPlan, run: Callable[[], Outcome]) -> Outcome:
