@@ -18,6 +18,10 @@ class Limits(BaseModel):
     model_retries: int = Field(1, ge=0, description="extra tries after an incomplete or failed model response")
     max_result_chars: int = Field(4000, ge=200, description="a longer tool result is cut with a marker")
 
+    def max_concurrency(self) -> int:
+        """Threads for one turn's tool tasks: every call a turn may propose can run at once."""
+        return max(16, self.max_calls_per_turn * 2)
+
     def recursion_limit(self) -> int:
         """A superstep ceiling derived from the budgets, so LangGraph's own guard never fires first."""
         return self.max_model_calls * 6 + 20

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict, cast
 
-from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages
+from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, convert_to_messages
 from langgraph.channels import DeltaChannel
 from langgraph.graph.message import add_messages
 
@@ -68,12 +68,22 @@ def fold_messages(history: list[BaseMessage] | None, writes: Sequence[Any]) -> l
     checkpoint rebuilds the same ids every time (add_messages alone would draw fresh uuids).
     """
     merged: list[BaseMessage] = list(history or [])
+    position = {m.id: i for i, m in enumerate(merged)}  # built once per batch: replaying N writes stays O(n + N)
     for write in writes:
         incoming = convert_to_messages(write if isinstance(write, list) else [write])
         for offset, message in enumerate(incoming):
             if message.id is None:
                 message.id = f"msg-{len(merged) + offset}"
-        merged = cast(list[BaseMessage], add_messages(cast(Any, merged), cast(Any, incoming)))
+        if any(isinstance(m, RemoveMessage) for m in incoming):
+            merged = cast(list[BaseMessage], add_messages(cast(Any, merged), cast(Any, incoming)))
+            position = {m.id: i for i, m in enumerate(merged)}
+            continue
+        for message in incoming:
+            if message.id in position:
+                merged[position[message.id]] = message
+            else:
+                position[message.id] = len(merged)
+                merged.append(message)
     return merged
 
 
