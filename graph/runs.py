@@ -92,12 +92,15 @@ def stream_resume(
     """Resume a paused thread with an answer (or, with None, a thread stopped mid-run by a crash)."""
     config = config_for(thread_id)
     with lease_for(graph, thread_id, wait_s):
+        pending = graph.get_state(config).interrupts
         request = pending_request(graph, thread_id)
         if request is not None:
             if answer is None:
                 raise InvalidDecision("the thread is waiting for an answer; none was given")
             check_answer(request, answer)
-            payload: Any = Command(resume=answer)
+            # Keyed by interrupt id, so the answer reaches exactly the question it answers, even when a crash
+            # left another interrupt of the same node answered but unfinished.
+            payload: Any = Command(resume={pending[0].id: answer})
         elif answer is not None:
             raise InvalidDecision(f"thread {thread_id!r} is not waiting for an answer")
         else:
