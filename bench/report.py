@@ -129,7 +129,13 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
         "# gatedloop vs create_agent + HumanInTheLoopMiddleware",
         "",
         f"Command: `{meta['command']}` ({'quick smoke run' if meta['quick'] else 'full run'}, "
-        f"{meta['seconds']} s). Commit {meta['git_commit']}{' (dirty tree)' if meta['git_dirty'] else ''}, "
+        f"{meta['seconds']} s). Commit {meta['git_commit']}{' (dirty tree)' if meta['git_dirty'] else ''}"
+        + (
+            f" at start, **{meta['git_commit_end']} at the end (the source changed during the run)**"
+            if meta.get("git_commit_end") not in (None, meta["git_commit"])
+            else ""
+        )
+        + ", "
         f"Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs, {meta['platform']}.",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".",
         f"Load average (1/5/15 min) at start {meta.get('loadavg_start')}, at end {meta.get('loadavg_end')} "
@@ -242,8 +248,8 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
             f"{g['turns_per_thread']} turn(s) with an approval (2 `ainvoke` calls per turn), in a child process per "
             f"run. A run in which no turn finishes for {plan.stall_s:g} s is stopped and counted as hung (its "
             f"turns/s covers the time until the last finished turn). Median of {plan.concurrency_reps} runs; errors "
-            "summed. The `pool64` row is gatedloop with the event loop's default executor set to 64 threads, a "
-            "caller-side workaround for the hang (see README), to show the throughput it would have.",
+            "summed. The `pool64` row is gatedloop with the event loop's default executor set to 64 threads "
+            "(before commit 914ffca that avoided a deadlock of the sync execute node; see README).",
             "",
             "| run | executor threads | turns/s | wall s | turns done / expected | errors | lock errors | hung runs |",
             "|---|---:|---:|---:|---|---:|---:|---:|",

@@ -369,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     results["meta"]["seconds"] = round(time.perf_counter() - started, 1)
     results["meta"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    end = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    results["meta"]["git_commit_end"] = end.stdout.strip()
     results["ratios"], results["targets"] = judge(plan, results)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (out / "results.md").write_text(markdown(plan, results))

@@ -1,0 +1,116 @@
+"""Micro-benchmarks behind the per-turn proposals in bench/README.md (each isolates one cost).
+
+    .venv/bin/python -m bench.micro [--messages 1600] [--writes 100] [--commits 300]
+
+- `fold`: replaying `--writes` message writes onto a history of `--messages` messages (what every invoke of
+  a long thread does when it loads `messages` from its DeltaChannel), with the reducer in graph/state.py and
+  with the one it replaced (add_messages applied write by write, which rebuilds an id index per write).
+- `callback`: LangChain's fallback for a callback handler without `on_chat_model_start`: it renders the
+  whole history with `get_buffer_string` on every model call.
+- `ledger`: one audit `record()` commit on the ledger's connection as it is (synchronous=FULL in WAL mode:
+  an fsync per commit) and with synchronous=NORMAL. fsync cost depends on what else the disk is doing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage, convert_to_messages
+from langchain_core.messages.utils import get_buffer_string
+from langgraph.graph.message import add_messages
+
+
+def history(n: int) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for i in range(n // 4):
+        call = {"name": "lookup_order", "args": {"order_id": f"A-{i:05d}"}, "id": f"call-{i}", "type": "tool_call"}
+        out += [
+            HumanMessage(f"turn {i} [read] please check order A-{i:05d}", id=f"h{i}"),
+            AIMessage("", tool_calls=[call], id=f"a{i}"),
+            ToolMessage('{"status": "shipped"}', tool_call_id=f"call-{i}", id=f"t{i}"),
+            AIMessage(f"Order A-{i:05d} has shipped.", id=f"b{i}"),
+        ]
+    return out
+
+
+def fold_per_write(base: list[BaseMessage] | None, writes: list[Any]) -> list[BaseMessage]:
+    """The reducer before the fix: add_messages once per write."""
+    merged: list[BaseMessage] = list(base or [])
+    for write in writes:
+        incoming = convert_to_messages(write if isinstance(write, list) else [write])
+        for offset, message in enumerate(incoming):
+            if message.id is None:
+                message.id = f"msg-{len(merged) + offset}"
+        merged = add_messages(merged, incoming)  # type: ignore[assignment]
+    return merged
+
+
+def best_of(fn: Any, repeat: int = 7) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return min(times) * 1000
+
+
+def bench_fold(n: int, k: int) -> dict[str, float]:
+    from gatedloop.graph.state import fold_messages
+
+    base = history(n)
+    writes = [[m] for m in history(k * 4)[:k]]
+    for i, w in enumerate(writes):
+        w[0].id = f"new-{i}"
+    current = best_of(lambda: fold_messages(base, writes))
+    before = best_of(lambda: fold_per_write(base, writes))
+    assert [m.id for m in fold_messages(base, writes)] == [m.id for m in fold_per_write(base, writes)]
+    return {"fold_current_ms": round(current, 3), "fold_per_write_ms": round(before, 3)}
+
+
+def bench_callback(n: int) -> dict[str, float]:
+    base = history(n)
+    return {"get_buffer_string_ms": round(best_of(lambda: get_buffer_string(base)), 3)}
+
+
+def bench_ledger(commits: int) -> dict[str, float]:
+    from gatedloop.checkpoints.ledger import SqliteLedger
+
+    result = {}
+    for label, pragma in (("ledger_record_as_is_ms", None), ("ledger_record_normal_ms", "NORMAL")):
+        ledger = SqliteLedger(Path(tempfile.mkdtemp(prefix="gatedloop-micro-")) / "ledger.sqlite")
+        if pragma:
+            ledger._conn.execute(f"PRAGMA synchronous={pragma}")
+        times = []
+        for i in range(commits):
+            started = time.perf_counter()
+            ledger.record("t", f"c{i}", "validated", {"i": i})
+            times.append(time.perf_counter() - started)
+        ledger.close()
+        result[label] = round(statistics.median(times) * 1000, 4)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.micro")
+    parser.add_argument("--messages", type=int, default=1600)
+    parser.add_argument("--writes", type=int, default=100)
+    parser.add_argument("--commits", type=int, default=300)
+    args = parser.parse_args(argv)
+    results = {
+        "messages": args.messages,
+        "writes": args.writes,
+        **bench_fold(args.messages, args.writes),
+        **bench_callback(args.messages),
+        **bench_ledger(args.commits),
+    }
+    for key, value in results.items():
+        print(f"{key:28s} {value}")
+
+
+if __name__ == "__main__":
+    main()
