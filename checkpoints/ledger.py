@@ -163,6 +163,9 @@ class SqliteLedger:
         self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         if self.path != ":memory:":
             self._conn.execute("PRAGMA journal_mode=WAL")
+            # As the checkpointer's connection: a commit survives the process being killed (the threat the
+            # ledger answers); FULL would add an fsync per commit, several per turn.
+            self._conn.execute("PRAGMA synchronous=NORMAL")
         with self._lock:
             lost = self._missing("gatedloop_ledger") and not self._missing("checkpoints") and self._has_checkpoints()
             if lost and not recreate:

@@ -24,7 +24,14 @@ from gatedloop.nodes.hitl import (
     ReviewConfig,
     check_decisions,
 )
-from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id, error_message, result_message
+from gatedloop.nodes.parts import (
+    LoopParts,
+    call_context,
+    current_thread_id,
+    error_message,
+    result_message,
+    with_messages,
+)
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext
@@ -95,7 +102,7 @@ def make_approve_node(parts: LoopParts):
         if paused_at is not None:
             counters["waited_s"] += max(0.0, parts.clock() - paused_at)
             counters["paused_at"] = None
-        return {"calls": plans, "messages": answers, "counters": counters}
+        return {"calls": plans, "counters": counters, **with_messages(answers)}
 
     return approve
 

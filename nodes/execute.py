@@ -27,6 +27,7 @@ from gatedloop.nodes.parts import (
     current_thread_id,
     error_message,
     result_message,
+    with_messages,
 )
 from gatedloop.nodes.running import Outcome, run_read, run_write
 from gatedloop.nodes.unknown import settle_unknown
@@ -169,7 +170,7 @@ class _Turn:
         counters["tool_calls"] += len(self.runnable)
         counters["per_tool"] = per_tool
         counters["fingerprints"] = fingerprints
-        update: dict[str, Any] = {"messages": answers, "calls": _answered(self.calls), "counters": counters}
+        update: dict[str, Any] = {"calls": _answered(self.calls), "counters": counters, **with_messages(answers)}
         if self.unsettled:
             update.update(stop="needs_attention", stop_detail="a write's outcome is unknown and was left to a person")
         elif loop_hit:

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
 from gatedloop.graph.state import GatedState
-from gatedloop.nodes.parts import error_message, unanswered_calls
+from gatedloop.nodes.parts import error_message, unanswered_calls, with_messages
 from gatedloop.tools import errors
 
 
@@ -43,4 +43,4 @@ def finalize(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         )
         for c in unanswered_calls(messages)
     ]
-    return {"status": status, "answer": answer, "stop_detail": detail, "messages": leftovers, "calls": []}
+    return {"status": status, "answer": answer, "stop_detail": detail, "calls": [], **with_messages(leftovers)}

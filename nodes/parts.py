@@ -88,6 +88,11 @@ def error_message(call_id: str, name: str, error_type: ErrorType, message: str) 
     )
 
 
+def with_messages(messages: list[ToolMessage]) -> dict[str, Any]:
+    """A `messages` update only when there is one: an empty write still costs a DeltaChannel step."""
+    return {"messages": messages} if messages else {}
+
+
 def result_message(call_id: str, name: str, content: str) -> ToolMessage:
     return ToolMessage(content=content, tool_call_id=call_id, name=name, status="success", id=f"tool-{call_id}")
 

@@ -27,6 +27,9 @@ class ToolArgumentChunks(BaseCallbackHandler):
     def __init__(self) -> None:
         self.chunks: list[dict[str, Any]] = []
 
+    def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any) -> None:
+        """Defined so LangChain does not fall back to rendering the whole history as text for this handler."""
+
     def on_llm_new_token(
         self,
         token: str | list[str | dict[str, Any]],

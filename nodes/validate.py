@@ -13,7 +13,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 
 from gatedloop.graph.state import CallPlan, GatedState
-from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id, error_message
+from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id, error_message, with_messages
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext
@@ -49,7 +49,7 @@ def make_validate_node(parts: LoopParts):
                 "validated",
                 {"tool": plan["name"], "args": checked.args, "verdict": plans[-1]["verdict"], "repair": checked.repair},
             )
-        update: dict[str, Any] = {"calls": plans, "messages": answers}
+        update: dict[str, Any] = {"calls": plans, **with_messages(answers)}
         if any(p["verdict"] == "ask" for p in plans):
             update["counters"] = {**counters, "paused_at": parts.clock()}
         if stop:
