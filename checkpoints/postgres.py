@@ -286,8 +286,8 @@ class PostgresLedger:
         return [row[0] for row in rows]
 
 
-class GatedPostgresSaver(PostgresSaver):
-    """LangGraph's `PostgresSaver` on a connection pool, plus the ledger in the same database and the lease."""
+class _LedgerAndLease:
+    """What gatedloop adds to either Postgres saver: the ledger in the same database, and the thread lease."""
 
     ledger: PostgresLedger
     url: str
@@ -300,17 +300,12 @@ class GatedPostgresSaver(PostgresSaver):
         return self.ledger.thread_ids()
 
 
-class GatedAsyncPostgresSaver(AsyncPostgresSaver):
+class GatedPostgresSaver(_LedgerAndLease, PostgresSaver):
+    """LangGraph's `PostgresSaver` on a connection pool, plus the ledger and the lease."""
+
+
+class GatedAsyncPostgresSaver(_LedgerAndLease, AsyncPostgresSaver):
     """LangGraph's `AsyncPostgresSaver`, plus the (synchronous, as the nodes call it) ledger and the lease."""
-
-    ledger: PostgresLedger
-    url: str
-
-    def lease(self, thread_id: str, *, wait_s: float = 0.0) -> AbstractContextManager[None]:
-        return hold_lease(self.url, thread_id, wait_s=wait_s)
-
-    def thread_ids(self) -> list[str]:
-        return self.ledger.thread_ids()
 
 
 @contextmanager
