@@ -82,11 +82,6 @@ LEASE_SERVER_OPTIONS = (
 )
 
 
-def is_postgres_url(target: str) -> bool:
-    """Whether a `--db` / `GATEDLOOP_DB` value names a Postgres database rather than a SQLite file."""
-    return target.startswith(URL_PREFIXES)
-
-
 def lease_key(thread_id: str) -> int:
     """The advisory-lock key of a thread: 64 bits of a hash, namespaced so other users of advisory locks
     in the same database are unlikely to collide with it (a collision only makes a thread look busy)."""

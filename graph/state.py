@@ -44,7 +44,6 @@ class CallPlan(TypedDict):
     decision: NotRequired[str]
     edited: NotRequired[bool]
     repair: NotRequired[str]
-    asks: NotRequired[int]
 
 
 class RequestCounters(TypedDict):

@@ -28,11 +28,6 @@ class ReviewConfig(TypedDict):
     allowed_decisions: list[str]
 
 
-class HITLRequest(TypedDict):
-    action_requests: list[ActionRequest]
-    review_configs: list[ReviewConfig]
-
-
 class GatedActionRequest(ActionRequest):
     tool_call_id: str
     args_digest: str

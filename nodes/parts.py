@@ -15,7 +15,7 @@ from langgraph.config import get_config
 
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.limits import Limits
-from gatedloop.graph.state import CallPlan, RequestCounters
+from gatedloop.graph.state import RequestCounters
 from gatedloop.tools.errors import ErrorType, error_json
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import ToolRegistry
@@ -106,7 +106,3 @@ def unanswered_calls(messages: Sequence[BaseMessage]) -> list[Any]:
             proposed = [*message.tool_calls, *message.invalid_tool_calls]
             return [c for c in proposed if c.get("id") not in answered]
     return []
-
-
-def open_calls(calls: list[CallPlan]) -> list[CallPlan]:
-    return [c for c in calls if c["verdict"] != "answered"]

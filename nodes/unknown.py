@@ -30,8 +30,6 @@ log = logging.getLogger("gatedloop.reconcile")
 
 UNKNOWN_DECISIONS = ("done", "not_done", "abandon")
 
-Resolution = Literal["done", "not_done", "ask"]
-
 
 class UnknownCall(TypedDict):
     tool_call_id: str

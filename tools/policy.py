@@ -87,5 +87,4 @@ class ToolPolicy:
         return self.effect == "write" if self.strict_json is None else self.strict_json
 
 
-READ = ToolPolicy(effect="read", approval="never")
 GATED_WRITE = ToolPolicy(effect="write", approval="always")

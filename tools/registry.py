@@ -58,9 +58,6 @@ class ToolRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self.tools
 
-    def names(self) -> list[str]:
-        return list(self.tools)
-
     def policy(self, name: str) -> ToolPolicy:
         return self.policies[name]
 
