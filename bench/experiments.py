@@ -1,6 +1,6 @@
 """Prototypes of proposed gatedloop changes, applied by patching at run time (the source is not edited).
 
-    .venv/bin/python -m bench.experiments [--turns 400] [--kind write] [--variants baseline fold ...]
+    .venv/bin/python -m bench.experiments [--turns 400] [--kind write] [--variants baseline versions ...]
 
 Each variant runs one thread of `--turns` turns in a fresh process (so patches never leak between
 variants) and reports ms/turn (mean over the first 50/200/400 turns), stored bytes, a resume of a paused
@@ -24,56 +24,18 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Proposals from the profile that are not in gatedloop (the others were adopted: one id index per fold, no
+# empty `messages` writes, the ledger at synchronous=NORMAL, a turn-wide task executor, the callback no-op).
 VARIANTS: dict[str, str] = {
     "baseline": "gatedloop as it is",
-    "fold": "fold_messages indexes the history once per fold, not once per write (graph/state.py)",
-    "no_empty": "nodes leave `messages` out of the update when they add nothing (validate/approve/execute/finalize)",
     "snapshot": "DeltaChannel(fold_messages, snapshot_frequency=1000) (graph/state.py)",
-    "ledger_sync": "ledger connection with PRAGMA synchronous=NORMAL, like the checkpointer (checkpoints/ledger.py)",
     "cancel": "clear_cancel deletes only when a cancel row exists (checkpoints/ledger.py, nodes/model.py)",
     "versions": "compact channel versions in GatedSqliteSaver.get_next_version (checkpoints/sqlite.py)",
-    "pool": "build_graph(...).with_config(max_concurrency=...) sized for a turn's calls (graph/build.py)",
-    "callback": "ToolArgumentChunks.on_chat_model_start as a no-op, so LangChain does not stringify the history "
-    "for it on every model call (nodes/streamed_args.py)",
 }
-COMBOS = {
-    "proposed": ["fold", "no_empty", "ledger_sync", "cancel", "versions", "pool", "callback"],
-    "proposed_but_versions": ["fold", "no_empty", "ledger_sync", "cancel", "pool", "callback"],
-    "proposed_with_snapshot": ["fold", "no_empty", "ledger_sync", "cancel", "versions", "pool", "callback", "snapshot"],
-}
+COMBOS = {"proposed": ["cancel", "versions"], "proposed_with_snapshot": ["cancel", "versions", "snapshot"]}
 
 
 # --- the patches -------------------------------------------------------------------------------------
-
-
-def fast_fold(history: Any, writes: Any) -> Any:
-    """Same result as graph/state.py's fold_messages, with one id index per fold instead of one per write."""
-    from langchain_core.messages import BaseMessageChunk, RemoveMessage, convert_to_messages
-    from langchain_core.messages.utils import message_chunk_to_message
-    from langgraph.graph.message import add_messages
-
-    merged = list(history or [])
-    index: dict[str, int] | None = None
-    for write in writes:
-        incoming = convert_to_messages(write if isinstance(write, list) else [write])
-        for offset, message in enumerate(incoming):
-            if message.id is None:
-                message.id = f"msg-{len(merged) + offset}"
-        if any(isinstance(m, RemoveMessage) for m in incoming):
-            merged, index = add_messages(merged, incoming), None  # rare: the general path
-            continue
-        if index is None:
-            index = {m.id: i for i, m in enumerate(merged)}
-        for message in incoming:
-            if isinstance(message, BaseMessageChunk):
-                message = message_chunk_to_message(message)
-            at = index.get(message.id)
-            if at is None:
-                index[message.id] = len(merged)
-                merged.append(message)
-            else:
-                merged[at] = message
-    return merged
 
 
 def _state_module() -> Any:
@@ -85,63 +47,13 @@ def _state_module() -> Any:
     return state
 
 
-def _drop_empty(update: Any) -> Any:
-    if isinstance(update, dict) and update.get("messages") == []:
-        return {k: v for k, v in update.items() if k != "messages"}
-    return update
-
-
-def _without_empty_messages(make: Any) -> Any:
-    """Wrap a node (a function, or a RunnableCallable with sync and async twins) to drop `messages: []`."""
-    from langgraph._internal._runnable import RunnableCallable
-
-    def wrap(node: Any) -> Any:
-        if isinstance(node, RunnableCallable):
-            sync, asyn = node.func, node.afunc
-
-            @functools.wraps(sync)
-            def inner_sync(state: Any, runtime: Any) -> Any:
-                return _drop_empty(sync(state, runtime))
-
-            @functools.wraps(asyn)
-            async def inner_async(state: Any, runtime: Any) -> Any:
-                return _drop_empty(await asyn(state, runtime))
-
-            return RunnableCallable(inner_sync, inner_async, name=node.name)
-
-        @functools.wraps(node)
-        def inner(state: Any, runtime: Any) -> Any:
-            return _drop_empty(node(state, runtime))
-
-        return inner
-
-    if make is None:
-        return wrap
-    return lambda parts: wrap(make(parts))
-
-
 def apply(variants: list[str]) -> None:
-    import gatedloop.graph.build as build
     from gatedloop.checkpoints import ledger, sqlite
 
     for name in variants:
-        if name == "fold":
-            _state_module().fold_messages = fast_fold
-        elif name == "no_empty":
-            for maker in ("make_validate_node", "make_approve_node", "make_execute_node"):
-                setattr(build, maker, _without_empty_messages(getattr(build, maker)))
-            build.finalize = _without_empty_messages(None)(build.finalize)
-        elif name == "snapshot":
+        if name == "snapshot":
             state = _state_module()
             state.DeltaChannel = functools.partial(state.DeltaChannel, snapshot_frequency=1000)
-        elif name == "ledger_sync":
-            original_init = ledger.SqliteLedger.__init__
-
-            def init(self: Any, *args: Any, _orig: Any = original_init, **kwargs: Any) -> None:
-                _orig(self, *args, **kwargs)
-                self._conn.execute("PRAGMA synchronous=NORMAL")
-
-            ledger.SqliteLedger.__init__ = init  # type: ignore[method-assign]
         elif name == "cancel":
             original_clear = ledger.SqliteLedger.clear_cancel
 
@@ -159,23 +71,6 @@ def apply(variants: list[str]) -> None:
 
             for cls in (sqlite.GatedSqliteSaver, sqlite.GatedAsyncSqliteSaver):
                 cls.get_next_version = next_version  # type: ignore[method-assign]
-        elif name == "pool":
-            original_build = build.build_graph
-
-            def build_graph(*args: Any, _orig: Any = original_build, **kwargs: Any) -> Any:
-                limits = kwargs.get("limits")
-                return _orig(*args, **kwargs).with_config(
-                    max_concurrency=max(16, getattr(limits, "max_calls_per_turn", 16))
-                )
-
-            build.build_graph = build_graph
-            import gatedloop.graph as graph_pkg
-
-            graph_pkg.build_graph = build_graph
-        elif name == "callback":
-            from gatedloop.nodes import streamed_args
-
-            streamed_args.ToolArgumentChunks.on_chat_model_start = lambda self, *a, **k: None  # type: ignore[method-assign]
         elif name != "baseline":
             raise SystemExit(f"unknown variant {name!r}")
 
