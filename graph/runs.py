@@ -7,13 +7,13 @@ answer against the pending request before it reaches the graph (`InvalidDecision
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command, StreamMode
+from langgraph.types import Command, Interrupt, StreamMode
 
 from gatedloop.checkpoints.lease import thread_lease
 from gatedloop.checkpoints.ledger import Ledger
@@ -32,10 +32,13 @@ def config_for(thread_id: str) -> RunnableConfig:
 
 def pending_request(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> dict[str, Any] | None:
     """The request a paused thread is waiting on (approval or unknown outcome), or None."""
-    snapshot = graph.get_state(config_for(thread_id))
-    if not snapshot.interrupts:
+    return _request_of(graph.get_state(config_for(thread_id)).interrupts)
+
+
+def _request_of(interrupts: Sequence[Interrupt]) -> dict[str, Any] | None:
+    if not interrupts:
         return None
-    value = snapshot.interrupts[0].value
+    value = interrupts[0].value
     return value if isinstance(value, dict) else {"value": value}
 
 
@@ -92,8 +95,8 @@ def stream_resume(
     """Resume a paused thread with an answer (or, with None, a thread stopped mid-run by a crash)."""
     config = config_for(thread_id)
     with lease_for(graph, thread_id, wait_s):
-        pending = graph.get_state(config).interrupts
-        request = pending_request(graph, thread_id)
+        pending = graph.get_state(config).interrupts  # one load: rebuilding a long thread is the costly part
+        request = _request_of(pending)
         if request is not None:
             if answer is None:
                 raise InvalidDecision("the thread is waiting for an answer; none was given")
