@@ -102,6 +102,7 @@ def _mark_checkpoint_writes(saver: Any, args: argparse.Namespace) -> None:
     the step's task writes are saved, its checkpoint is not.
     """
     counts = Counter[str]()
+    writes_in_flight = [0]
     for name, label in (("put", "ckpt"), ("put_writes", "writes")):
         original = getattr(saver, name)
 
@@ -109,13 +110,21 @@ def _mark_checkpoint_writes(saver: Any, args: argparse.Namespace) -> None:
             with _print_lock:
                 counts[_label] += 1
                 n = counts[_label]
+                writes_in_flight[0] += _label == "writes"
             mark(_label, n)
             if _label == "ckpt" and args.hold == "ckpt" and args.gate and a[2].get("step") == args.hold_step:
+                # LangGraph saves task writes from a background thread: let those of this step land first,
+                # so the kill falls exactly between a step's saved writes and its checkpoint.
+                while writes_in_flight[0]:
+                    time.sleep(0.005)
                 mark("hold_ckpt", args.hold_step)
                 _wait_for(args.gate)
-            result = _original(*a, **kw)
-            mark(f"{_label}_done", n)
-            return result
+            try:
+                return _original(*a, **kw)
+            finally:
+                with _print_lock:
+                    writes_in_flight[0] -= _label == "writes"
+                mark(f"{_label}_done", n)
 
         setattr(saver, name, wrapped)
 
