@@ -46,8 +46,13 @@ class ToolPolicy:
     - `roles`: if set, the caller needs at least one of these roles (`permission_denied` otherwise).
     - `reconcile(args, idempotency_key)`: asks the authoritative system whether a write whose outcome is
       unknown happened: its result if it did, None if it did not; raises if it cannot tell.
-    - `max_calls`: per-thread cap on calls of this tool (`budget_exhausted` beyond it).
+    - `max_calls`: per-request cap on calls of this tool (`budget_exhausted` beyond it).
     - `strict_json`: arguments must be exact JSON (default: True for writes, tolerant repair for reads).
+    - `approvers`: roles; a reviewer needs one of them to decide this tool's calls (None: any reviewer).
+    - `self_approval`: whether the requester may decide her own call (None: False when `approvers` is set).
+    - `approvals_required`: distinct authorized reviewers who must approve (an edit restarts the count).
+    - `approval_ttl_s`: a request older than this cannot be approved; the call is answered `approval_expired`.
+    - `secret_args`: argument names whose values are masked in requests, audit, CLI, logs and stream events.
     """
 
     effect: Effect = "write"
@@ -59,6 +64,11 @@ class ToolPolicy:
     reconcile: Reconciler | None = None
     max_calls: int | None = None
     strict_json: bool | None = None
+    approvers: frozenset[str] | None = None
+    self_approval: bool | None = None
+    approvals_required: int = 1
+    approval_ttl_s: float | None = None
+    secret_args: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.effect not in ("read", "write"):
@@ -70,6 +80,20 @@ class ToolPolicy:
             raise ValueError(f"ToolPolicy.allowed_decisions must be a non-empty subset of {ALL_DECISIONS}")
         if self.timeout_s <= 0:
             raise ValueError("ToolPolicy.timeout_s must be positive")
+        for name in ("roles", "approvers", "secret_args"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ValueError(f"ToolPolicy.{name} must be a collection of names, not one string ({value!r})")
+            if value is not None:
+                object.__setattr__(self, name, frozenset(value))
+        if self.approvers is not None and not self.approvers:
+            raise ValueError("ToolPolicy.approvers must name at least one role (or be None: any reviewer)")
+        if isinstance(self.approvals_required, bool) or not isinstance(self.approvals_required, int):
+            raise ValueError("ToolPolicy.approvals_required must be an integer")
+        if self.approvals_required < 1:
+            raise ValueError("ToolPolicy.approvals_required must be at least 1")
+        if self.approval_ttl_s is not None and self.approval_ttl_s <= 0:
+            raise ValueError("ToolPolicy.approval_ttl_s must be positive (or None: no expiry)")
 
     def needs_approval(self, args: dict[str, Any], context: CallContext) -> bool:
         """A predicate that raises counts as "needs approval": fail closed."""
@@ -81,6 +105,22 @@ class ToolPolicy:
             return bool(self.approval(args, context))
         except Exception:
             return True
+
+    @property
+    def allows_self_approval(self) -> bool:
+        return self.approvers is None if self.self_approval is None else self.self_approval
+
+    def reviewer_refusal(self, reviewer: CallContext, requester: str | None) -> str | None:
+        """Why this reviewer may not decide this tool's calls, or None. Identity comes from the runtime
+        context of the call that answers (the server's authenticated user), never from the answer itself."""
+        if self.approvers is not None:
+            if reviewer.user_id is None:
+                return "deciding this call needs an identified reviewer (runtime context user_id)"
+            if not self.approvers & reviewer.roles:
+                return f"deciding this call needs one of the roles {sorted(self.approvers)}"
+        if not self.allows_self_approval and reviewer.user_id is not None and reviewer.user_id == requester:
+            return "the requester may not decide her own call"
+        return None
 
     @property
     def strict(self) -> bool:
