@@ -33,6 +33,10 @@ ApprovalPredicate = Callable[[dict[str, Any], CallContext], bool]
 Validator = Callable[[dict[str, Any], CallContext], "str | None"]
 Reconciler = Callable[[dict[str, Any], str], Any]
 
+MASK = "***"
+RAW_ARGS = "__raw__"
+"""Key under which a call's unparsed argument text travels (`{"__raw__": text}`) until `validate` answers it."""
+
 
 @dataclass(frozen=True)
 class ToolPolicy:
@@ -121,6 +125,20 @@ class ToolPolicy:
         if not self.allows_self_approval and reviewer.user_id is not None and reviewer.user_id == requester:
             return "the requester may not decide her own call"
         return None
+
+    def masked(self, args: Any) -> dict[str, Any]:
+        """A copy of `args` to show or log: each top-level argument named in `secret_args` has its value
+        replaced by "***" (the whole value, however nested it is). Names are matched at the top level only,
+        because `secret_args` names the tool's parameters; to hide a nested field, name its parameter.
+        Unparsed argument text (`{"__raw__": text}`) of a tool with secrets is masked whole: nobody can tell
+        which part of broken text is the secret."""
+        if not isinstance(args, Mapping):  # forged or broken state: show it as unparsed text
+            args = {RAW_ARGS: args}
+        if not self.secret_args:
+            return dict(args)
+        if set(args) == {RAW_ARGS}:
+            return {RAW_ARGS: MASK}
+        return {key: MASK if key in self.secret_args else value for key, value in args.items()}
 
     @property
     def strict(self) -> bool:
