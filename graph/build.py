@@ -13,6 +13,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
 from gatedloop.graph.limits import Limits
+from gatedloop.graph.models import bind_loop_tools
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
 from gatedloop.graph.state import GatedState, InputState, OutputState
 from gatedloop.nodes.approve import make_approve_node
@@ -44,7 +45,9 @@ def build_graph(
     registry = ToolRegistry(tools, policies)
     if ledger is None:
         ledger = getattr(checkpointer, "ledger", None) or SqliteLedger(":memory:")
-    parts = LoopParts(model=model.bind_tools(registry.bindable()), registry=registry, limits=limits, ledger=ledger)
+    parts = LoopParts(
+        model=bind_loop_tools(model, registry.bindable()), registry=registry, limits=limits, ledger=ledger
+    )
 
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(
         GatedState, context_schema=CallContext, input_schema=InputState, output_schema=OutputState

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 
@@ -47,3 +52,20 @@ def load_model(spec: str | None = None) -> BaseChatModel:
         return init_chat_model(spec)
     except (ImportError, ValueError) as exc:
         raise ModelConfigError(f"cannot load model {spec!r}: {exc}") from exc
+
+
+class ModelCannotBindTools(TypeError):
+    """The chat model has no tool calling (`bind_tools` is LangChain's unimplemented default)."""
+
+
+def bind_loop_tools(model: BaseChatModel, tools: Sequence[BaseTool]) -> Runnable[Any, BaseMessage]:
+    """`model.bind_tools(tools)`, or one line saying what to use instead (LangChain's fakes cannot bind tools)."""
+    try:
+        return model.bind_tools(tools)
+    except NotImplementedError:
+        name = type(model).__name__
+        raise ModelCannotBindTools(
+            f"build_graph needs a chat model with tool calling, and {name}.bind_tools is not implemented; "
+            "use a provider's chat model, or in tests gatedloop.graph.scripted.ScriptedChatModel "
+            "(or a LangChain fake whose bind_tools returns self; see README 'Testing your agent')"
+        ) from None

@@ -8,6 +8,7 @@ neither binds tools nor reports a finish status, and the loop refuses responses 
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import threading
@@ -32,9 +33,6 @@ def call(name: str, args: dict[str, Any] | str, call_id: str | None = None) -> d
     return {"name": name, "args": args, "id": call_id}
 
 
-_ids = itertools.count(1)
-
-
 def reply(
     content: str = "",
     calls: Sequence[dict[str, Any]] = (),
@@ -43,10 +41,13 @@ def reply(
     tokens: int = 20,
     refusal: str | None = None,
 ) -> AIMessage:
-    """An AIMessage as a provider would return it: finish status, usage, parsed and unparseable calls."""
+    """An AIMessage as a provider would return it: finish status, usage, parsed and unparseable calls.
+
+    A call planned without an id gets one when the model sends the reply (see `with_call_ids`).
+    """
     tool_calls, invalid = [], []
     for planned in calls:
-        call_id = f"call_{next(_ids)}" if planned.get("id") is None else planned["id"]
+        call_id = planned.get("id")
         if isinstance(planned["args"], str):
             try:
                 parsed = json.loads(planned["args"])
@@ -108,11 +109,11 @@ class ScriptedChatModel(BaseChatModel):
                 planned = self.responder(list(messages))
                 if planned is None:
                     return self._fail(f"no reply planned after: {_last_text(messages)!r}")
-                return planned.model_copy(deep=True)
+                return with_call_ids(planned.model_copy(deep=True), messages)
             if self._position >= len(self.script):
                 return self._fail(f"script exhausted after {len(self.script)} replies")
             self._position += 1
-            return self.script[self._position - 1].model_copy(deep=True)
+            return with_call_ids(self.script[self._position - 1].model_copy(deep=True), messages)
 
     def _fail(self, why: str) -> AIMessage:
         self._unexpected.append(why)
@@ -164,6 +165,37 @@ class ScriptedChatModel(BaseChatModel):
         if run_manager:
             run_manager.on_llm_new_token("", chunk=last)
         yield last
+
+
+def with_call_ids(message: AIMessage, conversation: Sequence[BaseMessage]) -> AIMessage:
+    """Give each call planned without an id one derived from the conversation it answers.
+
+    The conversation grows with every model turn of a thread, so the ids never repeat within a thread, and
+    they are the same in every process (a counter would restart at 1 in the process that resumes).
+    """
+    calls = [*message.tool_calls, *message.invalid_tool_calls]
+    if all(c.get("id") is not None for c in calls):
+        return message
+    turn = hashlib.sha256(_fingerprint(conversation)).hexdigest()[:12]
+    ordinal = itertools.count(1)
+
+    def filled(c: Any) -> Any:
+        return {**c, "id": f"call_{turn}_{next(ordinal)}"} if c.get("id") is None else c
+
+    return message.model_copy(
+        update={
+            "tool_calls": [filled(c) for c in message.tool_calls],
+            "invalid_tool_calls": [filled(c) for c in message.invalid_tool_calls],
+        }
+    )
+
+
+def _fingerprint(conversation: Sequence[BaseMessage]) -> bytes:
+    turns = [
+        [m.type, m.content, getattr(m, "tool_call_id", None), [c.get("id") for c in getattr(m, "tool_calls", [])]]
+        for m in conversation
+    ]
+    return json.dumps(turns, default=str, sort_keys=True, ensure_ascii=False).encode()
 
 
 def _raw_args(args: Any) -> str:

@@ -18,15 +18,12 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
+from gatedloop.nodes.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
 from gatedloop.nodes.streamed_args import invoke_capturing
 from gatedloop.tools.arguments import out_of_range
 
 log = logging.getLogger("gatedloop.model")
-
-# Normalized finish statuses, per provider: OpenAI finish_reason, Anthropic stop_reason, Gemini finish_reason.
-FINISHED = frozenset({"stop", "tool_calls", "function_call", "end_turn", "tool_use", "stop_sequence", "STOP"})
-REFUSED = frozenset({"content_filter", "refusal", "SAFETY", "RECITATION", "PROHIBITED_CONTENT", "BLOCKLIST"})
 
 
 class ResponseProblem(Exception):
@@ -37,24 +34,20 @@ class ResponseProblem(Exception):
         self.kind, self.detail = kind, detail
 
 
-def finish_status(message: BaseMessage) -> str | None:
-    meta = message.response_metadata or {}
-    value = meta.get("finish_reason") or meta.get("stop_reason")
-    return str(value) if value is not None else None
-
-
 def check_response(message: BaseMessage, earlier_ids: set[str]) -> AIMessage:
     """Return the response as an AIMessage if it may be acted on; raise ResponseProblem otherwise."""
     if not isinstance(message, AIMessage):
         raise ResponseProblem("incomplete", f"the model returned a {type(message).__name__}, not an AI message")
-    refusal = message.additional_kwargs.get("refusal")
     finish = finish_status(message)
-    if refusal or finish in REFUSED:
-        raise ResponseProblem("refused", f"the model refused (finish status {finish!r})")
+    refusal = refusal_text(message)
+    if refusal is not None:
+        raise ResponseProblem("refused", f"the model refused: {refusal[:200]!r}")
+    if finish is not None and finish.verdict == "refused":
+        raise ResponseProblem("refused", f"the model refused ({finish.describe()})")
     if finish is None:
-        raise ResponseProblem("incomplete", "the response carries no finish status (a stream cut short?)")
-    if finish not in FINISHED:
-        raise ResponseProblem("incomplete", f"the response was not finished (finish status {finish!r})")
+        raise ResponseProblem("incomplete", no_status_detail(message))
+    if finish.verdict != "finished":
+        raise ResponseProblem("incomplete", unfinished_detail(finish))
     if not message.tool_calls and not message.invalid_tool_calls and not _has_text(message):
         raise ResponseProblem("incomplete", "the response has neither text nor tool calls")
     seen: set[str] = set()
