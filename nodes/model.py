@@ -160,11 +160,16 @@ def make_model_node(parts: LoopParts):
     return model
 
 
+# What a response cut off in transit raises, by client: openai/anthropic APIConnectionError; httpx (Anthropic and
+# Ollama streams) RemoteProtocolError/ReadError; urllib3 under botocore (Bedrock) ProtocolError.
+CUT_IN_TRANSIT = frozenset({"APIConnectionError", "RemoteProtocolError", "ReadError", "ProtocolError"})
+
+
 def _connection_lost(exc: BaseException) -> bool:
-    """A stream cut mid-response surfaces as a connection error (langchain-openai: OpenAIConnectionError)."""
-    return isinstance(exc, ModelConnectionError | ConnectionError) or any(
-        cls.__name__ == "APIConnectionError" for cls in type(exc).__mro__
-    )
+    """A response cut mid-way surfaces as its client's connection or protocol error, not as a finish status."""
+    if isinstance(exc, ModelConnectionError | ConnectionError):
+        return True
+    return any(cls.__name__ in CUT_IN_TRANSIT for cls in type(exc).__mro__)
 
 
 def _tokens(message: BaseMessage) -> int:

@@ -45,10 +45,15 @@ class ToolArgumentChunks(BaseCallbackHandler):
             self.chunks.extend(dict(c) for c in message.tool_call_chunks)
 
     def raw_arguments(self) -> dict[str, str]:
-        """Argument text per call id, concatenated by stream index as providers send it."""
+        """Argument text per call id, concatenated by stream index as providers send it.
+
+        A chunk without an index is a whole call (langchain-ollama sends calls whole, several per chunk).
+        """
         by_index: dict[Any, dict[str, Any]] = {}
-        for chunk in self.chunks:
-            entry = by_index.setdefault(chunk.get("index"), {"id": None, "args": ""})
+        for position, chunk in enumerate(self.chunks):
+            index = chunk.get("index")
+            key = ("whole", position) if index is None else index
+            entry = by_index.setdefault(key, {"id": None, "args": ""})
             entry["id"] = entry["id"] or chunk.get("id")
             entry["args"] += chunk.get("args") or ""
         return {e["id"]: e["args"] for e in by_index.values() if e["id"]}
