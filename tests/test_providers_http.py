@@ -79,7 +79,8 @@ def run(provider: str, mode: str, turns: list[Turn], tmp_path: Path) -> tuple[di
 
     policies = {"query_order": ToolPolicy(effect="read", approval="never")}
     with ProviderServer(WIRES[provider], turns) as server, open_sqlite(tmp_path / "runs.sqlite") as saver:
-        graph = build_graph(MODELS[provider](server.url), [query_order], policies=policies, checkpointer=saver)
+        model = MODELS[provider](server.url)
+        graph = build_graph(model, [query_order], policies=policies, limits=Limits(model_retries=1), checkpointer=saver)
         question = {"messages": [HumanMessage(QUESTION)]}
         if mode == "invoke":
             events: list = []
