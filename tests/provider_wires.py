@@ -106,6 +106,44 @@ class OpenAIChatWire(Wire):
         yield Frame(b"data: [DONE]\n\n")
 
 
+class MistralWire(OpenAIChatWire):
+    """Mistral's chat completions: OpenAI's shape, but a streamed call arrives whole, with its id, in one delta.
+
+    (langchain-mistralai gives an id-less delta at index 0 a fresh random id, so OpenAI-style argument pieces
+    would not reassemble; the API does not send them.)
+    """
+
+    name = "mistral"
+
+    def frames(self, turn: Turn, request: dict[str, Any]) -> Iterator[Frame]:
+        base = {
+            "id": f"cmpl-{next(_serial)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": request.get("model", "mistral-large-latest"),
+        }
+
+        def data(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+            payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+            return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+        yield Frame(data({"role": "assistant", "content": ""}))
+        for piece in halves(turn.text) if turn.text else []:
+            yield Frame(data({"content": piece}))
+        if turn.calls:
+            calls = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}, "index": i}
+                for i, c in enumerate(turn.calls)
+            ]
+            line = data({"tool_calls": calls})
+            yield Frame(line[: len(line) // 2], in_arguments=True)  # "dropped" cuts inside the calls
+            yield Frame(line[len(line) // 2 :])
+        finish = self._reply(turn).resolved_finish_reason()
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        yield Frame(data({"content": ""}, finish, usage=usage))
+        yield Frame(b"data: [DONE]\n\n")
+
+
 class OpenAIResponsesWire(Wire):
     """The Responses API (`ChatOpenAI(use_responses_api=True)`): `status` and `incomplete_details`, no finish_reason."""
 
@@ -355,7 +393,15 @@ def event_stream_message(event_type: str, payload: dict[str, Any]) -> bytes:
 
 
 WIRES: dict[str, Wire] = {
-    w.name: w for w in (OpenAIChatWire(), OpenAIResponsesWire(), AnthropicWire(), OllamaWire(), BedrockConverseWire())
+    w.name: w
+    for w in (
+        OpenAIChatWire(),
+        MistralWire(),
+        OpenAIResponsesWire(),
+        AnthropicWire(),
+        OllamaWire(),
+        BedrockConverseWire(),
+    )
 }
 
 

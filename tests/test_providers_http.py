@@ -1,10 +1,11 @@
 """The real LangChain client of each provider, over HTTP, against a server on 127.0.0.1 speaking its wire format.
 
 One test body for every provider (OpenAI chat completions, OpenAI Responses, Anthropic, Ollama, Bedrock
-Converse), driven the two ways users run the graph: `invoke`, and `stream(stream_mode=["updates", "messages"])`
-as `langgraph dev` does (which makes every client stream). A complete reply runs its two tool calls and the
-run completes; a reply cut off by the provider's token limit, or by a connection lost mid-arguments, runs
-nothing, never enters the history, and the run ends `incomplete` after one retry.
+Converse, and Groq and Mistral, whose own clients speak the Chat Completions format), driven the two ways users
+run the graph: `invoke`, and `stream(stream_mode=["updates", "messages"])` as `langgraph dev` does (which makes
+every client stream). A complete reply runs its two tool calls and the run completes; a reply cut off by the
+provider's token limit, or by a connection lost mid-arguments, runs nothing, never enters the history, and the
+run ends `incomplete` after one retry.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from langchain_aws import ChatBedrockConverse
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langchain_groq import ChatGroq
+from langchain_mistralai import ChatMistralAI
 from langchain_ollama import ChatOllama
 from langchain_openai import ChatOpenAI
 from provider_wires import WIRES, Call, ProviderServer, Turn
@@ -53,6 +56,12 @@ MODELS: dict[str, Callable[[str], BaseChatModel]] = {
         model_name="claude-sonnet-5-5", base_url=url, api_key=SecretStr("test"), max_retries=0, timeout=5
     ),
     "ollama": lambda url: ChatOllama(model="llama3.1", base_url=url, client_kwargs={"timeout": 5}),
+    "groq": lambda url: ChatGroq(
+        model="llama-3.3-70b-versatile", base_url=url, api_key=SecretStr("test"), max_retries=0, timeout=5
+    ),
+    "mistral": lambda url: ChatMistralAI(
+        model_name="mistral-large-latest", base_url=f"{url}/v1", api_key=SecretStr("test"), max_retries=0, timeout=5
+    ),
     "bedrock-converse": lambda url: ChatBedrockConverse(
         model="anthropic.claude-3-5-haiku-20241022-v1:0",
         region_name="us-east-1",
@@ -62,6 +71,7 @@ MODELS: dict[str, Callable[[str], BaseChatModel]] = {
         config=Config(retries={"max_attempts": 1}, connect_timeout=5, read_timeout=5),
     ),
 }
+WIRE_OF = {"groq": "openai-chat"}  # Groq speaks the Chat Completions wire format
 ALWAYS_STREAMS = {"ollama"}  # langchain-ollama asks /api/chat for a stream even under invoke
 # botocore reads half a JSON body as an empty response, and langchain-aws then raises a plain ValueError
 # ("No 'output' key"): nothing says the connection was lost, so the run ends as a failing model call.
@@ -78,7 +88,10 @@ def run(provider: str, mode: str, turns: list[Turn], tmp_path: Path) -> tuple[di
         return {"order_id": order_id, "status": ORDERS[order_id]}
 
     policies = {"query_order": ToolPolicy(effect="read", approval="never")}
-    with ProviderServer(WIRES[provider], turns) as server, open_sqlite(tmp_path / "runs.sqlite") as saver:
+    with (
+        ProviderServer(WIRES[WIRE_OF.get(provider, provider)], turns) as server,
+        open_sqlite(tmp_path / "runs.sqlite") as saver,
+    ):
         model = MODELS[provider](server.url)
         graph = build_graph(model, [query_order], policies=policies, limits=Limits(model_retries=1), checkpointer=saver)
         question = {"messages": [HumanMessage(QUESTION)]}
