@@ -19,11 +19,14 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from gatedloop.checkpoints.evidence import SQLITE_SCHEMA as EVIDENCE_SCHEMA
+from gatedloop.checkpoints.evidence import Answer, ApprovalRecord, CallRecord, EvidenceStore, NewCall
 
 Outcome = Literal["done", "failed", "abandoned"]
 ClaimState = Literal["claimed", "done", "failed", "abandoned"]
@@ -149,9 +152,15 @@ class Ledger(Protocol):
     def request_cancel(self, thread_id: str) -> None: ...
     def cancel_requested(self, thread_id: str) -> bool: ...
     def clear_cancel(self, thread_id: str) -> None: ...
+    def register_calls(self, thread_id: str, calls: Iterable[NewCall]) -> dict[str, CallRecord]: ...
+    def calls(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, CallRecord]: ...
+    def record_answers(self, thread_id: str, answers: Iterable[Answer]) -> None: ...
+    def answer_digests(self, thread_id: str) -> dict[str, str]: ...
+    def record_approval(self, thread_id: str, record: ApprovalRecord) -> None: ...
+    def approvals(self, thread_id: str, call_ids: Sequence[str]) -> list[ApprovalRecord]: ...
 
 
-class SqliteLedger:
+class SqliteLedger(EvidenceStore):
     """Ledger, audit trail and cancel flags in one SQLite file (usually the checkpoint file)."""
 
     def __init__(self, path: str | Path, *, recreate: bool = False):
@@ -171,7 +180,7 @@ class SqliteLedger:
             if lost and not recreate:
                 self._conn.close()
                 raise LedgerError(LEDGER_LOST.format(path=self.path))
-            self._conn.executescript(SCHEMA)
+            self._conn.executescript(SCHEMA + EVIDENCE_SCHEMA)
             if lost:
                 self._conn.execute(
                     "INSERT OR REPLACE INTO gatedloop_meta (key, value) VALUES ('recreated_at', ?)", (str(time.time()),)
@@ -202,6 +211,20 @@ class SqliteLedger:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
+
+    def _run(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        if query.startswith("SELECT"):
+            with self._lock:
+                return self._conn.execute(query, tuple(params)).fetchall()
+        with self._tx() as conn:
+            return conn.execute(query, tuple(params)).fetchall()
+
+    def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        if not statements:
+            return
+        with self._tx() as conn:
+            for query, params in statements:
+                conn.execute(query, tuple(params))
 
     def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]:
         """Claim the right to start this call. Returns (True, entry) for the one winner, else the existing row."""

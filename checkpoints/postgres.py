@@ -18,7 +18,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, suppress
 from typing import Any
 
@@ -30,6 +30,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from gatedloop.checkpoints.evidence import POSTGRES_SCHEMA as EVIDENCE_SCHEMA
+from gatedloop.checkpoints.evidence import EvidenceStore
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import LedgerEntry, Outcome, current_claimant, idempotency_key
 
@@ -64,6 +66,7 @@ LEDGER_SCHEMA = (
         thread_id TEXT PRIMARY KEY,
         requested_at DOUBLE PRECISION NOT NULL
     )""",
+    *EVIDENCE_SCHEMA,
 )
 
 ENTRY_COLUMNS = (
@@ -163,7 +166,7 @@ def _saver_pool(url: str, max_size: int) -> ConnectionPool[Connection[DictRow]]:
     )
 
 
-class PostgresLedger:
+class PostgresLedger(EvidenceStore):
     """Ledger, audit trail and cancel flags in Postgres, with `SqliteLedger`'s semantics statement for statement.
 
     Every operation is one autocommitted statement, so each is atomic by itself; under READ COMMITTED a
@@ -190,6 +193,16 @@ class PostgresLedger:
         with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(query, params)
             return cur.fetchall() if cur.description is not None else []
+
+    def _run(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return self._execute(query.replace("?", "%s"), tuple(params))
+
+    def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        if not statements:
+            return
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            for query, params in statements:
+                cur.execute(query.replace("?", "%s"), tuple(params))
 
     def _count(self, query: str, params: tuple[Any, ...]) -> int:
         with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:

@@ -18,7 +18,7 @@ from gatedloop.graph.routing import after_approve, after_execute, after_model, a
 from gatedloop.graph.state import GatedState, InputState, OutputState
 from gatedloop.nodes.approve import make_approve_node
 from gatedloop.nodes.execute import make_execute_node
-from gatedloop.nodes.finalize import finalize
+from gatedloop.nodes.finalize import make_finalize_node
 from gatedloop.nodes.model import make_model_node
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.validate import make_validate_node
@@ -56,11 +56,11 @@ def build_graph(
     builder.add_node("validate", make_validate_node(parts))
     builder.add_node("approve", make_approve_node(parts))
     builder.add_node("execute", make_execute_node(parts))
-    builder.add_node("finalize", finalize)
+    builder.add_node("finalize", make_finalize_node(parts))
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", after_model, ["validate", "finalize"])
     builder.add_conditional_edges("validate", after_validate, ["approve", "execute", "model", "finalize"])
-    builder.add_conditional_edges("approve", after_approve, ["execute", "model"])
+    builder.add_conditional_edges("approve", after_approve, ["approve", "execute", "model"])
     builder.add_conditional_edges("execute", after_execute, ["approve", "model", "finalize"])
     builder.add_edge("finalize", END)
     graph = builder.compile(checkpointer=checkpointer, name=name)

@@ -30,7 +30,11 @@ def after_validate(state: GatedState) -> Next:
 
 
 def after_approve(state: GatedState) -> Next:
-    return "execute" if "run" in _verdicts(state) else "model"
+    """Ask again while any gated call still waits (a refused answer, or a quorum not yet reached); then run."""
+    verdicts = _verdicts(state)
+    if "ask" in verdicts:
+        return "approve"
+    return "execute" if "run" in verdicts else "model"
 
 
 def after_execute(state: GatedState) -> Next:

@@ -18,7 +18,8 @@ from langgraph.types import Command, Interrupt, StreamMode
 from gatedloop.checkpoints.lease import thread_lease
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import validate_thread_id
-from gatedloop.nodes.hitl import InvalidDecision, check_decisions
+from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.nodes.hitl import check_answer as check_approval
 from gatedloop.nodes.unknown import check_unknown_answer
 from gatedloop.tools.arguments import out_of_range
 from gatedloop.tools.policy import CallContext
@@ -50,7 +51,7 @@ def check_answer(request: dict[str, Any], answer: Any) -> None:
     if request.get("kind") == "unknown_outcome":
         check_unknown_answer(answer, len(request.get("calls", [])))
     else:
-        check_decisions(answer, request.get("action_requests", []), request.get("review_configs", []))
+        check_approval(answer, request)
 
 
 def lease_for(

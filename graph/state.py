@@ -94,6 +94,8 @@ class GatedState(TypedDict):
     stop_detail: NotRequired[str | None]
     status: NotRequired[Status | None]
     answer: NotRequired[str | None]
+    review_error: NotRequired[str | None]
+    """Why the last answer to the pending approval request was refused (shown with the request again)."""
 
 
 class InputState(TypedDict):

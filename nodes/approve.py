@@ -1,131 +1,270 @@
-"""The `approve` node: one `interrupt()` per model turn listing the gated calls, and the reviewer's answer.
+"""The `approve` node: one `interrupt()` per run of the node, listing the gated calls, and the reviewer's answer.
 
-This node re-runs from the top when resumed, so nothing before `interrupt()` has a side effect. A
-malformed answer is not applied: the same request is asked again with an `error` saying what was wrong
-(raising here would leave LangGraph replaying the bad resume value forever), and callers that want an
-exception use `gatedloop.graph.resume`, which checks the answer before it reaches the graph.
+Who answers is the runtime context of the call that resumes (under LangGraph Server, the authenticated user),
+checked against the tool's `approvers`, `self_approval`, `approvals_required` and `approval_ttl_s`. An accepted
+decision is recorded in the ledger, outside the state: that record, not anything in the state, is what lets
+`execute` run a gated call. A refused answer (malformed or unauthorized) changes nothing but the audit trail: the
+node ends and runs again with the same request and an `error`, so every interrupt is answered under the identity
+of the call that answered it (a node that looped over several interrupts would replay earlier answers under the
+latest caller's identity). Nothing before `interrupt()` has a side effect beyond idempotent ledger writes.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
+from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
+from gatedloop.graph.state import CallPlan, GatedState, RequestCounters, Verdict
+from gatedloop.nodes.admission import admit, approvers_so_far, expired, expires_at, requester_context
+from gatedloop.nodes.answers import error_message, record_answers, result_message
 from gatedloop.nodes.hitl import (
     Decision,
     GatedActionRequest,
     GatedHITLRequest,
     InvalidDecision,
     ReviewConfig,
-    check_decisions,
+    check_answer,
 )
-from gatedloop.nodes.parts import (
-    LoopParts,
-    call_context,
-    current_thread_id,
-    error_message,
-    result_message,
-    with_messages,
-)
+from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
 from gatedloop.tools import errors
-from gatedloop.tools.arguments import args_digest
-from gatedloop.tools.policy import CallContext
+from gatedloop.tools.arguments import args_digest, digest
+from gatedloop.tools.policy import SECRET_MASK, CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
 
-STALE_ARGS = "the pending arguments changed after they were validated; review them again"
+EXPIRED = "Not run: the approval request expired before a reviewer approved it."
+ANONYMOUS = "anonymous"
 
 
-def approval_request(parts: LoopParts, gated: list[CallPlan]) -> GatedHITLRequest:
+def request_id(gated: list[CallPlan]) -> str:
+    """Stable while the same calls with the same arguments are pending; any change makes a new request."""
+    return "req-" + digest([[c["id"], args_digest(c["name"], c["args"])] for c in gated])[:12]
+
+
+def approval_request(
+    parts: LoopParts,
+    gated: list[CallPlan],
+    records: dict[str, CallRecord],
+    approvals: list[ApprovalRecord],
+    error: str | None,
+) -> GatedHITLRequest:
     actions: list[GatedActionRequest] = []
     configs: list[ReviewConfig] = []
     for plan in gated:
-        tool = parts.registry.tools[plan["name"]]
-        actions.append(
-            {
-                "name": plan["name"],
-                "args": plan["args"],
-                "description": f"{describe_tool(tool)}\n\nTool: {plan['name']}\nArgs: "
-                + json.dumps(plan["args"], ensure_ascii=False),
-                "tool_call_id": plan["id"],
-                "args_digest": plan["digest"],
-            }
+        policy = parts.registry.policy(plan["name"])
+        record = records[plan["id"]]
+        digest_now = args_digest(plan["name"], plan["args"])
+        approved = approvers_so_far(policy, record, [a for a in approvals if a.call_id == plan["id"]], digest_now)
+        shown = policy.masked(plan["args"])
+        action: GatedActionRequest = {
+            "name": plan["name"],
+            "args": shown,
+            "description": "",
+            "tool_call_id": plan["id"],
+            "args_digest": digest_now,
+            "requested_by": record.requester.user_id,
+            "requested_at": record.requested_at,
+            "expires_at": expires_at(policy, record),
+            "approvals_required": policy.approvals_required,
+            "approved_by": approved,
+            "approvers": sorted(policy.approvers) if policy.approvers is not None else None,
+        }
+        action["description"] = _description(parts, action, error)
+        actions.append(action)
+        configs.append({"action_name": plan["name"], "allowed_decisions": list(policy.allowed_decisions)})
+    request: GatedHITLRequest = {
+        "kind": "approval",
+        "request_id": request_id(gated),
+        "action_requests": actions,
+        "review_configs": configs,
+    }
+    if error:
+        request["error"] = error
+    return request
+
+
+def _description(parts: LoopParts, action: GatedActionRequest, error: str | None) -> str:
+    """What a client that shows only `description` (Agent Chat UI) must still tell the reviewer."""
+    lines = [
+        describe_tool(parts.registry.tools[action["name"]]),
+        "",
+        f"Tool: {action['name']}",
+        "Args: " + json.dumps(action["args"], ensure_ascii=False),
+        f"Requested by: {action['requested_by'] or 'unknown'}",
+    ]
+    if action["approvers"] is not None:
+        lines.append(f"Approvers: one of the roles {', '.join(action['approvers'])}")
+    if action["approvals_required"] > 1:
+        done = action["approved_by"]
+        lines.append(
+            f"Approvals: {len(done)} of {action['approvals_required']}" + (f" ({', '.join(done)})" if done else "")
         )
-        allowed = [str(d) for d in parts.registry.policy(plan["name"]).allowed_decisions]
-        configs.append({"action_name": plan["name"], "allowed_decisions": allowed})
-    return {"kind": "approval", "action_requests": actions, "review_configs": configs}
+    if action["expires_at"] is not None:
+        lines.append("Expires: " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(action["expires_at"])))
+    if error:
+        lines.append(f"Previous answer refused: {error}")
+    return "\n".join(lines)
 
 
 def make_approve_node(parts: LoopParts):
     def approve(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         thread_id = current_thread_id()
         calls = state.get("calls") or []
-        gated = [c for c in calls if c["verdict"] == "ask"]
-        context = call_context(runtime.context)
-        request = approval_request(parts, gated)
-        error = STALE_ARGS if any(args_digest(c["name"], c["args"]) != c["digest"] for c in gated) else None
-        while True:
-            answer = interrupt(request if error is None else {**request, "error": error})
-            try:
-                if any(args_digest(c["name"], c["args"]) != c["digest"] for c in gated):
-                    raise InvalidDecision(STALE_ARGS)
-                decisions = check_decisions(answer, request["action_requests"], request["review_configs"])
-                decided = {
-                    plan["id"]: _apply(parts, plan, d, context) for plan, d in zip(gated, decisions, strict=True)
-                }
-                break
-            except InvalidDecision as exc:
-                error = str(exc)
-        plans: list[CallPlan] = []
+        gated_ids = [c["id"] for c in calls if c["verdict"] == "ask"]
+        records = parts.ledger.calls(thread_id, gated_ids)
+        approvals = parts.ledger.approvals(thread_id, gated_ids)
+        now = parts.clock()
+        plans: dict[str, CallPlan] = {c["id"]: c for c in calls}
         answers: list[ToolMessage] = []
-        for plan in calls:
-            if plan["id"] not in decided:
-                plans.append(plan)
-                continue
-            new_plan, message = decided[plan["id"]]
-            plans.append(new_plan)
+        gated: list[CallPlan] = []
+        for call_id in gated_ids:
+            plan = plans[call_id]
+            admission = admit(parts.registry, plan, records.get(call_id), approvals)
+            if admission.action == "refuse":
+                answers.append(error_message(call_id, plan["name"], admission.error_type, admission.reason))
+                plans[call_id] = {**plan, "verdict": "answered"}
+            elif admission.action == "skip":
+                plans[call_id] = {**plan, "verdict": "answered"}
+            elif admission.action == "run":
+                plans[call_id] = admission.plan
+            elif expired(parts.registry.policy(plan["name"]), records[call_id], now):
+                answers.append(error_message(call_id, plan["name"], "approval_expired", EXPIRED))
+                plans[call_id] = {**plan, "verdict": "answered"}
+                parts.ledger.record(thread_id, call_id, "approval_expired", {"tool": plan["name"]})
+            else:
+                gated.append(admission.plan)
+        if not gated:
+            return _update(parts, state, thread_id, list(plans.values()), answers, error=None)
+        request = approval_request(parts, gated, records, approvals, state.get("review_error"))
+        answer = interrupt(request)
+        reviewer = call_context(runtime.context)
+        try:
+            decisions = check_answer(answer, request)
+            applied = {
+                plan["id"]: _apply(parts, plan, records[plan["id"]], approvals, decisions[plan["id"]], reviewer)
+                for plan in gated
+            }
+        except InvalidDecision as exc:
+            _audit_refused(parts, thread_id, request, reviewer, answer, str(exc))
+            return _update(parts, state, thread_id, list(plans.values()), answers, error=str(exc))
+        for plan in gated:
+            new_plan, message, approval = applied[plan["id"]]
+            plans[plan["id"]] = new_plan
             if message is not None:
                 answers.append(message)
+            earlier = [a for a in approvals if a.call_id == plan["id"]]
+            if any(_same(a, approval) for a in earlier):
+                continue  # this reviewer already gave this decision on these arguments: it counts once
+            parts.ledger.record_approval(thread_id, approval)
+            note = decisions[plan["id"]].get("note")
             parts.ledger.record(
                 thread_id,
                 plan["id"],
-                "decision",
-                {"decision": new_plan.get("decision"), "args": new_plan["args"], "proposed": plan["args"]},
-                actor=new_plan.get("decided_by"),
+                "decision" if not earlier else f"decision:{approval.reviewer}:{approval.args_digest[:8]}",
+                {
+                    "decision": approval.decision,
+                    "args": parts.registry.policy(plan["name"]).masked(new_plan["args"]),
+                    "proposed": parts.registry.policy(plan["name"]).masked(plan["args"]),
+                    "roles": sorted(approval.roles),
+                    **({"note": note} if note else {}),
+                },
+                actor=approval.reviewer,
             )
-        counters: RequestCounters = {**state["counters"]}
-        paused_at = counters.get("paused_at")
-        if paused_at is not None:
-            counters["waited_s"] += max(0.0, parts.clock() - paused_at)
-            counters["paused_at"] = None
-        return {"calls": plans, "counters": counters, **with_messages(answers)}
+        return _update(parts, state, thread_id, list(plans.values()), answers, error=None)
 
     return approve
 
 
+def _update(
+    parts: LoopParts,
+    state: GatedState,
+    thread_id: str,
+    plans: list[CallPlan],
+    answers: list[ToolMessage],
+    error: str | None,
+) -> dict[str, Any]:
+    update: dict[str, Any] = {"calls": plans, "review_error": error}
+    if error is None:
+        counters: RequestCounters = {**state["counters"]}
+        paused_at = counters.get("paused_at")
+        if paused_at is not None and not any(p["verdict"] == "ask" for p in plans):
+            counters["waited_s"] += max(0.0, parts.clock() - paused_at)
+            counters["paused_at"] = None
+        update["counters"] = counters
+    return {**update, **record_answers(parts.ledger, thread_id, answers, "approve")}
+
+
+def _same(a: ApprovalRecord, b: ApprovalRecord) -> bool:
+    return (a.reviewer, a.decision, a.args_digest) == (b.reviewer, b.decision, b.args_digest)
+
+
+def _audit_refused(
+    parts: LoopParts, thread_id: str, request: GatedHITLRequest, reviewer: CallContext, answer: Any, error: str
+) -> None:
+    """A refused answer is evidence too: who tried what, and why it was refused (kept once per distinct attempt,
+    so a node re-run after a crash does not duplicate it)."""
+    first = request["action_requests"][0]["tool_call_id"]
+    attempt = digest([request["request_id"], reviewer.user_id, error, json.dumps(answer, default=str)])[:8]
+    parts.ledger.record(
+        thread_id,
+        first,
+        f"answer_refused:{attempt}",
+        {"request_id": request["request_id"], "error": error, "roles": sorted(reviewer.roles)},
+        actor=reviewer.user_id or ANONYMOUS,
+    )
+
+
 def _apply(
-    parts: LoopParts, plan: CallPlan, decision: Decision, context: CallContext
-) -> tuple[CallPlan, ToolMessage | None]:
-    """One decision applied to one gated call; an edit is validated again like a fresh proposal."""
-    who = decision.get("reviewer", "unknown")
-    base: CallPlan = {**plan, "decided_by": who, "decision": decision["type"]}
+    parts: LoopParts,
+    plan: CallPlan,
+    record: CallRecord,
+    approvals: list[ApprovalRecord],
+    decision: Decision,
+    reviewer: CallContext,
+) -> tuple[CallPlan, ToolMessage | None, ApprovalRecord]:
+    """One decision applied to one gated call, after checking that this reviewer may make it; an edit is
+    validated again, as the requester, like a fresh proposal."""
+    policy = parts.registry.policy(plan["name"])
+    refusal = policy.reviewer_refusal(reviewer, record.requester.user_id)
+    if refusal:
+        raise InvalidDecision(f"{plan['name']} ({plan['id']}): {refusal}")
+    who = reviewer.user_id or ANONYMOUS
     kind = decision["type"]
+    base: CallPlan = {**plan, "decided_by": who, "decision": kind}
+    now = parts.clock()
+    digest_now = args_digest(plan["name"], plan["args"])
+
+    def evidence(args_digest_: str) -> ApprovalRecord:
+        return ApprovalRecord(plan["id"], plan["name"], args_digest_, who, reviewer.roles, kind, now)
+
     if kind == "approve":
-        return {**base, "verdict": "run", "approved_digest": plan["digest"]}, None
+        approval = evidence(digest_now)
+        mine = [a for a in approvals if a.call_id == plan["id"]]
+        done = approvers_so_far(policy, record, [*mine, approval], digest_now)
+        verdict: Verdict = "run" if len(done) >= policy.approvals_required else "ask"
+        return {**base, "verdict": verdict, "approved_digest": digest_now}, None, approval
     if kind == "edit":
-        edited_args = decision["edited_action"]["args"]
-        checked = parts.registry.check_call(plan["name"], edited_args, context)
+        edited_args = _unmasked(decision["edited_action"]["args"], plan["args"], policy.secret_args)
+        checked = parts.registry.check_call(plan["name"], edited_args, requester_context(record))
         if not isinstance(checked, CheckedCall):
             raise InvalidDecision(f"the edited arguments for {plan['name']} are not valid: {checked.message}")
-        digest = args_digest(plan["name"], checked.args)
-        edited: CallPlan = {**base, "args": checked.args, "digest": digest, "approved_digest": digest, "edited": True}
-        return {**edited, "verdict": "run"}, None
+        new_digest = args_digest(plan["name"], checked.args)
+        verdict = "run" if policy.approvals_required <= 1 else "ask"
+        edited: CallPlan = {**base, "args": checked.args, "digest": new_digest, "approved_digest": new_digest}
+        return {**edited, "edited": True, "verdict": verdict}, None, evidence(new_digest)
     if kind == "reject":
         reason = decision.get("message") or errors.REJECTED
-        return {**base, "verdict": "answered"}, error_message(plan["id"], plan["name"], "rejected_by_reviewer", reason)
+        message = error_message(plan["id"], plan["name"], "rejected_by_reviewer", reason)
+        return {**base, "verdict": "answered"}, message, evidence(digest_now)
     body = json.dumps({"ok": True, "answered_by": "reviewer", "result": decision.get("message")}, ensure_ascii=False)
-    return {**base, "verdict": "answered"}, result_message(plan["id"], plan["name"], body)
+    return {**base, "verdict": "answered"}, result_message(plan["id"], plan["name"], body), evidence(digest_now)
+
+
+def _unmasked(edited: dict[str, Any], original: dict[str, Any], secret: frozenset[str]) -> dict[str, Any]:
+    """A reviewer never sees secret values, so an edit that sends the mask back keeps the original value."""
+    return {k: original[k] if k in secret and v == SECRET_MASK and k in original else v for k, v in edited.items()}

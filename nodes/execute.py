@@ -2,8 +2,11 @@
 
 Consecutive reads run concurrently; a write is a barrier and writes run one at a time in the model's
 order. Because each call is a `@task`, a call that finished is not run again when a sibling fails or the
-node is resumed. Before anything runs, each gated call's arguments are checked against the digest the
-reviewer approved; a mismatch goes back to `approve`. Unknown write outcomes are reconciled here.
+node is resumed. Nothing in the state is trusted about a call: before anything runs, each call is admitted
+against the ledger's evidence (nodes/admission.py): the registry's effect, validator and roles on the exact
+arguments, and for a gated call the recorded approvals of exactly those arguments. A gated call without them
+goes back to `approve`; a call nobody validated, or whose arguments were changed, is answered, never run.
+Unknown write outcomes are reconciled here.
 """
 
 from __future__ import annotations
@@ -21,19 +24,13 @@ from langgraph.func import task
 from langgraph.runtime import Runtime
 
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
-from gatedloop.nodes.parts import (
-    LoopParts,
-    call_context,
-    current_thread_id,
-    error_message,
-    result_message,
-    with_messages,
-)
+from gatedloop.nodes.admission import admit
+from gatedloop.nodes.answers import error_message, record_answers, result_message
+from gatedloop.nodes.parts import LoopParts, current_thread_id
 from gatedloop.nodes.running import Outcome, run_read, run_write
-from gatedloop.nodes.unknown import settle_unknown
+from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools import errors
-from gatedloop.tools.arguments import args_digest, digest, fingerprint
-from gatedloop.tools.policy import CallContext
+from gatedloop.tools.arguments import digest, fingerprint
 
 log = logging.getLogger("gatedloop.execute")
 
@@ -54,14 +51,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
     read_task: Any = task(name="tool_read")(cast(Any, read))
     write_task: Any = task(name="tool_write")(cast(Any, write))
 
-    def settle(thread_id: str, plan: CallPlan, outcome: Outcome) -> dict[str, Any]:
-        settled, left_open = settle_unknown(parts, thread_id, plan, outcome)
-        return {"outcome": settled, "left_open": left_open}
-
-    # Settling an unknown outcome may ask a person. As its own task, its interrupts and their answers belong
-    # to that one call, and once settled it is not re-decided when the node runs again: an answer can never
-    # be applied to another call's question, whatever the ledger says by then.
-    settle_task: Any = task(name="settle_unknown_write")(cast(Any, settle))
+    settle_task = make_settle_task(parts)
 
     def execute(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         turn = _Turn(parts, state, runtime)
@@ -82,7 +72,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
             flush()
             outcome = write_task(turn.thread_id, plan).result()
             turn.record_write(
-                plan, outcome, settle_task(turn.thread_id, plan, outcome).result() if _unknown(outcome) else None
+                plan, outcome, settle_task(turn.thread_id, plan, outcome, True).result() if _unknown(outcome) else None
             )
         flush()
         return turn.update()
@@ -106,7 +96,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
             await flush()
             outcome = await write_task(turn.thread_id, plan)
             turn.record_write(
-                plan, outcome, await settle_task(turn.thread_id, plan, outcome) if _unknown(outcome) else None
+                plan, outcome, await settle_task(turn.thread_id, plan, outcome, True) if _unknown(outcome) else None
             )
         await flush()
         return await asyncio.to_thread(turn.update)
@@ -124,23 +114,51 @@ class _Turn:
     def __init__(self, parts: LoopParts, state: GatedState, runtime: Runtime):
         self.parts = parts
         self.thread_id = current_thread_id()
-        self.calls = state.get("calls") or []
         self.counters: RequestCounters = {**state["counters"]}
-        self.runnable = [c for c in self.calls if c["verdict"] == "run"]
         self.outcomes: dict[str, Outcome] = {}
         self.unsettled: list[str] = []
-        self.early = self._early_exit(call_context(runtime.context))
+        self.refused: list[ToolMessage] = []
+        self.calls, self.runnable = self._admitted(state.get("calls") or [])
+        self.early = self._early_exit()
 
-    def _early_exit(self, context: CallContext) -> dict[str, Any] | None:
-        stale = {c["id"] for c in self.runnable if not _still_approved(self.parts, c, context)}
-        if stale:
-            return {"calls": [{**c, "verdict": "ask"} if c["id"] in stale else c for c in self.calls]}
+    def _admitted(self, calls: list[CallPlan]) -> tuple[list[CallPlan], list[CallPlan]]:
+        """Each call the state marks runnable, admitted against the ledger (see module docstring)."""
+        ids = [c["id"] for c in calls if c["verdict"] == "run"]
+        records = self.parts.ledger.calls(self.thread_id, ids)
+        approvals = self.parts.ledger.approvals(self.thread_id, ids)
+        admitted: list[CallPlan] = []
+        runnable: list[CallPlan] = []
+        for plan in calls:
+            if plan["verdict"] != "run":
+                admitted.append(plan)
+                continue
+            admission = admit(self.parts.registry, plan, records.get(plan["id"]), approvals)
+            if admission.action == "refuse":
+                log.warning("not running call %s (%s): %s", plan["id"], plan["name"], admission.reason)
+                self.refused.append(error_message(plan["id"], plan["name"], admission.error_type, admission.reason))
+                admitted.append({**plan, "verdict": "answered"})
+            elif admission.action == "skip":
+                admitted.append({**plan, "verdict": "answered"})
+            elif admission.action == "ask":
+                admitted.append({**admission.plan, "verdict": "ask"})
+            else:
+                admitted.append(admission.plan)
+                runnable.append(admission.plan)
+        return admitted, runnable
+
+    def _early_exit(self) -> dict[str, Any] | None:
+        if any(c["verdict"] == "ask" for c in self.calls):
+            return {"calls": self.calls, **self._answers(self.refused)}
         stop = self.parts.stop_before_work(self.thread_id, self.counters, tokens=False)
         if stop:
             reason = errors.NOT_RUN_STOPPED.format(reason=stop[1])
             not_run = [error_message(c["id"], c["name"], "budget_exhausted", reason) for c in self.runnable]
-            return {"messages": not_run, "calls": _answered(self.calls), "stop": stop[0], "stop_detail": stop[1]}
+            update = {"calls": _answered(self.calls), "stop": stop[0], "stop_detail": stop[1]}
+            return {**update, **self._answers([*self.refused, *not_run])}
         return None
+
+    def _answers(self, messages: list[ToolMessage]) -> dict[str, Any]:
+        return record_answers(self.parts.ledger, self.thread_id, messages, "execute")
 
     def record_write(self, plan: CallPlan, outcome: Outcome, settled: dict[str, Any] | None) -> None:
         if settled is not None:
@@ -166,11 +184,16 @@ class _Turn:
                     outcome = {**outcome, "status": "error", "error_type": "duplicate_call"}
                     loop_hit = loop_hit or repeat >= 2
             answers.append(_message(plan, outcome, content))
-            self.parts.ledger.record(self.thread_id, plan["id"], "executed", _audit(plan, outcome))
+            shown = self.parts.registry.policy(plan["name"]).masked(plan["args"])
+            self.parts.ledger.record(self.thread_id, plan["id"], "executed", _audit(plan, shown, outcome))
         counters["tool_calls"] += len(self.runnable)
         counters["per_tool"] = per_tool
         counters["fingerprints"] = fingerprints
-        update: dict[str, Any] = {"calls": _answered(self.calls), "counters": counters, **with_messages(answers)}
+        update: dict[str, Any] = {
+            "calls": _answered(self.calls),
+            "counters": counters,
+            **self._answers([*self.refused, *answers]),
+        }
         if self.unsettled:
             update.update(stop="needs_attention", stop_detail="a write's outcome is unknown and was left to a person")
         elif loop_hit:
@@ -208,14 +231,6 @@ def _reported(plan: CallPlan, run: Callable[[], Outcome]) -> Outcome:
         }
     )
     return outcome
-
-
-def _still_approved(parts: LoopParts, plan: CallPlan, context: Any) -> bool:
-    """What is about to run must be exactly what was validated and, if gated, approved."""
-    current = args_digest(plan["name"], plan["args"])
-    if "approved_digest" in plan:
-        return current == plan["approved_digest"]
-    return current == plan["digest"] and not parts.registry.policy(plan["name"]).needs_approval(plan["args"], context)
 
 
 def _repeat_count(fingerprints: dict[str, list[Any]], plan: CallPlan, content: str) -> int:
@@ -257,10 +272,10 @@ def _answered(calls: list[CallPlan]) -> list[CallPlan]:
     return [{**c, "verdict": "answered"} if c["verdict"] == "run" else c for c in calls]
 
 
-def _audit(plan: CallPlan, outcome: Outcome) -> dict[str, Any]:
+def _audit(plan: CallPlan, shown_args: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
     return {
         "tool": plan["name"],
-        "args": plan["args"],
+        "args": shown_args,
         "outcome": outcome["status"],
         "error_type": outcome.get("error_type"),
         "duration_ms": outcome["duration_ms"],

@@ -1,18 +1,21 @@
 """The `finalize` node: the terminal status and, only for `completed`, the answer.
 
-It also enforces invariant 1 as a last line: any call of the last AI message still unanswered (which
-the other nodes never leave) gets a "not run" error, so the history stays valid for the provider.
+It also enforces invariant 1 as a last line: a foreign answer (one gatedloop did not give) is removed, and
+any call still unanswered (which the other nodes never leave) gets its recorded outcome if it ran, else a
+"not run" error, so the history stays valid for the provider.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from gatedloop.graph.state import GatedState
-from gatedloop.nodes.parts import error_message, unanswered_calls, with_messages
+from gatedloop.nodes.answers import check_history, error_message, outcome_message, record_answers
+from gatedloop.nodes.parts import LoopParts, current_thread_id
+from gatedloop.nodes.running import stored_outcome
 from gatedloop.tools import errors
 
 
@@ -23,24 +26,34 @@ def answer_text(message: AIMessage) -> str:
     return "".join(parts)
 
 
-def finalize(state: GatedState, runtime: Runtime) -> dict[str, Any]:
-    messages = state["messages"]
-    stop = state.get("stop")
-    detail = state.get("stop_detail")
-    last = messages[-1] if messages else None
-    if stop:
-        status, answer = stop, None
-    elif isinstance(last, AIMessage) and not last.tool_calls and not last.invalid_tool_calls:
-        status, answer, detail = "completed", answer_text(last), None
-    else:
-        status, answer, detail = "error", None, "the loop ended without a final answer"
-    leftovers = [
-        error_message(
-            c["id"] or "",
-            c.get("name") or "",
-            "budget_exhausted",
-            errors.NOT_RUN_STOPPED.format(reason=detail or status),
-        )
-        for c in unanswered_calls(messages)
-    ]
-    return {"status": status, "answer": answer, "stop_detail": detail, "calls": [], **with_messages(leftovers)}
+def make_finalize_node(parts: LoopParts):
+    def finalize(state: GatedState, runtime: Runtime) -> dict[str, Any]:
+        thread_id = current_thread_id()
+        messages = state["messages"]
+        stop = state.get("stop")
+        detail = state.get("stop_detail")
+        last = messages[-1] if messages else None
+        if stop:
+            status, answer = stop, None
+        elif isinstance(last, AIMessage) and not last.tool_calls and not last.invalid_tool_calls:
+            status, answer, detail = "completed", answer_text(last), None
+        else:
+            status, answer, detail = "error", None, "the loop ended without a final answer"
+        check = check_history(messages, parts.ledger.answer_digests(thread_id))
+        leftovers: list[ToolMessage] = []
+        for call in check.open_calls:
+            entry = parts.ledger.get(thread_id, call.id)
+            if entry is not None and entry.state != "claimed":
+                outcome = stored_outcome(entry.state, entry.result)
+                leftovers.append(outcome_message(call.id, call.name, outcome["status"], outcome["content"]))
+                continue
+            reason = errors.NOT_RUN_STOPPED.format(reason=detail or status)
+            leftovers.append(error_message(call.id, call.name, "budget_exhausted", reason))
+        removals = check.removals()
+        answered = record_answers(parts.ledger, thread_id, leftovers, "finalize").get("messages", [])
+        update: dict[str, Any] = {"status": status, "answer": answer, "stop_detail": detail, "calls": []}
+        if removals or answered:
+            update["messages"] = [*removals, *answered]
+        return update
+
+    return finalize

@@ -1,9 +1,11 @@
 """The approval wire format: LangChain v1's batched `HITLRequest`, so existing clients work unchanged.
 
 Agent Chat UI and code written for `HumanInTheLoopMiddleware` read `action_requests`/`review_configs` and
-answer `{"decisions": [...]}`. We add `tool_call_id` and `args_digest` per action, and accept an optional
-`reviewer` (top level or per decision) and `args_digest` per decision, which binds the answer to the
-exact arguments the reviewer saw.
+answer `{"decisions": [...]}`. We add a `request_id`, and per action `tool_call_id`, `args_digest` and the
+approval facts a reviewer needs (requester, expiry, quorum progress). A decision that names its call
+(`tool_call_id`, or an `args_digest` only one pending call has) applies to that call, in any order; decisions
+that name none apply in order, as in LangChain. An optional `reviewer` string is a note for the audit trail,
+never authority: who answers is the runtime context of the call that resumes.
 """
 
 from __future__ import annotations
@@ -31,10 +33,17 @@ class ReviewConfig(TypedDict):
 class GatedActionRequest(ActionRequest):
     tool_call_id: str
     args_digest: str
+    requested_by: str | None
+    requested_at: float
+    expires_at: float | None
+    approvals_required: int
+    approved_by: list[str]
+    approvers: list[str] | None
 
 
 class GatedHITLRequest(TypedDict):
     kind: Literal["approval"]
+    request_id: str
     action_requests: list[GatedActionRequest]
     review_configs: list[ReviewConfig]
     error: NotRequired[str]
@@ -48,32 +57,78 @@ class Decision(TypedDict):
     type: str
     message: NotRequired[str]
     edited_action: NotRequired[dict[str, Any]]
-    reviewer: NotRequired[str]
-    args_digest: NotRequired[str]
+    note: NotRequired[str]
 
 
-def check_decisions(
-    answer: Any, actions: Sequence[GatedActionRequest], configs: Sequence[ReviewConfig]
-) -> list[Decision]:
-    """Exact count and type checks, as LangChain's middleware does; raise InvalidDecision with the reason."""
+def pending_summary(actions: Sequence[GatedActionRequest]) -> str:
+    return ", ".join(f"{a['name']} (tool_call_id {a['tool_call_id']})" for a in actions) or "nothing"
+
+
+def check_answer(answer: Any, request: Any) -> dict[str, Decision]:
+    """Exact count and type checks, as LangChain's middleware does, plus addressing: the checked decision for
+    each pending call id. Raise InvalidDecision with the reason; nothing is applied."""
+    actions: list[GatedActionRequest] = request.get("action_requests", [])
+    configs: list[ReviewConfig] = request.get("review_configs", [])
     if not isinstance(answer, dict):
         raise InvalidDecision(f'the answer must be an object like {{"decisions": [...]}}, not {type(answer).__name__}')
+    answered_request = answer.get("request_id")
+    if answered_request is not None and answered_request != request.get("request_id"):
+        raise InvalidDecision(
+            f"the answer is for request {answered_request!r}, which is no longer pending; pending now is request "
+            f"{request.get('request_id')!r}: {pending_summary(actions)}"
+        )
     decisions = answer.get("decisions")
     if not isinstance(decisions, list):
         raise InvalidDecision('the answer needs a "decisions" list, one decision per action')
     if len(decisions) != len(actions):
         raise InvalidDecision(f"expected {len(actions)} decision(s), one per action, got {len(decisions)}")
-    reviewer = answer.get("reviewer")
-    if reviewer is not None and not isinstance(reviewer, str):
+    note = answer.get("reviewer")
+    if note is not None and not isinstance(note, str):
         raise InvalidDecision('"reviewer" must be a string')
-    checked: list[Decision] = []
-    for index, (decision, action, config) in enumerate(zip(decisions, actions, configs, strict=True)):
-        checked.append(_check_one(index, decision, action, config, reviewer))
+    checked: dict[str, Decision] = {}
+    for index, (decision, position) in enumerate(zip(decisions, _addressed(decisions, actions), strict=True)):
+        action = actions[position]
+        checked[action["tool_call_id"]] = _check_one(index, decision, action, configs[position], note)
     return checked
 
 
+def _addressed(decisions: list[Any], actions: Sequence[GatedActionRequest]) -> list[int]:
+    """Which action each decision answers: by the call it names, or in order when none names one."""
+    named = [isinstance(d, dict) and ("tool_call_id" in d or "args_digest" in d) for d in decisions]
+    if not any(named):
+        return list(range(len(actions)))
+    positions: list[int] = []
+    for index, decision in enumerate(decisions):
+        if not named[index]:
+            raise InvalidDecision(
+                f"decision {index} names no call; when one decision names its call (tool_call_id), all must"
+            )
+        position = _position(index, decision, actions)
+        if position in positions:
+            raise InvalidDecision(f"two decisions answer {actions[position]['tool_call_id']!r}; give one per call")
+        positions.append(position)
+    return positions
+
+
+def _position(index: int, decision: dict[str, Any], actions: Sequence[GatedActionRequest]) -> int:
+    call_id = decision.get("tool_call_id")
+    if call_id is not None:
+        for position, action in enumerate(actions):
+            if action["tool_call_id"] == call_id:
+                return position
+        raise InvalidDecision(
+            f"decision {index} answers call {call_id!r}, which is not pending; pending: {pending_summary(actions)}"
+        )
+    matches = [p for p, a in enumerate(actions) if a["args_digest"] == decision.get("args_digest")]
+    if not matches:
+        raise InvalidDecision(f"decision {index}: it answers different arguments than the ones now pending")
+    if len(matches) > 1:
+        raise InvalidDecision(f"decision {index}: its args_digest matches several pending calls; name tool_call_id")
+    return matches[0]
+
+
 def _check_one(
-    index: int, decision: Any, action: GatedActionRequest, config: ReviewConfig, reviewer: str | None
+    index: int, decision: Any, action: GatedActionRequest, config: ReviewConfig, note: str | None
 ) -> Decision:
     where = f"decision {index} ({action['name']})"
     if not isinstance(decision, dict):
@@ -97,8 +152,10 @@ def _check_one(
             raise InvalidDecision(f'{where}: edit needs "edited_action": {{"name", "args": {{...}}}}')
         if edited.get("name", action["name"]) != action["name"]:
             raise InvalidDecision(f"{where}: an edit cannot change the tool ({edited.get('name')!r})")
-    who = decision.get("reviewer", reviewer)
-    result: Decision = {"type": kind, "reviewer": who if isinstance(who, str) else "unknown"}
+    result: Decision = {"type": kind}
+    who = decision.get("reviewer", note)
+    if isinstance(who, str) and who:
+        result["note"] = who
     if message:
         result["message"] = message
     if kind == "edit":

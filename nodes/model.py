@@ -19,8 +19,10 @@ from langgraph.runtime import Runtime
 
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
+from gatedloop.nodes.open_calls import close_open_calls
 from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
 from gatedloop.nodes.streamed_args import invoke_capturing
+from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools.arguments import out_of_range
 
 log = logging.getLogger("gatedloop.model")
@@ -90,7 +92,12 @@ def _has_text(message: AIMessage) -> bool:
 
 
 def earlier_call_ids(messages: Sequence[BaseMessage]) -> set[str]:
-    return {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    """Every call id the thread has seen: a new response may not reuse one."""
+    ids = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    for message in messages:
+        if isinstance(message, AIMessage):
+            ids.update(c.get("id") or "" for c in [*message.tool_calls, *message.invalid_tool_calls])
+    return ids
 
 
 def initial_plans(message: AIMessage) -> list[CallPlan]:
@@ -115,17 +122,23 @@ def _plan(call_id: str, name: Any, raw_args: Any) -> CallPlan:
 
 
 def make_model_node(parts: LoopParts):
+    settle_task = make_settle_task(parts)
+
     def model(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         thread_id = current_thread_id()
-        messages = state["messages"]
+        closed = close_open_calls(parts, settle_task, thread_id, state["messages"])
+        messages = closed.view
         counters: RequestCounters | None = state.get("counters")
-        reset: dict[str, Any] = {}
+        reset: dict[str, Any] = {"messages": closed.update} if closed.update else {}
         if counters is None or (messages and isinstance(messages[-1], HumanMessage)):
             counters = fresh_counters(parts.clock())
             parts.ledger.clear_cancel(thread_id)
-            reset = {"status": None, "answer": None, "stop_detail": None}
+            reset.update(status=None, answer=None, stop_detail=None, review_error=None)
         else:
             counters = {**counters}
+        if closed.left_open:
+            detail = "a write's outcome is unknown and was left to a person"
+            return {**reset, **_stop(counters, "needs_attention", detail)}
         stop = parts.stop_before_work(thread_id, counters)
         if stop:
             return {**reset, **_stop(counters, *stop)}
@@ -154,7 +167,8 @@ def make_model_node(parts: LoopParts):
                 counters["retries"] += 1
                 continue
             plans = initial_plans(response)
-            return {**reset, "messages": [response], "calls": plans, "counters": counters, "stop": None}
+            update = [*closed.update, response]
+            return {**reset, "messages": update, "calls": plans, "counters": counters, "stop": None}
         return {**reset, **_stop(counters, problem.kind, problem.detail)}
 
     return model

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable
 from langgraph.config import get_config
 
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.limits import Limits
 from gatedloop.graph.state import RequestCounters
-from gatedloop.tools.errors import ErrorType, error_json
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import ToolRegistry
 
@@ -75,34 +74,3 @@ def call_context(context: Any) -> CallContext:
             extra={k: v for k, v in context.items() if k not in ("user_id", "roles")},
         )
     return CallContext()
-
-
-def error_message(call_id: str, name: str, error_type: ErrorType, message: str) -> ToolMessage:
-    """The one answer a call gets when it is not run or fails."""
-    return ToolMessage(
-        content=error_json(error_type, message),
-        tool_call_id=call_id,
-        name=name,
-        status="error",
-        id=f"tool-{call_id}",
-    )
-
-
-def with_messages(messages: list[ToolMessage]) -> dict[str, Any]:
-    """A `messages` update only when there is one: an empty write still costs a DeltaChannel step."""
-    return {"messages": messages} if messages else {}
-
-
-def result_message(call_id: str, name: str, content: str) -> ToolMessage:
-    return ToolMessage(content=content, tool_call_id=call_id, name=name, status="success", id=f"tool-{call_id}")
-
-
-def unanswered_calls(messages: Sequence[BaseMessage]) -> list[Any]:
-    """Tool calls of the last AI message with no ToolMessage yet (invariant 1 is checked against this)."""
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, AIMessage):
-            answered = {m.tool_call_id for m in messages[index + 1 :] if isinstance(m, ToolMessage)}
-            proposed = [*message.tool_calls, *message.invalid_tool_calls]
-            return [c for c in proposed if c.get("id") not in answered]
-    return []

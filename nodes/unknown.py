@@ -2,14 +2,16 @@
 
 Never replayed blindly. `reconcile(args, idempotency_key)` returns the result if the write happened,
 None if it did not, and raises if it cannot tell. A person answers `done` (with a result), `not_done`
-(run it now) or `abandon` (the loop stops with `needs_attention`).
+(run it now; or, for a write a new user message superseded, leave it unrun) or `abandon` (the loop stops
+with `needs_attention`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
+from langgraph.func import task
 from langgraph.types import interrupt
 
 from gatedloop.checkpoints.ledger import claimant_alive, current_claimant, idempotency_key
@@ -25,6 +27,7 @@ from gatedloop.nodes.running import (
     still_running_here,
     stored_outcome,
 )
+from gatedloop.tools import errors
 
 log = logging.getLogger("gatedloop.reconcile")
 
@@ -67,12 +70,28 @@ def unknown_request(thread_id: str, pending: list[tuple[CallPlan, Outcome]]) -> 
     }
 
 
-def settle_unknown(parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome) -> tuple[Outcome, bool]:
+def make_settle_task(parts: LoopParts) -> Any:
+    """Settling an unknown outcome may ask a person. As its own LangGraph task, its interrupts and their answers
+    belong to that one call, and once settled it is not re-decided when the node runs again: an answer can never
+    be applied to another call's question, whatever the ledger says by then."""
+
+    def settle(thread_id: str, plan: CallPlan, outcome: Outcome, rerun: bool) -> dict[str, Any]:
+        settled, left_open = settle_unknown(parts, thread_id, plan, outcome, rerun=rerun)
+        return {"outcome": settled, "left_open": left_open}
+
+    # (cast: langgraph's `task` overloads do not type-check a plain sync function under mypy.)
+    return task(name="settle_unknown_write")(cast(Any, settle))
+
+
+def settle_unknown(
+    parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, *, rerun: bool = True
+) -> tuple[Outcome, bool]:
     """The outcome to report for a write whose outcome was unknown, and whether it is still left open.
 
     In order: an outcome recorded meanwhile (a late finish) wins; then the tool's `reconcile`; then, if no
     attempt can still be running, `None` from reconcile means run it again (one winner, by a conditional
-    re-claim); anything else goes to a person. Re-runs call the tool directly, not as a LangGraph task: the
+    re-claim) — or, with `rerun=False` (a new message superseded the call), that it is answered `superseded`
+    and never run; anything else goes to a person. Re-runs call the tool directly, not as a LangGraph task: the
     ledger decides who may start it, and a node re-run must not depend on how many tasks ran before.
     """
     entry = parts.ledger.get(thread_id, plan["id"])
@@ -82,10 +101,21 @@ def settle_unknown(parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Ou
     if answer is not CANNOT_TELL and answer is not None:
         return _settle(parts, thread_id, plan, reconciled_outcome(parts, answer), "reconciled"), False
     if answer is None and entry is not None and not _may_be_running(thread_id, plan, entry.claimant):
-        rerun = _rerun(parts, thread_id, plan, entry.attempts)
-        if rerun is not None:
-            return rerun, False
-    return _ask_person(parts, thread_id, plan, outcome)
+        if not rerun:
+            return _superseded(parts, thread_id, plan, "reconciled: not done"), False
+        rerun_outcome = _rerun(parts, thread_id, plan, entry.attempts)
+        if rerun_outcome is not None:
+            return rerun_outcome, False
+    return _ask_person(parts, thread_id, plan, outcome, rerun=rerun)
+
+
+def _superseded(parts: LoopParts, thread_id: str, plan: CallPlan, how: str, who: str | None = None) -> Outcome:
+    """A write known not to have happened, that nobody will run now: closed in the ledger as not run."""
+    body = errors.error_json("superseded", errors.SUPERSEDED)
+    outcome: Outcome = {"status": "error", "content": body, "error_type": "superseded", "duration_ms": 0.0}
+    parts.ledger.finish(thread_id, plan["id"], "failed", outcome)
+    parts.ledger.record(thread_id, plan["id"], "superseded", {"how": how}, who)
+    return outcome
 
 
 def _may_be_running(thread_id: str, plan: CallPlan, claimant: str) -> bool:
@@ -104,7 +134,9 @@ def _rerun(parts: LoopParts, thread_id: str, plan: CallPlan, attempts: int) -> O
     return start_write(parts.registry, parts.ledger, thread_id, plan, parts.limits.max_result_chars, attempts + 1)
 
 
-def _ask_person(parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome) -> tuple[Outcome, bool]:
+def _ask_person(
+    parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, *, rerun: bool
+) -> tuple[Outcome, bool]:
     """Interrupt until a valid answer: done (with its result), not_done (run it now) or abandon."""
     request = unknown_request(thread_id, [(plan, outcome)])
     error: str | None = None
@@ -128,8 +160,10 @@ def _ask_person(parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outco
         entry = parts.ledger.get(thread_id, plan["id"])
         if entry is not None and entry.state != "claimed":
             return stored_outcome(entry.state, entry.result), False
-        rerun = _rerun(parts, thread_id, plan, entry.attempts if entry else 1)
-        return (rerun, False) if rerun is not None else (outcome, True)
+        if not rerun:
+            return _superseded(parts, thread_id, plan, "marked not done", who), False
+        again = _rerun(parts, thread_id, plan, entry.attempts if entry else 1)
+        return (again, False) if again is not None else (outcome, True)
     parts.ledger.finish(thread_id, plan["id"], "abandoned", outcome)
     return {**outcome, "status": "error"}, True
 

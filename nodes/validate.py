@@ -3,6 +3,10 @@
 Per call, in order: the turn's call cap, the whitelist (exact name), the arguments (JSON, schema), roles
 and business checks, then the tool-call budgets. A refused call is answered here with a structured
 error and never reaches `approve` or `execute`. Nothing here raises on bad model output.
+
+Each call is registered in the ledger (tool, exact-argument digest, requester, verdict): the evidence
+`approve` and `execute` check instead of the state. A call id registered before keeps its first record, so
+arguments changed in the state and sent through `validate` again are refused, not re-validated.
 """
 
 from __future__ import annotations
@@ -12,14 +16,17 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 
+from gatedloop.checkpoints.evidence import NewCall, Requester
 from gatedloop.graph.state import CallPlan, GatedState
-from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id, error_message, with_messages
+from gatedloop.nodes.answers import error_message, record_answers
+from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import CheckedCall
 
 TOO_MANY_IN_TURN = "Not run: one turn may propose at most {limit} calls; propose fewer at a time."
+VALIDATED_BEFORE = "Not run: this call id was already validated with other arguments."
 
 
 def make_validate_node(parts: LoopParts):
@@ -32,13 +39,15 @@ def make_validate_node(parts: LoopParts):
         plans: list[CallPlan] = []
         planned_total = counters["tool_calls"]
         planned_per_tool = dict(counters["per_tool"])
+        requester = Requester(context.user_id, context.roles, dict(context.extra))
         for index, plan in enumerate(state.get("calls") or []):
             refusal = _turn_refusal(parts, plan, index, planned_total, planned_per_tool, stop)
             checked = refusal or parts.registry.check_call(plan["name"], _raw(plan["args"]), context)
             if not isinstance(checked, CheckedCall):
-                answers.append(error_message(plan["id"], plan["name"], checked.error_type, checked.message))
                 plans.append({**plan, "verdict": "answered"})
-                parts.ledger.record(thread_id, plan["id"], "refused", {"args": plan["args"], "error": checked.message})
+                answers.append(error_message(plan["id"], plan["name"], checked.error_type, checked.message))
+                detail = {"args": _shown(parts, plan["name"], plan["args"]), "error": checked.message}
+                parts.ledger.record(thread_id, plan["id"], "refused", detail)
                 continue
             planned_total += 1
             planned_per_tool[plan["name"]] = planned_per_tool.get(plan["name"], 0) + 1
@@ -47,9 +56,15 @@ def make_validate_node(parts: LoopParts):
                 thread_id,
                 plan["id"],
                 "validated",
-                {"tool": plan["name"], "args": checked.args, "verdict": plans[-1]["verdict"], "repair": checked.repair},
+                {
+                    "tool": plan["name"],
+                    "args": _shown(parts, plan["name"], checked.args),
+                    "verdict": plans[-1]["verdict"],
+                    "repair": checked.repair,
+                },
             )
-        update: dict[str, Any] = {"calls": plans, **with_messages(answers)}
+        plans, answers = _registered(parts, thread_id, plans, answers, requester)
+        update: dict[str, Any] = {"calls": plans, **record_answers(parts.ledger, thread_id, answers, "validate")}
         if any(p["verdict"] == "ask" for p in plans):
             update["counters"] = {**counters, "paused_at": parts.clock()}
         if stop:
@@ -57,6 +72,41 @@ def make_validate_node(parts: LoopParts):
         return update
 
     return validate
+
+
+def _registered(
+    parts: LoopParts,
+    thread_id: str,
+    plans: list[CallPlan],
+    answers: list[ToolMessage],
+    requester: Requester,
+) -> tuple[list[CallPlan], list[ToolMessage]]:
+    """Register the turn's calls; an accepted call whose id was registered before with other arguments is refused."""
+    new = [
+        NewCall(p["id"], p["name"], p["digest"] if p["verdict"] != "answered" else "", _verdict(p), requester)
+        for p in plans
+    ]
+    records = parts.ledger.register_calls(thread_id, new)
+    checked: list[CallPlan] = []
+    for plan in plans:
+        record = records.get(plan["id"])
+        clash = record is None or record.tool != plan["name"] or record.args_digest != plan["digest"]
+        if plan["verdict"] != "answered" and clash:
+            answers.append(error_message(plan["id"], plan["name"], "invalid_arguments", VALIDATED_BEFORE))
+            plan = {**plan, "verdict": "answered"}
+        checked.append(plan)
+    return checked, answers
+
+
+def _verdict(plan: CallPlan) -> Any:
+    return {"run": "run", "ask": "ask"}.get(plan["verdict"], "refused")
+
+
+def _shown(parts: LoopParts, name: str, args: Any) -> Any:
+    """Arguments as the audit trail may keep them: secret values masked."""
+    if name in parts.registry and isinstance(args, dict):
+        return parts.registry.policy(name).masked(args)
+    return args
 
 
 def _raw(args: dict[str, Any]) -> Any:

@@ -17,6 +17,7 @@ from sample_app import Effects, build
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import runs
 from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.tools import CallContext
 
 TESTS = Path(__file__).parent
 CFG = {"configurable": {"thread_id": "t1"}}
@@ -37,7 +38,8 @@ def test_approve_runs_exactly_the_proposed_arguments_with_an_idempotency_key(db)
     with open_sqlite(db) as saver:
         graph, effects, out = start(saver)
         action = out["__interrupt__"][0].value["action_requests"][0]
-        out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}], "reviewer": "ana"}), CFG)
+        answer = {"decisions": [{"type": "approve"}], "reviewer": "the-CFO"}
+        out = graph.invoke(Command(resume=answer), CFG, context=CallContext(user_id="ana"))
         audit = saver.ledger.audit("t1")
     [(tool, args, key)] = effects.rows()
     assert (tool, args) == ("book", action["args"])
@@ -45,6 +47,7 @@ def test_approve_runs_exactly_the_proposed_arguments_with_an_idempotency_key(db)
     assert out["status"] == "completed"
     decision = next(e for e in audit if e["event"] == "decision")
     assert decision["actor"] == "ana" and decision["detail"]["decision"] == "approve"
+    assert decision["detail"]["note"] == "the-CFO"  # a note in the answer, never the identity
 
 
 def test_edit_runs_the_edited_arguments_and_tells_the_model(db):
@@ -165,10 +168,18 @@ def test_arguments_tampered_after_the_interrupt_do_not_run(db):
         graph.update_state(CFG, {"calls": tampered})
         out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CFG)
         assert effects.rows() == []
-        assert "changed" in out["__interrupt__"][0].value["error"]
+        assert_refused_as_changed(out)
 
 
-def test_arguments_tampered_after_approval_are_asked_again_not_run(db):
+def assert_refused_as_changed(out) -> None:
+    """Arguments nobody validated are answered with an error and never run, whatever the state says."""
+    body = json.loads(answers(out)["c1_0"].content)
+    assert body["error"]["type"] == "invalid_arguments" and "differ" in body["error"]["message"]
+    assert out["status"] == "completed"
+    assert_each_call_answered_once(out["messages"])
+
+
+def test_arguments_tampered_after_approval_are_refused_not_run(db):
     with open_sqlite(db) as saver:
         graph, effects, _ = start(saver)
         graph.update_state(CFG, None, as_node="approve")  # nothing yet: the approval has not happened
@@ -179,7 +190,7 @@ def test_arguments_tampered_after_approval_are_asked_again_not_run(db):
         graph.update_state(CFG, {"calls": tampered}, as_node="approve")
         out = graph.invoke(None, CFG)
         assert effects.rows() == []
-        assert out["__interrupt__"][0].value["action_requests"][0]["args"]["quantity"] == 999
+        assert_refused_as_changed(out)
 
 
 def test_a_paused_thread_is_resumed_by_thread_id_in_a_new_process(db):

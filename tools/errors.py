@@ -21,6 +21,8 @@ ErrorType = Literal[
     "budget_exhausted",
     "incomplete_response",
     "outcome_unknown",
+    "approval_expired",
+    "superseded",
 ]
 
 RETRYABLE: dict[str, bool] = {
@@ -34,6 +36,8 @@ RETRYABLE: dict[str, bool] = {
     "budget_exhausted": False,
     "incomplete_response": True,
     "outcome_unknown": False,
+    "approval_expired": False,
+    "superseded": False,
 }
 
 UNKNOWN_TOOL = "No tool named {name!r} exists. Available tools: {available}."
@@ -48,6 +52,7 @@ DUPLICATE_CALL = (
 )
 BUDGET_EXHAUSTED = "Not run: the {budget} budget is used up."
 NOT_RUN_STOPPED = "Not run: the loop stopped ({reason}) before this call."
+SUPERSEDED = "Not run: a new message arrived before this call ran. Propose it again if it is still needed."
 
 
 class ToolFailure(Exception):

@@ -1,0 +1,227 @@
+"""Evidence kept outside the graph state: which calls were validated, who decided what, which answer each got.
+
+Anything in the state can be rewritten (`update_state`, LangGraph Server's state API, a bug), so the gate does
+not trust it. `validate` registers each call it accepted (tool, exact-argument digest, requester, verdict),
+`approve` records each accepted decision (reviewer identity from the runtime context, never from the answer),
+and every node that answers a call records the digest of that answer. `execute` runs a call only against these
+rows, and a `ToolMessage` whose digest is not recorded is foreign and dropped.
+
+One description for both backends: the queries are written once with `?` placeholders; each ledger supplies
+`_run(query, params)` (SQLite inside its write transaction, Postgres as one autocommitted statement).
+Hand-written because no LangGraph component keeps per-call approval evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+CallVerdict = Literal["run", "ask", "refused"]
+
+SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS gatedloop_calls (
+    thread_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    args_digest TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    requester TEXT NOT NULL,
+    requested_at REAL NOT NULL,
+    answer_digest TEXT,
+    answer_source TEXT,
+    answered_at REAL,
+    PRIMARY KEY (thread_id, call_id)
+);
+CREATE TABLE IF NOT EXISTS gatedloop_approvals (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    args_digest TEXT NOT NULL,
+    reviewer TEXT NOT NULL,
+    roles TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    at REAL NOT NULL,
+    UNIQUE (thread_id, call_id, args_digest, reviewer, decision)
+);
+"""
+
+POSTGRES_SCHEMA = (
+    SQLITE_SCHEMA.replace("REAL", "DOUBLE PRECISION")
+    .replace("seq INTEGER PRIMARY KEY AUTOINCREMENT", "seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
+    .split(";")[:-1]
+)
+
+CALL_COLUMNS = "call_id, tool, args_digest, verdict, requester, requested_at, answer_digest, answer_source"
+APPROVAL_COLUMNS = "call_id, tool, args_digest, reviewer, roles, decision, at"
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who proposed a call (the runtime context of the run that validated it), as recorded then."""
+
+    user_id: str | None = None
+    roles: frozenset[str] = frozenset()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        body = {"user_id": self.user_id, "roles": sorted(self.roles), "extra": dict(self.extra)}
+        return json.dumps(body, ensure_ascii=False, default=str, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Requester:
+        body = json.loads(text)
+        return cls(body.get("user_id"), frozenset(body.get("roles") or ()), body.get("extra") or {})
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """A call as `validate` accepted or refused it, and the answer it got (if any)."""
+
+    call_id: str
+    tool: str
+    args_digest: str
+    verdict: CallVerdict
+    requester: Requester
+    requested_at: float
+    answer_digest: str | None
+    answer_source: str | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> CallRecord:
+        call_id, tool, digest, verdict, requester, requested_at, answer_digest, answer_source = row
+        who = Requester.from_json(requester)
+        return cls(call_id, tool, digest, verdict, who, requested_at, answer_digest, answer_source)
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """One accepted decision by one identified reviewer on one exact set of arguments."""
+
+    call_id: str
+    tool: str
+    args_digest: str
+    reviewer: str
+    roles: frozenset[str]
+    decision: str
+    at: float
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> ApprovalRecord:
+        call_id, tool, digest, reviewer, roles, decision, at = row
+        return cls(call_id, tool, digest, reviewer, frozenset(json.loads(roles)), decision, at)
+
+
+@dataclass(frozen=True)
+class NewCall:
+    call_id: str
+    tool: str
+    args_digest: str
+    verdict: CallVerdict
+    requester: Requester
+
+
+@dataclass(frozen=True)
+class Answer:
+    call_id: str
+    tool: str
+    digest: str
+    source: str
+
+
+def _placeholders(count: int) -> str:
+    return ", ".join("?" for _ in range(count))
+
+
+class EvidenceStore:
+    """The evidence queries, over a backend's `_run(query, params) -> rows` (one atomic statement)."""
+
+    def _run(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Several writes in one transaction (one commit per node, not one per call)."""
+        raise NotImplementedError
+
+    def register_calls(self, thread_id: str, calls: Iterable[NewCall]) -> dict[str, CallRecord]:
+        """Record calls as validated; a call id registered before keeps its first record (returned as is)."""
+        now = time.time()
+        calls = list(calls)
+        self._run_batch(
+            [
+                (
+                    "INSERT INTO gatedloop_calls (thread_id, call_id, tool, args_digest, verdict, requester,"
+                    " requested_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id, call_id) DO NOTHING",
+                    (thread_id, c.call_id, c.tool, c.args_digest, c.verdict, c.requester.to_json(), now),
+                )
+                for c in calls
+            ]
+        )
+        return self.calls(thread_id, [c.call_id for c in calls])
+
+    def calls(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:
+        if not call_ids:
+            return {}
+        rows = self._run(
+            f"SELECT {CALL_COLUMNS} FROM gatedloop_calls WHERE thread_id=? AND call_id IN"
+            f" ({_placeholders(len(call_ids))})",
+            (thread_id, *call_ids),
+        )
+        return {row[0]: CallRecord.from_row(row) for row in rows}
+
+    def record_answers(self, thread_id: str, answers: Iterable[Answer]) -> None:
+        """The answer each call got, by digest. A node that answers again after a crash (its first answer never
+        reached a checkpoint) replaces the digest; nodes never answer a call that has a recorded answer."""
+        now = time.time()
+        self._run_batch(
+            [
+                (
+                    "INSERT INTO gatedloop_calls (thread_id, call_id, tool, args_digest, verdict, requester,"
+                    " requested_at, answer_digest, answer_source, answered_at)"
+                    " VALUES (?, ?, ?, '', 'refused', '{}', ?, ?, ?, ?)"
+                    " ON CONFLICT (thread_id, call_id) DO UPDATE SET answer_digest=excluded.answer_digest,"
+                    " answer_source=excluded.answer_source, answered_at=excluded.answered_at",
+                    (thread_id, a.call_id, a.tool, now, a.digest, a.source, now),
+                )
+                for a in answers
+            ]
+        )
+
+    def answer_digests(self, thread_id: str) -> dict[str, str]:
+        """call id -> digest of the one answer gatedloop gave it."""
+        rows = self._run(
+            "SELECT call_id, answer_digest FROM gatedloop_calls WHERE thread_id=? AND answer_digest IS NOT NULL",
+            (thread_id,),
+        )
+        return {call_id: digest for call_id, digest in rows}
+
+    def record_approval(self, thread_id: str, record: ApprovalRecord) -> None:
+        """Kept once per (call, arguments, reviewer, decision): a replayed answer does not count twice."""
+        self._run(
+            "INSERT INTO gatedloop_approvals (thread_id, call_id, tool, args_digest, reviewer, roles, decision, at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (thread_id, call_id, args_digest, reviewer, decision) DO NOTHING",
+            (
+                thread_id,
+                record.call_id,
+                record.tool,
+                record.args_digest,
+                record.reviewer,
+                json.dumps(sorted(record.roles)),
+                record.decision,
+                record.at,
+            ),
+        )
+
+    def approvals(self, thread_id: str, call_ids: Sequence[str]) -> list[ApprovalRecord]:
+        if not call_ids:
+            return []
+        rows = self._run(
+            f"SELECT {APPROVAL_COLUMNS} FROM gatedloop_approvals WHERE thread_id=? AND call_id IN"
+            f" ({_placeholders(len(call_ids))}) ORDER BY seq",
+            (thread_id, *call_ids),
+        )
+        return [ApprovalRecord.from_row(row) for row in rows]

@@ -1,0 +1,96 @@
+"""Whether a call may run: decided from the registry and the ledger's evidence, never from the graph state.
+
+The state says which calls the turn has and what their arguments are; everything else is derived here: the
+tool's effect, whether it needs approval, its schema, roles and validator (checked again on the exact
+arguments, as the requester), and whether enough authorized reviewers approved exactly those arguments in time.
+A call with no validation record, with arguments nobody validated or approved, or already answered, never runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
+from gatedloop.graph.state import CallPlan
+from gatedloop.tools.arguments import args_digest
+from gatedloop.tools.errors import ErrorType
+from gatedloop.tools.policy import CallContext, ToolPolicy
+from gatedloop.tools.registry import CheckedCall, ToolRegistry
+
+NOT_VALIDATED = "Not run: this call was never validated."
+ARGS_CHANGED = "Not run: the call's arguments differ from the ones that were validated and approved."
+APPROVING_DECISIONS = ("approve", "edit")
+
+
+@dataclass(frozen=True)
+class Admission:
+    """`run` (plan has the registry's effect and the exact digest), `ask` (needs approvals), `refuse` (answer
+    with `error_type`/`reason`, do not run) or `skip` (already answered; do nothing)."""
+
+    action: Literal["run", "ask", "refuse", "skip"]
+    plan: CallPlan
+    reason: str = ""
+    error_type: ErrorType = "permission_denied"
+
+
+def requester_context(record: CallRecord) -> CallContext:
+    who = record.requester
+    return CallContext(user_id=who.user_id, roles=who.roles, extra=who.extra)
+
+
+def admit(
+    registry: ToolRegistry, plan: CallPlan, record: CallRecord | None, approvals: Sequence[ApprovalRecord]
+) -> Admission:
+    name = plan["name"]
+    if record is None or record.tool != name or record.verdict not in ("run", "ask") or name not in registry:
+        return Admission("refuse", plan, NOT_VALIDATED, "invalid_arguments")
+    if record.answer_digest is not None:
+        return Admission("skip", plan)
+    args = plan["args"]
+    digest = args_digest(name, args)
+    mine = [a for a in approvals if a.call_id == plan["id"]]
+    edited = {a.args_digest for a in mine if a.decision == "edit"}
+    if digest != record.args_digest and digest not in edited:
+        return Admission("refuse", plan, ARGS_CHANGED, "invalid_arguments")
+    requester = requester_context(record)
+    checked = registry.check_call(name, args, requester)
+    if not isinstance(checked, CheckedCall):
+        return Admission("refuse", plan, checked.message, checked.error_type)
+    if checked.args != args:
+        return Admission("refuse", plan, ARGS_CHANGED, "invalid_arguments")
+    policy = registry.policy(name)
+    admitted: CallPlan = {**plan, "effect": policy.effect, "digest": digest}
+    needs = record.verdict == "ask" or digest != record.args_digest or policy.needs_approval(args, requester)
+    if needs and len(approvers_so_far(policy, record, mine, digest)) < policy.approvals_required:
+        return Admission("ask", admitted)
+    return Admission("run", admitted)
+
+
+def approvers_so_far(
+    policy: ToolPolicy, record: CallRecord, approvals: Sequence[ApprovalRecord], digest: str
+) -> list[str]:
+    """Distinct reviewers who approved (or edited to) exactly `digest`, authorized under the current policy and
+    before the request expired. The same reviewer twice counts once; an edit restarts the count."""
+    counted: list[str] = []
+    for approval in approvals:
+        if approval.args_digest != digest or approval.decision not in APPROVING_DECISIONS:
+            continue
+        reviewer = CallContext(user_id=approval.reviewer, roles=approval.roles)
+        if policy.reviewer_refusal(reviewer, record.requester.user_id) is not None:
+            continue
+        if expired(policy, record, approval.at):
+            continue
+        if approval.reviewer not in counted:
+            counted.append(approval.reviewer)
+    return counted
+
+
+def expires_at(policy: ToolPolicy, record: CallRecord) -> float | None:
+    return None if policy.approval_ttl_s is None else record.requested_at + policy.approval_ttl_s
+
+
+def expired(policy: ToolPolicy, record: CallRecord, now: float) -> bool:
+    deadline = expires_at(policy, record)
+    return deadline is not None and now > deadline

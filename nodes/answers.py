@@ -1,0 +1,114 @@
+"""Answers to tool calls: one factory, one record, and what the model is shown.
+
+Only gatedloop's nodes answer a call (`execute`, a reviewer's `respond`/`reject`, a refusal, a settlement, a
+supersession, `finalize`), and each answer's digest is recorded in the ledger as it is given. A `ToolMessage` in
+the history whose digest is not recorded for its call (sent as input by a client, as Agent Chat UI does, or
+written with `update_state`) is foreign: it is removed, and the call it claims to answer stays open until
+gatedloop answers it. The model is shown each assistant turn followed directly by its calls' answers
+(invariant 1), even when an answer was given later, after a newer user message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolMessage
+
+from gatedloop.checkpoints.evidence import Answer
+from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.tools.arguments import digest
+from gatedloop.tools.errors import ErrorType, error_json
+
+
+def error_message(call_id: str, name: str, error_type: ErrorType, message: str) -> ToolMessage:
+    """The one answer a call gets when it is not run or fails."""
+    return ToolMessage(
+        content=error_json(error_type, message), tool_call_id=call_id, name=name, status="error", id=f"tool-{call_id}"
+    )
+
+
+def result_message(call_id: str, name: str, content: str) -> ToolMessage:
+    return ToolMessage(content=content, tool_call_id=call_id, name=name, status="success", id=f"tool-{call_id}")
+
+
+def answer_digest(message: ToolMessage) -> str:
+    content = message.content if isinstance(message.content, str) else json.dumps(message.content, default=str)
+    return digest({"call": message.tool_call_id, "status": message.status, "content": content})
+
+
+def record_answers(ledger: Ledger, thread_id: str, messages: Sequence[ToolMessage], source: str) -> dict[str, Any]:
+    """Record the answers in the ledger, then return them as a `messages` update (none: no update at all,
+    since an empty write still costs a DeltaChannel step)."""
+    if not messages:
+        return {}
+    ledger.record_answers(thread_id, [Answer(m.tool_call_id, m.name or "", answer_digest(m), source) for m in messages])
+    return {"messages": list(messages)}
+
+
+@dataclass
+class OpenCall:
+    """A call of an assistant turn that has no answer from gatedloop yet."""
+
+    id: str
+    name: str
+    args: Any
+
+
+@dataclass
+class HistoryCheck:
+    foreign: list[ToolMessage] = field(default_factory=list)
+    open_calls: list[OpenCall] = field(default_factory=list)
+
+    def removals(self) -> list[RemoveMessage]:
+        return [RemoveMessage(id=m.id) for m in self.foreign if m.id]
+
+
+def check_history(messages: Sequence[BaseMessage], recorded: dict[str, str]) -> HistoryCheck:
+    """Foreign answers and open calls, against the answer digests recorded in the ledger (`recorded`)."""
+    check = HistoryCheck()
+    proposed: dict[str, OpenCall] = {}
+    answered: set[str] = set()
+    for message in messages:
+        if isinstance(message, AIMessage):
+            for call in [*message.tool_calls, *message.invalid_tool_calls]:
+                call_id = call.get("id") or ""
+                proposed[call_id] = OpenCall(call_id, str(call.get("name") or ""), call.get("args"))
+        elif isinstance(message, ToolMessage):
+            call_id = message.tool_call_id
+            authentic = (
+                call_id in proposed and call_id not in answered and recorded.get(call_id) == answer_digest(message)
+            )
+            if authentic:
+                answered.add(call_id)
+            else:
+                check.foreign.append(message)
+    check.open_calls = [call for call_id, call in proposed.items() if call_id not in answered]
+    return check
+
+
+def model_view(messages: Sequence[BaseMessage], foreign: Sequence[ToolMessage] = ()) -> list[BaseMessage]:
+    """The history as the model must see it: each assistant turn followed directly by its calls' answers,
+    foreign answers left out."""
+    skip = {id(m) for m in foreign}
+    answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage) and id(m) not in skip}
+    view: list[BaseMessage] = []
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            continue
+        view.append(message)
+        if isinstance(message, AIMessage):
+            for call in [*message.tool_calls, *message.invalid_tool_calls]:
+                answer = answers.get(call.get("id") or "")
+                if answer is not None:
+                    view.append(answer)
+    return view
+
+
+def outcome_message(call_id: str, name: str, status: str, content: str) -> ToolMessage:
+    """The answer for a run call: a result, or its structured failure."""
+    if status == "ok":
+        return result_message(call_id, name, content)
+    return ToolMessage(content=content, tool_call_id=call_id, name=name, status="error", id=f"tool-{call_id}")

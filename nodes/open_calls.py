@@ -1,0 +1,107 @@
+"""Before the model is asked anything: no foreign answer, no open call (invariants 1 and 9).
+
+A client may send a `ToolMessage` as input (Agent Chat UI answers a pending call "Successfully handled tool
+call." before posting a new message), and `update_state` can write one: such answers are removed, never taken
+as a call's result. A call still open when a new message arrives is answered here: one that never started is
+`superseded` (not run); a write that finished is answered with its recorded outcome; a write that was claimed
+when its process died is settled (reconcile, else a person), and never run now. The model then sees each
+assistant turn followed directly by its answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
+
+from gatedloop.checkpoints.evidence import Answer
+from gatedloop.graph.state import CallPlan
+from gatedloop.nodes.answers import (
+    OpenCall,
+    answer_digest,
+    check_history,
+    error_message,
+    model_view,
+    outcome_message,
+    record_answers,
+)
+from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.running import stored_outcome, unknown
+from gatedloop.tools import errors
+
+log = logging.getLogger("gatedloop.model")
+
+
+@dataclass
+class ClosedHistory:
+    """The `messages` update that closes the history, and the history as the model must see it."""
+
+    update: list[BaseMessage] = field(default_factory=list)
+    view: list[BaseMessage] = field(default_factory=list)
+    left_open: bool = False
+
+
+def close_open_calls(
+    parts: LoopParts, settle_task: Any, thread_id: str, messages: Sequence[BaseMessage]
+) -> ClosedHistory:
+    recorded = parts.ledger.answer_digests(thread_id)
+    check = check_history(messages, recorded)
+    if check.foreign and not recorded and _adopt(parts, thread_id, check.foreign):
+        recorded = parts.ledger.answer_digests(thread_id)
+        check = check_history(messages, recorded)
+    for message in check.foreign:
+        log.warning(
+            "thread %s: removed an answer to call %s that gatedloop did not give", thread_id, message.tool_call_id
+        )
+        detail = {"content_chars": len(str(message.content)), "message_id": message.id}
+        parts.ledger.record(
+            thread_id, message.tool_call_id, f"foreign_answer_removed:{answer_digest(message)[:8]}", detail
+        )
+    answers: list[ToolMessage] = []
+    left_open = False
+    for call in check.open_calls:
+        answer, still_open = _close(parts, settle_task, thread_id, call)
+        answers.append(answer)
+        left_open = left_open or still_open
+    removals: list[BaseMessage] = [RemoveMessage(id=m.id) for m in check.foreign if m.id]
+    update = [*removals, *record_answers(parts.ledger, thread_id, answers, "superseded").get("messages", [])]
+    return ClosedHistory(update, model_view([*messages, *answers], check.foreign), left_open)
+
+
+def _adopt(parts: LoopParts, thread_id: str, foreign: Sequence[ToolMessage]) -> bool:
+    """A thread from before answers were recorded: its existing answers are adopted once (trust on first use),
+    unless the ledger already knows any of their calls."""
+    if parts.ledger.calls(thread_id, [m.tool_call_id for m in foreign]):
+        return False
+    first: dict[str, ToolMessage] = {}
+    for message in foreign:
+        first.setdefault(message.tool_call_id, message)
+    parts.ledger.record_answers(
+        thread_id, [Answer(m.tool_call_id, m.name or "", answer_digest(m), "adopted") for m in first.values()]
+    )
+    return True
+
+
+def _close(parts: LoopParts, settle_task: Any, thread_id: str, call: OpenCall) -> tuple[ToolMessage, bool]:
+    entry = parts.ledger.get(thread_id, call.id)
+    if entry is None:
+        parts.ledger.record(thread_id, call.id, "superseded", {"how": "never started"})
+        return error_message(call.id, call.name, "superseded", errors.SUPERSEDED), False
+    if entry.state != "claimed":
+        outcome = stored_outcome(entry.state, entry.result)
+        return outcome_message(call.id, call.name, outcome["status"], outcome["content"]), False
+    plan: CallPlan = {
+        "id": call.id,
+        "name": call.name,
+        "args": call.args if isinstance(call.args, dict) else {},
+        "verdict": "run",
+        "effect": "write",
+        "digest": entry.args_digest,
+    }
+    settled = settle_task(thread_id, plan, unknown("claimant_died", entry.attempts), False).result()
+    outcome = settled["outcome"]
+    status = "ok" if outcome["status"] == "ok" else "error"
+    return outcome_message(call.id, call.name, status, outcome["content"]), bool(settled["left_open"])
