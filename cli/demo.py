@@ -16,6 +16,7 @@ from pathlib import Path
 from gatedloop.cli.render import approval_table, step_lines
 from gatedloop.graph import runs
 from gatedloop.graph.demo import DEMO_QUESTIONS
+from gatedloop.tools import CallContext
 
 REVIEWER = "demo-reviewer"
 
@@ -49,7 +50,10 @@ def run_demo(db: str | None = None) -> int:
         print(approval_table(request))
         print(f"-> paused. Resuming thread {lunch} in a new process with --approve (reviewer {REVIEWER}):")
     child = subprocess.run(
-        [sys.executable, "-m", "gatedloop.cli.main", "--db", db, "--reviewer", REVIEWER, "resume", lunch, "--approve"],
+        [
+            *(sys.executable, "-m", "gatedloop.cli.main", "--db", db, "--reviewer", REVIEWER),
+            *("resume", lunch, "--request", request["request_id"], "--approve"),
+        ],
         env={**os.environ, "GATEDLOOP_MODEL": "demo"},
         capture_output=True,
         text=True,
@@ -101,7 +105,8 @@ def _show_run(graph: object, thread_id: str, question: str) -> str | None:
 
 
 def _show_resume(graph: object, thread_id: str, answer: dict) -> str | None:
-    _print_events(runs.stream_resume(graph, thread_id, answer))  # type: ignore[arg-type]
+    reviewer = CallContext(user_id=REVIEWER)
+    _print_events(runs.stream_resume(graph, thread_id, answer, context=reviewer))  # type: ignore[arg-type]
     return _final(graph, thread_id)
 
 

@@ -29,7 +29,8 @@ from gatedloop.cli.render import STOP_WORDS, approval_table, print_history, step
 from gatedloop.cli.review import ask_reviewer
 from gatedloop.graph import build_graph, runs
 from gatedloop.graph.models import ModelConfigError, describe_choice, load_model
-from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.nodes.hitl import InvalidDecision, pending_summary
+from gatedloop.tools import CallContext
 from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
 
 EXIT_COMPLETED, EXIT_STOPPED, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
@@ -136,14 +137,15 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace) 
         request = pending[0].value
         if not (sys.stdin.isatty() and not args.json):
             print(approval_table(request))
+            named = f" --request {request['request_id']}" if request.get("request_id") else ""
             print(
-                f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id} --approve "
+                f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id}{named} --approve "
                 "(or --reject [REASON], --edit JSON, --respond TEXT)"
             )
             return EXIT_WAITING
         answer = ask_reviewer(request, args.reviewer)
         try:
-            emit(runs.stream_resume(graph, thread_id, answer), args.json)
+            emit(runs.stream_resume(graph, thread_id, answer, context=reviewer_context(args)), args.json)
         except InvalidDecision as exc:
             print(f"answer refused: {exc}")
 
@@ -156,8 +158,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return settle(graph, thread_id, args)
 
 
+def reviewer_context(args: argparse.Namespace) -> CallContext:
+    """Who answers: `--reviewer` and `--roles` (a local operator's word; LangGraph Server takes it from auth)."""
+    roles = [r.strip() for r in (args.roles or "").split(",") if r.strip()]
+    return CallContext(user_id=args.reviewer, roles=frozenset(roles))
+
+
 def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
-    """Turn --approve/--reject/--edit/... into one decision per pending action."""
+    """Turn --approve/--reject/--edit/... into one decision per pending action, each naming its call, and the
+    answer naming the request it answers (`--request`), so it can never land on a request the reviewer did not
+    see."""
     count = len(request.get("calls") or request.get("action_requests") or [])
     if request.get("kind") == "unknown_outcome":
         if args.done is not None:
@@ -171,8 +181,13 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
                 "this thread waits on a write of unknown outcome: use --done JSON, --not-done or --abandon"
             )
         return {"decisions": [decision] * count, "reviewer": args.reviewer}
+    actions = request["action_requests"]
+    if args.request is None:
+        raise InvalidDecision(
+            f"name the request you answer: --request {request.get('request_id')} (pending: {pending_summary(actions)})"
+        )
     if args.approve:
-        decisions = [{"type": "approve", "args_digest": a["args_digest"]} for a in request["action_requests"]]
+        decisions = [{"type": "approve", "args_digest": a["args_digest"]} for a in actions]
     elif args.reject is not None:
         decisions = [{"type": "reject", "message": args.reject or "Rejected by the reviewer."}] * count
     elif args.respond is not None:
@@ -180,13 +195,16 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
     elif args.edit is not None:
         edited = json.loads(args.edit)
         edits = edited if isinstance(edited, list) else [edited]
+        if len(edits) != len(actions):
+            raise InvalidDecision(f"--edit needs {len(actions)} argument object(s), one per action; got {len(edits)}")
         decisions = [
             {"type": "edit", "edited_action": {"name": a["name"], "args": e}}
-            for a, e in zip(request["action_requests"], edits, strict=False)
+            for a, e in zip(actions, edits, strict=True)
         ]
     else:
         raise InvalidDecision("say what to do: --approve, --reject [REASON], --edit JSON or --respond TEXT")
-    return {"decisions": decisions, "reviewer": args.reviewer}
+    named = [{**d, "tool_call_id": a["tool_call_id"]} for d, a in zip(decisions, actions, strict=True)]
+    return {"decisions": named, "reviewer": args.reviewer, "request_id": args.request}
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -197,7 +215,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         if request is None and describe_thread(graph, thread_id).status != "interrupted":
             print(f"thread {thread_id} has nothing to resume")
             return settle(graph, thread_id, args)
-        emit(runs.stream_resume(graph, thread_id, answer), args.json)
+        emit(runs.stream_resume(graph, thread_id, answer, context=reviewer_context(args)), args.json)
         return settle(graph, thread_id, args)
 
 
@@ -249,6 +267,7 @@ def parser() -> argparse.ArgumentParser:
     )
     root.add_argument("--json", action="store_true", help="print machine-readable events")
     root.add_argument("--reviewer", default=os.environ.get("USER", "cli"), help="reviewer id recorded with decisions")
+    root.add_argument("--roles", default="", help="the reviewer's roles, comma-separated (for tools with approvers)")
     sub = root.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="ask a question; approvals asked at a terminal")
     run.add_argument("question")
@@ -257,6 +276,7 @@ def parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="answer a paused thread, or continue one stopped by a crash")
     resume.add_argument("thread")
     resume.add_argument("--reviewer", default=argparse.SUPPRESS, help="reviewer id recorded with the decision")
+    resume.add_argument("--request", metavar="ID", help="the approval request you answer (shown with it)")
     group = resume.add_mutually_exclusive_group()
     group.add_argument("--approve", action="store_true")
     group.add_argument("--reject", nargs="?", const="", metavar="REASON")

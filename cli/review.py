@@ -16,10 +16,11 @@ def ask_reviewer(request: dict[str, Any], reviewer: str) -> dict[str, Any]:
         return {"decisions": [_ask_unknown(i, c) for i, c in enumerate(request["calls"], 1)], "reviewer": reviewer}
     decisions = []
     for index, (action, config) in enumerate(
-        zip(request["action_requests"], request["review_configs"], strict=False), 1
+        zip(request["action_requests"], request["review_configs"], strict=True), 1
     ):
-        decisions.append(_ask_one(index, action, config["allowed_decisions"]))
-    return {"decisions": decisions, "reviewer": reviewer}
+        decision = _ask_one(index, action, config["allowed_decisions"])
+        decisions.append({**decision, "tool_call_id": action["tool_call_id"]})
+    return {"decisions": decisions, "reviewer": reviewer, "request_id": request.get("request_id")}
 
 
 def _ask_one(index: int, action: dict[str, Any], allowed: list[str]) -> dict[str, Any]:

@@ -24,6 +24,24 @@ def cli(*args: str, db: str, check_code: int | None = 0) -> subprocess.Completed
     return out
 
 
+def pending_id(db: str, thread_id: str) -> str:
+    out = cli("resume", thread_id, "--approve", db=db, check_code=2)
+    return out.stderr.split("--request ")[1].split()[0]
+
+
+def test_a_non_interactive_answer_for_a_request_no_longer_pending_is_refused(tmp_path):
+    """Finding 5: the reviewer was shown WS-101 for Ana; the user then asked for WS-102 for Mallory."""
+    db = str(tmp_path / "runs.sqlite")
+    cli("run", "Reserve a seat in workshop WS-101 for Ana", "--thread", "w5", db=db, check_code=3)
+    shown = pending_id(db, "w5")
+    cli("run", "Reserve a seat in workshop WS-102 for Mallory", "--thread", "w5", db=db, check_code=3)
+    out = cli("resume", "w5", "--request", shown, "--approve", db=db, check_code=2)
+    assert "no longer pending" in out.stderr and "reserve_seat" in out.stderr
+    shown_history = cli("show", "w5", db=db).stdout
+    assert "superseded" in shown_history and "Reserved" not in shown_history  # WS-101 superseded, nothing booked
+    assert "waiting for approval" in cli("threads", db=db).stdout
+
+
 def test_demo_runs_offline_shows_an_approval_and_a_resumed_thread(tmp_path):
     out = cli("demo", db=str(tmp_path / "demo.sqlite"))
     assert "Approval needed" in out.stdout
@@ -40,7 +58,10 @@ def test_run_without_a_terminal_stops_and_prints_the_thread_and_the_request(tmp_
     assert "w1" in cli("threads", db=db).stdout and "waiting for approval" in cli("threads", db=db).stdout
     bad = cli("resume", "w1", "--edit", "{not json", db=db, check_code=2)
     assert "gatedloop:" in bad.stderr
-    done = cli("resume", "w1", "--approve", "--reviewer", "rita", db=db)
+    unnamed = cli("resume", "w1", "--approve", "--reviewer", "rita", db=db, check_code=2)
+    assert "--request req-" in unnamed.stderr  # an answer must name the request the reviewer saw
+    request_id = unnamed.stderr.split("--request ")[1].split()[0]
+    done = cli("resume", "w1", "--request", request_id, "--approve", "--reviewer", "rita", db=db)
     assert "Reserved" in done.stdout and "status: completed" in done.stdout
     shown = cli("show", "w1", db=db).stdout
     assert "decision by rita: approve" in shown and "executed: ok" in shown
@@ -53,7 +74,7 @@ def test_run_without_a_terminal_stops_and_prints_the_thread_and_the_request(tmp_
 def test_resume_with_reject_and_a_reason(tmp_path):
     db = str(tmp_path / "runs.sqlite")
     cli("run", "Reserve a seat in workshop WS-101 for Alice", "--thread", "w2", db=db, check_code=3)
-    out = cli("resume", "w2", "--reject", "not this week", db=db)
+    out = cli("resume", "w2", "--request", pending_id(db, "w2"), "--reject", "not this week", db=db)
     assert "not this week" in out.stdout
 
 
@@ -61,7 +82,7 @@ def test_cancel_stops_a_waiting_thread(tmp_path):
     db = str(tmp_path / "runs.sqlite")
     cli("run", "Reserve a seat in workshop WS-101 for Alice", "--thread", "w3", db=db, check_code=3)
     cli("cancel", "w3", db=db)
-    out = cli("resume", "w3", "--approve", db=db, check_code=1)
+    out = cli("resume", "w3", "--request", pending_id(db, "w3"), "--approve", db=db, check_code=1)
     assert "cancelled" in out.stdout
     assert "cancelled" in cli("threads", db=db).stdout
 
