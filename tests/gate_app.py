@@ -22,8 +22,9 @@ SEEN: list[list[BaseMessage]] = []
 
 def make_tools(effects: Effects) -> list[BaseTool]:
     @tool
-    def pay(amount: float, to: str, idempotency_key: Annotated[str, InjectedToolArg]) -> dict[str, Any]:
-        """Pay an amount to someone (write)."""
+    def pay(amount: float, to: str, idempotency_key: Annotated[str | None, InjectedToolArg] = None) -> dict[str, Any]:
+        """Pay an amount to someone (write). (The key is optional, as in many real clients: nothing but the
+        gate stops a second run.)"""
         row = effects.add("pay", {"amount": amount, "to": to}, idempotency_key)
         return {"payment": row, "amount": amount, "to": to}
 
@@ -37,6 +38,8 @@ def make_tools(effects: Effects) -> list[BaseTool]:
 
 
 def under_cap(args: dict[str, Any], context: Any) -> str | None:
+    if args["to"] == "mallory":
+        return "mallory is not an allowed payee"
     return f"payments above {CAP} are not allowed" if args["amount"] > CAP else None
 
 
