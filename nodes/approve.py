@@ -130,8 +130,8 @@ def make_approve_node(parts: LoopParts):
                 plans[call_id] = {**plan, "verdict": "answered"}
             elif admission.action == "skip":
                 plans[call_id] = {**plan, "verdict": "answered"}
-            elif admission.action == "run":
-                plans[call_id] = admission.plan
+            elif admission.action == "run":  # approved before a crash cut this node short
+                plans[call_id] = {**admission.plan, "verdict": "run"}
             elif expired(parts.registry.policy(plan["name"]), records[call_id], now):
                 answers.append(error_message(call_id, plan["name"], "approval_expired", EXPIRED))
                 plans[call_id] = {**plan, "verdict": "answered"}

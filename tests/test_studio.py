@@ -130,13 +130,18 @@ def paused(server: Server, thread_id: str, out: Any) -> dict[str, Any]:
     return interrupt["value"]
 
 
-def resume(server: Server, thread_id: str, graph: str, answer: dict[str, Any]) -> dict[str, Any]:
-    return server.client.runs.wait(thread_id, graph, command={"resume": answer})
+def resume(
+    server: Server, thread_id: str, graph: str, answer: dict[str, Any], who: str | None = None
+) -> dict[str, Any]:
+    context = {"user_id": who} if who else None
+    return server.client.runs.wait(thread_id, graph, command={"resume": answer}, context=context)
 
 
-def decide(server: Server, thread_id: str, answer: dict[str, Any], graph: str = GRAPH) -> dict[str, Any]:
-    """Resume with a valid answer; the run must end (see `finished`)."""
-    return finished(server, thread_id, resume(server, thread_id, graph, answer))
+def decide(
+    server: Server, thread_id: str, answer: dict[str, Any], graph: str = GRAPH, who: str | None = None
+) -> dict[str, Any]:
+    """Resume with a valid answer as reviewer `who` (the run's context); the run must end (see `finished`)."""
+    return finished(server, thread_id, resume(server, thread_id, graph, answer, who))
 
 
 def finished(server: Server, thread_id: str, out: Any) -> dict[str, Any]:
@@ -199,7 +204,7 @@ def test_repo_config_serves_the_demo_graph_on_the_sqlite_checkpointer(studio: Se
 
 def test_approve_runs_the_reservation_and_the_answer_reports_it(studio: Server) -> None:
     thread_id, _ = start_workshop(studio, "李娜")
-    out = decide(studio, thread_id, {"decisions": [{"type": "approve"}], "reviewer": "alice"})
+    out = decide(studio, thread_id, {"decisions": [{"type": "approve"}], "reviewer": "a note"}, who="alice")
 
     assert out["status"] == "completed"
     result = json.loads(tool_message(out, SEAT_CALL).content)
@@ -284,19 +289,24 @@ def test_respond_completes(studio: Server) -> None:
     assert (out["status"], out["stop_detail"]) == ("completed", None)
 
 
+def refused(request: dict[str, Any], error: str) -> dict[str, Any]:
+    """The same request again with the reason, also in each action's description (all Agent Chat UI shows)."""
+    actions = [
+        {**a, "description": f"{a['description']}\nPrevious answer refused: {error}"} for a in request["action_requests"]
+    ]
+    return {**request, "action_requests": actions, "error": error}
+
+
 def test_malformed_answers_change_nothing_and_the_same_request_can_then_be_answered(studio: Server) -> None:
     thread_id, request = start_workshop(studio, "Erin")
 
     two = {"decisions": [{"type": "approve"}, {"type": "approve"}]}
     again = paused(studio, thread_id, resume(studio, thread_id, GRAPH, two))
-    assert again == {**request, "error": "expected 1 decision(s), one per action, got 2"}
+    assert again == refused(request, "expected 1 decision(s), one per action, got 2")
 
     unknown = {"decisions": [{"type": "maybe"}]}
     again = paused(studio, thread_id, resume(studio, thread_id, GRAPH, unknown))
-    assert again == {
-        **request,
-        "error": f"decision 0 (reserve_seat): unknown type 'maybe'; expected one of {ALL_DECISIONS}",
-    }
+    assert again == refused(request, f"decision 0 (reserve_seat): unknown type 'maybe'; expected one of {ALL_DECISIONS}")
     assert studio.ledger(thread_id, SEAT_CALL) is None
     assert not booked(studio, "Erin")
 
