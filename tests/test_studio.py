@@ -292,7 +292,8 @@ def test_respond_completes(studio: Server) -> None:
 def refused(request: dict[str, Any], error: str) -> dict[str, Any]:
     """The same request again with the reason, also in each action's description (all Agent Chat UI shows)."""
     actions = [
-        {**a, "description": f"{a['description']}\nPrevious answer refused: {error}"} for a in request["action_requests"]
+        {**a, "description": f"{a['description']}\nPrevious answer refused: {error}"}
+        for a in request["action_requests"]
     ]
     return {**request, "action_requests": actions, "error": error}
 
@@ -306,7 +307,8 @@ def test_malformed_answers_change_nothing_and_the_same_request_can_then_be_answe
 
     unknown = {"decisions": [{"type": "maybe"}]}
     again = paused(studio, thread_id, resume(studio, thread_id, GRAPH, unknown))
-    assert again == refused(request, f"decision 0 (reserve_seat): unknown type 'maybe'; expected one of {ALL_DECISIONS}")
+    complaint = f"decision 0 (reserve_seat): unknown type 'maybe'; expected one of {ALL_DECISIONS}"
+    assert again == refused(request, complaint)
     assert studio.ledger(thread_id, SEAT_CALL) is None
     assert not booked(studio, "Erin")
 
