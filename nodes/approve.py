@@ -34,7 +34,7 @@ from gatedloop.nodes.hitl import (
 from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest, digest
-from gatedloop.tools.policy import SECRET_MASK, CallContext
+from gatedloop.tools.policy import MASK, CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
 
 EXPIRED = "Not run: the approval request expired before a reviewer approved it."
@@ -267,4 +267,4 @@ def _apply(
 
 def _unmasked(edited: dict[str, Any], original: dict[str, Any], secret: frozenset[str]) -> dict[str, Any]:
     """A reviewer never sees secret values, so an edit that sends the mask back keeps the original value."""
-    return {k: original[k] if k in secret and v == SECRET_MASK and k in original else v for k, v in edited.items()}
+    return {k: original[k] if k in secret and v == MASK and k in original else v for k, v in edited.items()}

@@ -12,7 +12,6 @@ from typing import Any, Literal
 Effect = Literal["read", "write"]
 Decision = Literal["approve", "edit", "reject", "respond"]
 ALL_DECISIONS: tuple[Decision, ...] = ("approve", "edit", "reject", "respond")
-SECRET_MASK = "***"
 
 
 @dataclass(frozen=True)
@@ -110,12 +109,6 @@ class ToolPolicy:
             return bool(self.approval(args, context))
         except Exception:
             return True
-
-    def masked(self, args: dict[str, Any]) -> dict[str, Any]:
-        """The arguments with `secret_args` values replaced by the mask (top-level keys), for display and audit."""
-        if not self.secret_args:
-            return args
-        return {k: SECRET_MASK if k in self.secret_args else v for k, v in args.items()}
 
     @property
     def allows_self_approval(self) -> bool:
