@@ -12,12 +12,13 @@ import logging
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from langgraph.func import task
+from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
 
 from gatedloop.checkpoints.ledger import claimant_alive, current_claimant, idempotency_key
 from gatedloop.graph.state import CallPlan
 from gatedloop.nodes.hitl import InvalidDecision
-from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.parts import LoopParts, call_context
 from gatedloop.nodes.running import (
     CANNOT_TELL,
     Outcome,
@@ -152,7 +153,7 @@ def _ask_person(
             break
         except InvalidDecision as exc:
             error = str(exc)
-    who = decision["reviewer"]
+    who = call_context(get_runtime().context).user_id or decision["reviewer"]  # identity first; the note as fallback
     parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", {"decision": decision["type"]}, who)
     if decision["type"] == "done":
         return _settle(parts, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who), False

@@ -47,7 +47,7 @@ def make_validate_node(parts: LoopParts):
                 plans.append({**plan, "verdict": "answered"})
                 answers.append(error_message(plan["id"], plan["name"], checked.error_type, checked.message))
                 detail = {"args": _shown(parts, plan["name"], plan["args"]), "error": checked.message}
-                parts.ledger.record(thread_id, plan["id"], "refused", detail)
+                parts.ledger.record(thread_id, plan["id"], "refused", detail, actor=context.user_id)
                 continue
             planned_total += 1
             planned_per_tool[plan["name"]] = planned_per_tool.get(plan["name"], 0) + 1
@@ -62,6 +62,7 @@ def make_validate_node(parts: LoopParts):
                     "verdict": plans[-1]["verdict"],
                     "repair": checked.repair,
                 },
+                actor=context.user_id,
             )
         plans, answers = _registered(parts, thread_id, plans, answers, requester)
         update: dict[str, Any] = {"calls": plans, **record_answers(parts.ledger, thread_id, answers, "validate")}
