@@ -16,6 +16,7 @@ from langgraph.config import get_config
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.limits import Limits
 from gatedloop.graph.state import RequestCounters
+from gatedloop.nodes.identity import caller_context
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import ToolRegistry
 
@@ -64,13 +65,6 @@ def current_thread_id() -> str:
 
 
 def call_context(context: Any) -> CallContext:
-    """Accept the runtime context as a CallContext, a dict (from the SDK or Studio), or nothing."""
-    if isinstance(context, CallContext):
-        return context
-    if isinstance(context, dict):
-        return CallContext(
-            user_id=context.get("user_id"),
-            roles=frozenset(context.get("roles") or ()),
-            extra={k: v for k, v in context.items() if k not in ("user_id", "roles")},
-        )
-    return CallContext()
+    """The caller of the run being executed (see `gatedloop.nodes.identity`): the server's authenticated user
+    under LangGraph Server with auth, else the runtime context (a CallContext, a dict from the SDK, or nothing)."""
+    return caller_context(context, get_config())
