@@ -1,0 +1,221 @@
+"""Bearer-token auth for LangGraph Server, named in `langgraph.json` as `"auth": {"path": "gatedloop.graph.auth:auth"}`.
+
+Configuration (read once, when the server imports this module) comes from exactly one of:
+
+- `GATEDLOOP_AUTH_TOKENS`: the JSON itself;
+- `GATEDLOOP_AUTH_FILE`: the path of a file holding it.
+
+```json
+{
+  "approver_roles": ["finance"],
+  "tokens": {
+    "a-long-random-token-for-ana": {"user_id": "ana", "roles": ["staff"]},
+    "sha256:<64 hex digits>":      {"user_id": "bo", "roles": ["finance"]}
+  }
+}
+```
+
+A request must carry `Authorization: Bearer <token>`; the token names the user and her roles (a key may be the
+token itself, at least 16 characters, or `sha256:` and the hex SHA-256 of it, so the file need not hold secrets).
+The graph sees that user as the caller whatever `context` the client sends (`gatedloop.nodes.identity`).
+
+Who sees what: a thread belongs to the user who created it (its `owner` metadata, set here, never by the client).
+Its state, history, runs (start, resume, stream, join, cancel), updates and search results are visible to its
+owner and to approvers: users holding any of `approver_roles` (they review other people's requests). A
+non-approver may read assistants; anything else (assistant writes, crons, the store API) is for approvers only.
+Which tool calls an approver may decide is still up to each tool's `ToolPolicy.approvers`.
+
+With neither variable set, every request is one local user and nothing is restricted, so `langgraph dev` and
+Studio work offline as without auth; that user is marked so the graph keeps using the runtime context.
+A bad configuration stops the server at start with one `AuthConfigError` naming the problem (never the token).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from langgraph_sdk import Auth
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError, model_validator
+
+from gatedloop.nodes.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK
+
+TOKENS_ENV = "GATEDLOOP_AUTH_TOKENS"
+FILE_ENV = "GATEDLOOP_AUTH_FILE"
+OWNER_KEY = "owner"
+LOCAL_USER_ID = "local"
+MIN_TOKEN_CHARS = 16
+HASHED_PREFIX = "sha256:"
+_HASHED = re.compile(r"sha256:[0-9a-f]{64}")
+
+Name = Annotated[str, StringConstraints(min_length=1, pattern=r"^\S(.*\S)?$")]
+
+
+class AuthConfigError(ValueError):
+    """The auth configuration cannot be used; the message says which setting and what is wrong."""
+
+
+class TokenUser(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    user_id: Name
+    roles: frozenset[Name] = frozenset()
+
+
+class AuthConfig(BaseModel):
+    """The validated configuration; requests are matched on the SHA-256 digests of the tokens."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens: dict[str, TokenUser] = Field(min_length=1, repr=False)
+    approver_roles: frozenset[Name] = frozenset()
+    _by_digest: dict[str, TokenUser] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_tokens(self) -> AuthConfig:
+        digested: dict[str, TokenUser] = {}
+        roles_of: dict[str, frozenset[str]] = {}
+        for position, (key, user) in enumerate(self.tokens.items(), start=1):
+            where = f"tokens: entry #{position} (user {user.user_id!r})"
+            if key.startswith(HASHED_PREFIX):
+                if not _HASHED.fullmatch(key):
+                    raise ValueError(f"{where}: a hashed key is 'sha256:' and 64 lowercase hex digits")
+                digest = key.removeprefix(HASHED_PREFIX)
+            elif len(key) < MIN_TOKEN_CHARS or any(c.isspace() for c in key):
+                raise ValueError(f"{where}: a token needs at least {MIN_TOKEN_CHARS} characters and no whitespace")
+            else:
+                digest = token_digest(key)
+            if digest in digested:
+                raise ValueError(f"{where}: the same token is listed twice")
+            if roles_of.setdefault(user.user_id, user.roles) != user.roles:
+                raise ValueError(f"{where}: this user has another token with different roles")
+            digested[digest] = user
+        self._by_digest = digested
+        return self
+
+    def user_for(self, token: str) -> TokenUser | None:
+        return self._by_digest.get(token_digest(token))
+
+    def is_approver(self, user_id: str) -> bool:
+        return any(u.user_id == user_id and u.roles & self.approver_roles for u in self.tokens.values())
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def load_auth_config(environ: Mapping[str, str]) -> AuthConfig | None:
+    """The configuration from `GATEDLOOP_AUTH_TOKENS` or `GATEDLOOP_AUTH_FILE`; None when neither is set."""
+    inline, path = environ.get(TOKENS_ENV), environ.get(FILE_ENV)
+    if inline is not None and path is not None:
+        raise AuthConfigError(f"set {TOKENS_ENV} or {FILE_ENV}, not both")
+    if inline is None and path is None:
+        return None
+    if inline is not None:
+        source, text = TOKENS_ENV, inline
+    else:
+        source = f"{FILE_ENV}={path}"
+        try:
+            text = Path(str(path)).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AuthConfigError(f"gatedloop auth config ({source}): cannot read the file: {exc}") from None
+    return parse_auth_config(text, source)
+
+
+def parse_auth_config(text: str, source: str) -> AuthConfig:
+    """Validate the JSON text; the error names `source` and each problem, never a token."""
+    prefix = f"gatedloop auth config ({source})"
+    if not text.strip():
+        raise AuthConfigError(f"{prefix}: it is empty; unset it for the local single-user mode")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AuthConfigError(f"{prefix}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    try:
+        return AuthConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(_describe(error, data) for error in exc.errors())
+        raise AuthConfigError(f"{prefix}: {problems}") from None
+
+
+def _describe(error: Any, data: Any) -> str:
+    """One pydantic error as `where: what`, with a token key replaced by its entry number."""
+    loc = list(error["loc"])
+    if len(loc) > 1 and loc[0] == "tokens" and isinstance(data, dict) and isinstance(data.get("tokens"), dict):
+        keys = list(data["tokens"])
+        loc[1] = f"entry #{keys.index(loc[1]) + 1}" if loc[1] in keys else "an entry"
+    where = ".".join(str(part) for part in loc)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def bearer_token(authorization: str | None) -> str:
+    scheme, _, token = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Auth.exceptions.HTTPException(status_code=401, detail="send 'Authorization: Bearer <token>'")
+    return token.strip()
+
+
+def build_auth(config: AuthConfig | None) -> Auth:
+    """The `Auth` object the server loads: token users and owner-or-approver rules, or the local fallback."""
+    auth = Auth()
+    if config is None:
+
+        @auth.authenticate
+        async def local_user() -> dict[str, Any]:
+            return {"identity": LOCAL_USER_ID, AUTH_KIND_FIELD: LOCAL_USER_MARK}
+
+        return auth
+
+    @auth.authenticate
+    async def token_user(authorization: str | None) -> dict[str, Any]:
+        user = config.user_for(bearer_token(authorization))
+        if user is None:
+            raise Auth.exceptions.HTTPException(status_code=401, detail="unknown token")
+        return {"identity": user.user_id, "roles": sorted(user.roles), AUTH_KIND_FIELD: "token"}
+
+    def owned_unless_approver(ctx: Auth.types.AuthContext) -> dict[str, str] | None:
+        """The filter LangGraph applies to thread metadata: the caller's own threads, or all for an approver."""
+        identity = ctx.user.identity
+        return None if config.is_approver(identity) else {OWNER_KEY: identity}
+
+    @auth.on.threads.create
+    async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> dict[str, str] | None:
+        value.setdefault("metadata", {})[OWNER_KEY] = ctx.user.identity
+        return owned_unless_approver(ctx)
+
+    @auth.on.threads.create_run
+    async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate) -> dict[str, str] | None:
+        value.setdefault("metadata", {})[OWNER_KEY] = ctx.user.identity  # owns a thread this run creates
+        return owned_unless_approver(ctx)
+
+    @auth.on.threads.update
+    async def on_thread_update(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsUpdate) -> dict[str, str] | None:
+        if OWNER_KEY in (value.get("metadata") or {}):
+            raise Auth.exceptions.HTTPException(status_code=403, detail="the owner of a thread cannot be changed")
+        return owned_unless_approver(ctx)
+
+    @auth.on(resources="threads", actions=["read", "delete", "search"])
+    async def on_thread_access(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str] | None:
+        return owned_unless_approver(ctx)
+
+    @auth.on(resources="assistants", actions=["read", "search"])
+    async def on_assistant_read(ctx: Auth.types.AuthContext, value: Any) -> None:
+        return None
+
+    @auth.on
+    async def approvers_only(ctx: Auth.types.AuthContext, value: Any) -> None:
+        if not config.is_approver(ctx.user.identity):
+            raise Auth.exceptions.HTTPException(
+                status_code=403, detail=f"only approvers may {ctx.action} {ctx.resource}"
+            )
+
+    return auth
+
+
+auth = build_auth(load_auth_config(os.environ))

@@ -1,0 +1,99 @@
+"""The auth configuration of gatedloop.graph.auth: where it is read from, what it accepts, and the one error a bad
+one gives (naming the setting and the problem, never a token). The server side is in test_server_auth.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph_sdk import Auth
+
+from gatedloop.graph.auth import FILE_ENV, TOKENS_ENV, AuthConfigError, load_auth_config
+
+ROOT = Path(__file__).parent.parent
+
+ANA = "ana-token-7f3c9e1d2b"
+BO = "bo-token-1d6f2a9e3c"
+GOOD = {
+    "approver_roles": ["finance"],
+    "tokens": {
+        ANA: {"user_id": "ana", "roles": ["staff"]},
+        "sha256:" + hashlib.sha256(BO.encode()).hexdigest(): {"user_id": "bo", "roles": ["finance"]},
+    },
+}
+
+
+def test_langgraph_json_ships_this_auth_without_studio_s_bypass() -> None:
+    block = json.loads((ROOT / "langgraph.json").read_text())["auth"]
+    module, _, attr = block["path"].partition(":")
+    assert isinstance(getattr(__import__(module, fromlist=[attr]), attr), Auth)
+    assert block["disable_studio_auth"] is True  # else langgraph dev admits `x-auth-scheme: langsmith` unchecked
+
+
+def test_tokens_map_to_users_and_roles_plain_or_hashed() -> None:
+    config = load_auth_config({TOKENS_ENV: json.dumps(GOOD)})
+    assert config is not None
+    ana, bo = config.user_for(ANA), config.user_for(BO)
+    assert ana is not None and (ana.user_id, ana.roles) == ("ana", frozenset({"staff"}))
+    assert bo is not None and (bo.user_id, bo.roles) == ("bo", frozenset({"finance"}))
+    assert config.user_for(ANA + "x") is None and config.user_for("") is None
+    assert config.user_for("sha256:" + hashlib.sha256(BO.encode()).hexdigest()) is None  # the digest is no token
+    assert [config.is_approver(u) for u in ("ana", "bo", "nobody")] == [False, True, False]
+    assert ANA not in repr(config)
+
+
+def test_the_file_variant_and_the_unconfigured_fallback(tmp_path: Path) -> None:
+    path = tmp_path / "auth.json"
+    path.write_text(json.dumps(GOOD))
+    config = load_auth_config({FILE_ENV: str(path)})
+    assert config is not None and config.user_for(ANA) is not None
+    assert load_auth_config({}) is None
+    with pytest.raises(AuthConfigError, match=rf"\({FILE_ENV}=.*missing.json\): cannot read the file: .*No such file"):
+        load_auth_config({FILE_ENV: str(tmp_path / "missing.json")})
+    with pytest.raises(AuthConfigError, match=f"set {TOKENS_ENV} or {FILE_ENV}, not both"):
+        load_auth_config({FILE_ENV: str(path), TOKENS_ENV: json.dumps(GOOD)})
+
+
+def tokens(*entries: tuple[str, Any]) -> dict[str, Any]:
+    return {"tokens": dict(entries)}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "it is empty; unset it for the local single-user mode"),
+        ('{"tokens": {', "not valid JSON: Expecting property name enclosed in double quotes at line 1 column 13"),
+        (tokens(), "tokens: List should have at least 1 item|tokens: Dictionary should have at least 1 item"),
+        ({}, "tokens: Field required"),
+        ([1], "Input should be a valid dictionary"),
+        ({**GOOD, "approvers": ["finance"]}, "approvers: Extra inputs are not permitted"),
+        (tokens((ANA, {"user_id": "ana", "roles": "finance"})), r"tokens\.entry #1\.roles: Input should be a valid"),
+        (tokens((ANA, {"user_id": ""})), r"tokens\.entry #1\.user_id: String should have at least 1 character"),
+        (tokens((ANA, {"user_id": "ana", "roles": [" finance"]})), r"tokens\.entry #1\.roles\.0: String should match"),
+        (tokens((ANA, {"user": "ana"})), r"tokens\.entry #1\.user_id: Field required; tokens\.entry #1\.user: Extra"),
+        (
+            tokens((ANA, {"user_id": "ana"}), ("short", {"user_id": "cy"})),
+            r"tokens: entry #2 \(user 'cy'\): a token needs at least 16 characters and no whitespace",
+        ),
+        (
+            tokens((ANA, {"user_id": "ana"}), ("sha256:" + hashlib.sha256(ANA.encode()).hexdigest(), {"user_id": "x"})),
+            r"tokens: entry #2 \(user 'x'\): the same token is listed twice",
+        ),
+        (
+            tokens(("sha256:abc", {"user_id": "ana"})),
+            "tokens: entry #1 .*: a hashed key is 'sha256:' and 64 lowercase hex",
+        ),
+        (
+            tokens((ANA, {"user_id": "ana", "roles": ["staff"]}), (BO, {"user_id": "ana", "roles": ["finance"]})),
+            r"tokens: entry #2 \(user 'ana'\): this user has another token with different roles",
+        ),
+    ],
+)
+def test_a_bad_config_is_one_error_naming_the_problem_and_no_token(text: Any, problem: str) -> None:
+    raw = text if isinstance(text, str) else json.dumps(text)
+    with pytest.raises(AuthConfigError, match=rf"^gatedloop auth config \({TOKENS_ENV}\): ({problem})") as caught:
+        load_auth_config({TOKENS_ENV: raw})
+    assert ANA not in str(caught.value) and BO not in str(caught.value)
