@@ -75,6 +75,7 @@ class AuthConfig(BaseModel):
     tokens: dict[str, TokenUser] = Field(min_length=1, repr=False)
     approver_roles: frozenset[Name] = frozenset()
     _by_digest: dict[str, TokenUser] = PrivateAttr(default_factory=dict)
+    _approvers: frozenset[str] = PrivateAttr(default=frozenset())
 
     @model_validator(mode="after")
     def _check_tokens(self) -> AuthConfig:
@@ -96,13 +97,14 @@ class AuthConfig(BaseModel):
                 raise ValueError(f"{where}: this user has another token with different roles")
             digested[digest] = user
         self._by_digest = digested
+        self._approvers = frozenset(u.user_id for u in digested.values() if u.roles & self.approver_roles)
         return self
 
     def user_for(self, token: str) -> TokenUser | None:
         return self._by_digest.get(token_digest(token))
 
     def is_approver(self, user_id: str) -> bool:
-        return any(u.user_id == user_id and u.roles & self.approver_roles for u in self.tokens.values())
+        return user_id in self._approvers
 
 
 def token_digest(token: str) -> str:
