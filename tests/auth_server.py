@@ -45,8 +45,16 @@ class AuthServer:
         sent = {"Authorization": f"Bearer {USERS[user][0]}"} if user else dict(headers or {})
         return get_sync_client(url=self.url, api_key=None, headers=sent, timeout=60)
 
-    def callers(self) -> list[dict[str, Any]]:
-        return self._records(CALLERS)
+    def callers(self, since: int = 0) -> list[dict[str, Any]]:
+        """The distinct callers recorded from record number `since` on (a call may be checked more than once)."""
+        distinct: list[dict[str, Any]] = []
+        for caller in self._records(CALLERS)[since:]:
+            if caller not in distinct:
+                distinct.append(caller)
+        return distinct
+
+    def callers_recorded(self) -> int:
+        return len(self._records(CALLERS))
 
     def effects(self) -> list[dict[str, Any]]:
         return self._records(EFFECTS)

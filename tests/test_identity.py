@@ -38,8 +38,8 @@ class ServerUser:
 FORGED = CallContext(user_id="the-CFO", roles=frozenset({"finance"}), extra={"locale": "de"})
 
 
-def seen_by_the_graph(db: str, server_user: Any, context: Any) -> list[CallContext]:
-    """Run one call whose validator records the CallContext it is given."""
+def seen_by_the_graph(db: str, server_user: Any, context: Any) -> CallContext:
+    """Run one call whose validator records the CallContext it is given (each time it is checked: one caller)."""
     seen: list[CallContext] = []
 
     @tool
@@ -62,8 +62,9 @@ def seen_by_the_graph(db: str, server_user: Any, context: Any) -> list[CallConte
             checkpointer=saver,
         )
         out = graph.invoke({"messages": [("user", "who am I")]}, {"configurable": configurable}, context=context)
-    assert out["status"] == "completed"
-    return seen
+    assert out["status"] == "completed" and seen
+    assert all(c == seen[0] for c in seen), seen
+    return seen[0]
 
 
 @pytest.mark.parametrize(
@@ -75,15 +76,14 @@ def seen_by_the_graph(db: str, server_user: Any, context: Any) -> list[CallConte
     ids=["user-object", "dict"],
 )
 def test_the_server_user_overrides_the_client_context(db: str, server_user: Any) -> None:
-    assert seen_by_the_graph(db, server_user, FORGED) == [
-        CallContext(user_id="ana", roles=frozenset({"staff"}), extra={"locale": "de"})
-    ]
+    expected = CallContext(user_id="ana", roles=frozenset({"staff"}), extra={"locale": "de"})
+    assert seen_by_the_graph(db, server_user, FORGED) == expected
 
 
 def test_a_server_user_without_roles_has_none_whatever_the_client_claims(db: str) -> None:
     for user in (ServerUser(identity="ana"), StudioUser("langgraph-studio-user")):
         seen = seen_by_the_graph(db, user, {"user_id": "the-CFO", "roles": ["finance"]})
-        assert [(c.user_id, c.roles) for c in seen] == [(user.identity, frozenset())]
+        assert (seen.user_id, seen.roles) == (user.identity, frozenset())
 
 
 @pytest.mark.parametrize(
@@ -97,10 +97,9 @@ def test_a_server_user_without_roles_has_none_whatever_the_client_claims(db: str
     ids=["no-server", "gatedloop-local-fallback", "empty-identity-dict", "empty-identity-user"],
 )
 def test_without_an_authenticated_user_the_runtime_context_is_the_caller(db: str, server_user: Any) -> None:
-    assert seen_by_the_graph(db, server_user, FORGED) == [FORGED]
-    assert seen_by_the_graph(db, server_user, {"user_id": "bo", "roles": ["x"]}) == [
-        CallContext(user_id="bo", roles=frozenset({"x"}))
-    ]
+    assert seen_by_the_graph(db, server_user, FORGED) == FORGED
+    expected = CallContext(user_id="bo", roles=frozenset({"x"}))
+    assert seen_by_the_graph(db, server_user, {"user_id": "bo", "roles": ["x"]}) == expected
 
 
 def test_roles_of_a_foreign_user_that_are_not_a_list_of_names_count_as_none() -> None:

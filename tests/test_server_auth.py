@@ -50,10 +50,10 @@ def test_requests_without_a_valid_token_are_refused(server: AuthServer) -> None:
 def test_the_token_not_the_client_context_says_who_is_calling(server: AuthServer) -> None:
     ana, bo = server.client("ana"), server.client("bo")
     thread = ana.threads.create()["thread_id"]
-    seen_before = len(server.callers())
+    seen_before = server.callers_recorded()
     out = say(ana, thread, "whoami", context=FORGED)
     assert out["status"] == "completed"
-    assert server.callers()[seen_before:] == [{"user_id": "ana", "roles": ["staff"]}]
+    assert server.callers(since=seen_before) == [{"user_id": "ana", "roles": ["staff"]}]
 
     # close_books needs the finance role: a forged context does not give it to ana, bo's token does
     out = say(ana, thread, "close", context=FORGED)
@@ -112,12 +112,13 @@ def test_only_approvers_reach_the_rest_of_the_api(server: AuthServer) -> None:
 
 def test_unconfigured_auth_is_one_local_user_and_the_context_is_the_caller(tmp_path: Path) -> None:
     with serve_auth_app(tmp_path, tokens=None) as server:
-        for client in (server.client(), server.client(headers={"x-auth-scheme": "langsmith"})):
+        for client, user in ((server.client(), "ana"), (server.client(headers={"x-auth-scheme": "langsmith"}), "bo")):
             thread = client.threads.create()["thread_id"]
-            out = say(client, thread, "whoami", context={"user_id": "ana", "roles": ["finance"]})
+            seen_before = server.callers_recorded()
+            out = say(client, thread, "whoami", context={"user_id": user, "roles": ["finance"]})
             assert out["status"] == "completed"
             assert client.threads.get_state(thread)["values"]["status"] == "completed"
-        assert server.callers() == [{"user_id": "ana", "roles": ["finance"]}] * 2
+            assert server.callers(since=seen_before) == [{"user_id": user, "roles": ["finance"]}]
 
 
 def test_a_bad_auth_config_stops_the_server_with_one_clear_error(tmp_path: Path) -> None:
