@@ -1,0 +1,87 @@
+"""Who may approve, under the real `langgraph dev` with gatedloop's auth, driven through `langgraph-sdk`.
+
+tests/auth_app.py's `pay` is always approved and `ToolPolicy(approvers={"finance"})`: only a finance reviewer may
+decide it, and not her own call. Users (tests/auth_server.py): ana and cy are staff, bo and dee finance (the
+approver role). The reviewer is the token's user; the `context` a client sends and the `reviewer` string in an
+answer are never authority. Side effects are counted in the file the tool writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from auth_server import GRAPH, AuthServer, say, serve_auth_app
+
+pytestmark = pytest.mark.slow
+
+BO_CONTEXT = {"user_id": "bo", "roles": ["finance"]}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
+    with serve_auth_app(tmp_path_factory.mktemp("approvals")) as running:
+        yield running
+
+
+def pending(client: Any, thread: str) -> dict[str, Any]:
+    interrupts = client.threads.get_state(thread)["interrupts"]
+    assert len(interrupts) == 1
+    return interrupts[0]["value"]
+
+
+def approve(client: Any, thread: str, request: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    call_id = request["action_requests"][0]["tool_call_id"]
+    answer = {
+        "request_id": request["request_id"],
+        "decisions": [{"type": "approve", "tool_call_id": call_id}],
+        "reviewer": "the-CFO",
+    }
+    return client.runs.wait(thread, GRAPH, command={"resume": answer}, **kwargs)
+
+
+def payments(server: AuthServer) -> list[float]:
+    return [e["amount"] for e in server.effects() if e["tool"] == "pay"]
+
+
+def test_a_reviewer_without_the_approver_role_is_refused_and_the_approver_succeeds(server: AuthServer) -> None:
+    ana, bo = server.client("ana"), server.client("bo")
+    thread = ana.threads.create()["thread_id"]
+    out = say(ana, thread, "pay 5", context={"user_id": "the-CFO", "roles": ["finance"]})
+    request = pending(ana, thread)
+    action = request["action_requests"][0]
+    assert action["requested_by"] == "ana" and action["approvers"] == ["finance"]
+
+    # ana (staff) approves, claiming to be bo in her context and the CFO in the answer: refused, still pending
+    out = approve(ana, thread, request, context=BO_CONTEXT)
+    assert out["__interrupt__"]
+    refused = pending(ana, thread)
+    assert "finance" in refused["error"]
+    assert refused["request_id"] == request["request_id"]
+    assert [(a["tool_call_id"], a["args"], a["approved_by"]) for a in refused["action_requests"]] == [
+        ("call_1_pay", {"amount": 5.0}, [])
+    ]
+    assert payments(server) == []
+
+    out = approve(bo, thread, refused)
+    assert out["status"] == "completed" and "__interrupt__" not in out
+    assert payments(server) == [5.0]
+    assert bo.threads.get_state(thread)["interrupts"] == []
+
+
+def test_an_approver_may_not_approve_her_own_call(server: AuthServer) -> None:
+    bo, dee = server.client("bo"), server.client("dee")
+    thread = bo.threads.create()["thread_id"]
+    say(bo, thread, "pay 7")
+    request = pending(bo, thread)
+    assert request["action_requests"][0]["requested_by"] == "bo"
+
+    out = approve(bo, thread, request)
+    assert out["__interrupt__"]
+    assert "her own call" in pending(bo, thread)["error"]
+    assert 7.0 not in payments(server)
+
+    out = approve(dee, thread, pending(dee, thread))
+    assert out["status"] == "completed"
+    assert payments(server).count(7.0) == 1
