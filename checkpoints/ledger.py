@@ -163,8 +163,12 @@ class Ledger(Protocol):
 class SqliteLedger(EvidenceStore):
     """Ledger, audit trail and cancel flags in one SQLite file (usually the checkpoint file)."""
 
-    def __init__(self, path: str | Path, *, recreate: bool = False):
+    def __init__(self, path: str | Path, *, recreate: bool = False, connection: sqlite3.Connection | None = None):
         self.path = str(path)
+        if connection is not None:
+            # Read-only use (`open_sqlite_readonly`): the caller's connection, nothing created or changed.
+            self._lock, self._conn, self.recreated = threading.Lock(), connection, False
+            return
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()

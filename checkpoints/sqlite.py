@@ -62,6 +62,37 @@ def open_sqlite(path: str | Path, *, recreate_ledger: bool = False) -> Iterator[
         conn.close()
 
 
+def _connect_readonly(target: str) -> sqlite3.Connection:
+    """`mode=ro`; on a read-only folder (SQLite cannot make the WAL index beside the file) `immutable=1`."""
+    uri = Path(target).expanduser().resolve().as_uri()
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return conn
+    except sqlite3.OperationalError:
+        conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return conn
+
+
+@contextmanager
+def open_sqlite_readonly(path: str | Path) -> Iterator[GatedSqliteSaver]:
+    """An existing checkpoint file opened for reading only (listing and showing threads), so a read-only copy
+    or mount can be inspected; nothing is created or written. Raises `sqlite3.OperationalError` if it cannot
+    be read."""
+    target = str(path)
+    if not Path(target).expanduser().is_file():
+        raise sqlite3.OperationalError(f"no database file at {target}")
+    conn = _connect_readonly(target)
+    try:
+        saver = GatedSqliteSaver(conn)
+        saver.is_setup = True
+        saver.ledger, saver.path = SqliteLedger(target, connection=conn), target
+        yield saver
+    finally:
+        conn.close()
+
+
 @asynccontextmanager
 async def open_async_sqlite(path: str | Path, *, recreate_ledger: bool = False) -> AsyncIterator[GatedAsyncSqliteSaver]:
     """The async twin of `open_sqlite`, for `ainvoke`/`astream` and many concurrent threads."""

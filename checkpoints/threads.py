@@ -9,11 +9,21 @@ from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 
+from gatedloop.checkpoints.ledger import Ledger, claimant_alive
+
 THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
 
 class InvalidThreadId(ValueError):
     pass
+
+
+class UnknownThread(LookupError):
+    """No checkpoint exists for this thread id in this database."""
+
+    def __init__(self, thread_id: str, where: str):
+        super().__init__(f"unknown thread {thread_id!r} in {where}; list threads with: gatedloop threads")
+        self.thread_id = thread_id
 
 
 def validate_thread_id(thread_id: str) -> str:
@@ -33,37 +43,67 @@ class ThreadSummary:
     messages: int
 
 
-def thread_ids(db_path: str) -> list[str]:
-    with sqlite3.connect(db_path) as conn:
-        try:
-            rows = conn.execute(
-                "SELECT thread_id, MAX(checkpoint_id) FROM checkpoints WHERE checkpoint_ns='' "
-                "GROUP BY thread_id ORDER BY MAX(checkpoint_id)"
-            ).fetchall()
-        except sqlite3.OperationalError:
-            return []
+def thread_ids(db: str | sqlite3.Connection) -> list[str]:
+    """Threads with a checkpoint in a SQLite file (a path, or an open connection), oldest activity first."""
+    conn = sqlite3.connect(db) if isinstance(db, str) else db
+    try:
+        rows = conn.execute(
+            "SELECT thread_id, MAX(checkpoint_id) FROM checkpoints WHERE checkpoint_ns='' "
+            "GROUP BY thread_id ORDER BY MAX(checkpoint_id)"
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        if isinstance(db, str):
+            conn.close()
     return [row[0] for row in rows]
 
 
-def describe_thread(graph: CompiledStateGraph, thread_id: str) -> ThreadSummary:
-    """Where a thread stands: waiting for a person, finished with a status, or stopped mid-run."""
+def thread_exists(graph: CompiledStateGraph, thread_id: str) -> bool:
+    saver = graph.checkpointer
+    if saver is None or isinstance(saver, bool):
+        return False
+    return saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}) is not None
+
+
+def unsettled_writes(ledger: Ledger | None, thread_id: str) -> list[str]:
+    """Why a thread has writes of unknown outcome, one sentence per write claimed and never finished."""
+    if ledger is None:
+        return []
+    sentences = []
+    for entry in ledger.entries(thread_id):
+        if entry.state != "claimed":
+            continue
+        if claimant_alive(entry.claimant):
+            sentences.append(f"a write to {entry.tool} is running now (process {entry.claimant})")
+        else:
+            sentences.append(f"a write to {entry.tool} was running when the process stopped; resume settles it")
+    return sentences
+
+
+def describe_thread(graph: CompiledStateGraph, thread_id: str, ledger: Ledger | None = None) -> ThreadSummary:
+    """Where a thread stands: waiting for a person, cancelled, finished with a status, or stopped mid-run.
+
+    With the ledger it also says when a cancel closed a pending request and when a write was in flight at a
+    crash."""
     snapshot = graph.get_state({"configurable": {"thread_id": thread_id}})
     values: dict[str, Any] = snapshot.values or {}
     count = len(values.get("messages", []))
+    crashed = unsettled_writes(ledger, thread_id)
     if snapshot.interrupts:
-        kind = (
-            snapshot.interrupts[0].value.get("kind", "approval")
-            if isinstance(snapshot.interrupts[0].value, dict)
-            else "approval"
-        )
-        label = "waiting for approval" if kind == "approval" else "waiting: write outcome unknown"
-        return ThreadSummary(thread_id, "waiting", label, count)
-    if snapshot.next or (count and not values.get("status")):
+        value = snapshot.interrupts[0].value
+        kind = value.get("kind", "approval") if isinstance(value, dict) else "approval"
+        if ledger is not None and kind == "approval" and ledger.cancel_requested(thread_id):
+            detail = "cancelled while waiting for approval; its request can no longer be answered"
+            return ThreadSummary(thread_id, "cancelled", detail, count)
+        label = "waiting for approval" if kind == "approval" else "waiting: a write's outcome is unknown"
+        return ThreadSummary(thread_id, "waiting", "; ".join([label, *crashed]), count)
+    if snapshot.next or (count and not values.get("status")) or crashed:
         # No status yet: a process stopped mid-run (if it died after a step's writes but before the step's
         # checkpoint, LangGraph shows no next node, yet the thread resumes from those writes).
-        return ThreadSummary(
-            thread_id, "interrupted", f"stopped before {', '.join(snapshot.next)}; resume to go on", count
-        )
+        where = f"stopped before {', '.join(snapshot.next)}" if snapshot.next else "stopped mid-run"
+        detail = "; ".join(crashed) if crashed else f"{where}; resume to go on"
+        return ThreadSummary(thread_id, "interrupted", detail, count)
     status = values.get("status") or "unknown"
     detail = values.get("stop_detail") or (values.get("answer") or "")[:60]
     return ThreadSummary(thread_id, status, detail, count)

@@ -1,42 +1,75 @@
-"""`gatedloop`: run, review, resume, list and inspect threads of the gated loop (SQLite file or Postgres URL)."""
+"""`gatedloop`: run, review, resume, list and inspect threads of the gated loop (SQLite file or Postgres URL).
+
+Every failure is one line on stderr that says what to do, with an exit code per kind (`EXIT_CODES`); a
+traceback only with `--debug`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import sqlite3
 import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from langgraph.graph.state import CompiledStateGraph
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.lease import ThreadBusy
+from gatedloop.checkpoints.sqlite import open_sqlite_readonly
 from gatedloop.checkpoints.threads import (
     InvalidThreadId,
+    ThreadSummary,
+    UnknownThread,
     describe_thread,
     node_path,
     path_mermaid,
+    thread_exists,
     thread_ids,
+    unsettled_writes,
     validate_thread_id,
 )
-from gatedloop.cli.render import STOP_WORDS, approval_table, print_history, step_lines
+from gatedloop.cli.render import STOP_WORDS, approval_table, history_lines, json_line, message_json, step_lines
 from gatedloop.cli.review import ask_reviewer
 from gatedloop.graph import build_graph, runs
+from gatedloop.graph.demo import demo_model
 from gatedloop.graph.models import ModelConfigError, describe_choice, load_model
 from gatedloop.nodes.hitl import InvalidDecision, pending_summary
-from gatedloop.tools import CallContext
 from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
+from gatedloop.tools.policy import CallContext
 
-EXIT_COMPLETED, EXIT_STOPPED, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
+EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED, EXIT_NOT_FOUND, EXIT_BUSY, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
+EXIT_INTERRUPTED = 130
+EXIT_CODES = {
+    EXIT_COMPLETED: "completed (or the command did what it said)",
+    EXIT_FAILED: "failed: the run stopped without an answer, or the database or model could not be used",
+    EXIT_USAGE: "usage: a bad option, argument, thread id or JSON, or a model that is not configured",
+    EXIT_PAUSED: "paused: the thread waits for a person (answer with gatedloop resume)",
+    EXIT_NOT_FOUND: "not found: no such thread, or no database at --db",
+    EXIT_BUSY: "busy: another process is running the thread or holds the database",
+    EXIT_REFUSED: "refused: the answer was not accepted (malformed, not allowed, cancelled, or nothing pending)",
+    EXIT_INTERRUPTED: "interrupted by Ctrl-C while running; resume goes on from the last saved step",
+}
 DEFAULT_DB = "gatedloop.sqlite"
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 DEMO_DATA_ENV = "GATEDLOOP_DEMO_DATA"
+DECISION_FLAGS = ("approve", "reject", "edit", "respond", "done", "not_done", "abandon")
+ANSWER_HINT = "--approve, --reject [REASON], --edit JSON or --respond TEXT"
+
+
+class CliError(Exception):
+    """A failure the user can act on: printed as one line, exits with `code`."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -68,11 +101,17 @@ def demo_data_path(db: str) -> Path:
 
 
 @contextmanager
-def open_saver(db: str) -> Iterator[Any]:
-    """`open_sqlite(db)`, or `open_postgres(db)` for a `postgresql://` URL (needs the `postgres` extra)."""
+def open_saver(db: str, *, read_only: bool = False) -> Iterator[Any]:
+    """`open_sqlite(db)` (read-only: `open_sqlite_readonly`), or `open_postgres(db)` for a `postgresql://` URL."""
     if not is_postgres(db):
-        with open_sqlite(db) as sqlite_saver:
-            yield sqlite_saver
+        if read_only and not Path(db).is_file():
+            raise CliError(f"no database at {db}: check --db (or GATEDLOOP_DB)", EXIT_NOT_FOUND)
+        with ExitStack() as stack:
+            try:
+                saver = stack.enter_context(open_sqlite_readonly(db) if read_only else open_sqlite(db))
+            except sqlite3.OperationalError as exc:
+                raise DatabaseUnavailable(f"cannot open the database {db}: {exc}{_writable_hint(exc)}") from exc
+            yield saver
         return
     try:
         from psycopg import OperationalError
@@ -84,84 +123,159 @@ def open_saver(db: str) -> Iterator[Any]:
         ) from exc
     with ExitStack() as stack:
         try:
-            saver = stack.enter_context(open_postgres(db))
+            pg_saver = stack.enter_context(open_postgres(db))
         except OperationalError as exc:
-            raise DatabaseUnavailable(f"cannot open {shown_db(db)}: {exc}") from exc
-        yield saver
+            raise DatabaseUnavailable(f"cannot open {shown_db(db)}: {str(exc).strip().splitlines()[0]}") from exc
+        yield pg_saver
+
+
+def _writable_hint(exc: sqlite3.OperationalError) -> str:
+    text = str(exc)
+    if "unable to open" in text or "readonly" in text:
+        return " (the file and its folder must be writable; threads and show also read a read-only copy)"
+    return ""
+
+
+def demo_store(db: str) -> DemoStore:
+    path = demo_data_path(db)
+    try:
+        return DemoStore(path)
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):
+            raise CliError(
+                f"the demo tools' data file {path} is busy (another process holds it); try again", EXIT_BUSY
+            ) from exc
+        raise DatabaseUnavailable(f"cannot open the demo tools' data file {path} (beside --db): {exc}") from exc
 
 
 @contextmanager
-def open_app(db: str) -> Iterator[tuple[CompiledStateGraph, Any]]:
+def open_app(db: str, *, with_model: bool = True, read_only: bool = False) -> Iterator[tuple[CompiledStateGraph, Any]]:
     """The CLI's graph: the configured model, the demo tools (data beside the database), SQLite or Postgres
-    checkpoints."""
-    store = DemoStore(demo_data_path(db))
-    with open_saver(db) as saver:
-        graph = build_graph(load_model(), build_demo_tools(store), policies=demo_policies(store), checkpointer=saver)
+    checkpoints. Commands that only read or flag threads (`with_model=False`) get the offline model and leave the
+    tools' data file alone: reading state never calls either, so they need no API key and touch no data file."""
+    model = load_model() if with_model else demo_model()
+    with open_saver(db, read_only=read_only) as saver:
+        store = demo_store(db) if with_model else DemoStore(demo_data_path(db), prepare=False)
+        graph = build_graph(model, build_demo_tools(store), policies=demo_policies(store), checkpointer=saver)
         yield graph, saver
 
 
-def emit(events: Iterator[tuple[str, Any]], as_json: bool) -> None:
-    for mode, chunk in events:
-        if as_json:
-            print(json.dumps({"mode": mode, "data": _jsonable(chunk)}, ensure_ascii=False), flush=True)
-            continue
-        if mode == "custom":
-            if isinstance(chunk, dict) and chunk.get("event") == "tool_finished":
-                print(f"  … {chunk['tool']} {chunk['outcome']} in {chunk['duration_ms']:.0f} ms", flush=True)
-            continue
-        for node, update in chunk.items():
-            for line in step_lines(node, update):
-                print(line, flush=True)
+class Output:
+    """Human lines, or (with --json) JSON lines only: everything else goes to stderr or nowhere."""
+
+    def __init__(self, as_json: bool):
+        self.as_json = as_json
+
+    def say(self, text: str) -> None:
+        if not self.as_json:
+            print(text, flush=True)
+
+    def record(self, kind: str, **fields: Any) -> None:
+        if self.as_json:
+            print(json_line({"type": kind, **fields}), flush=True)
+
+    def events(self, events: Iterator[tuple[str, Any]]) -> None:
+        for mode, chunk in events:
+            if mode == "custom":
+                if self.as_json:
+                    self.record("tool", **chunk) if isinstance(chunk, dict) else self.record("custom", data=chunk)
+                elif isinstance(chunk, dict) and chunk.get("event") == "tool_finished":
+                    self.say(f"  … {chunk['tool']} {chunk['outcome']} in {chunk['duration_ms']:.0f} ms")
+                continue
+            for node, update in chunk.items():
+                if node == "__interrupt__":
+                    continue  # the pending request is printed once, after the run, with the thread id
+                if self.as_json:
+                    self.record("step", node=node, update=update)
+                else:
+                    for line in step_lines(node, update):
+                        self.say(line)
 
 
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, ensure_ascii=False, default=lambda v: getattr(v, "__dict__", repr(v))))
+def interactive(args: argparse.Namespace) -> bool:
+    return sys.stdin.isatty() and not args.json
 
 
-def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace) -> int:
-    """After a run: ask at a terminal, or print the pending request and the thread id and stop."""
+def context_of(args: argparse.Namespace) -> CallContext:
+    """Who is asking or reviewing: `--user` (default $USER) with `--roles`."""
+    roles = frozenset(r.strip() for r in (args.roles or "").split(",") if r.strip())
+    return CallContext(user_id=args.user, roles=roles)
+
+
+def require_thread(graph: CompiledStateGraph, thread_id: str, db: str) -> None:
+    if not thread_exists(graph, thread_id):
+        raise UnknownThread(thread_id, shown_db(db))
+
+
+def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, out: Output) -> int:
+    """After a run: the result, or the pending request (asked at a terminal, else printed and exit 3)."""
     while True:
         result = runs.outcome(graph, thread_id)
         pending = result.get("__interrupt__")
         if not pending:
             status = result.get("status") or "unknown"
+            out.record(
+                "result",
+                thread_id=thread_id,
+                status=status,
+                answer=result.get("answer"),
+                stop_detail=result.get("stop_detail"),
+            )
             if status == "completed":
-                print(f"\nanswer: {result.get('answer')}")
+                out.say(f"\nanswer: {result.get('answer')}")
             else:
-                print(
+                out.say(
                     f"\n{STOP_WORDS.get(status, status)}"
                     + (f": {result['stop_detail']}" if result.get("stop_detail") else "")
                 )
-            print(f"thread: {thread_id}  status: {status}")
-            return EXIT_COMPLETED if status == "completed" else EXIT_STOPPED
+            out.say(f"thread: {thread_id}  status: {status}")
+            return EXIT_COMPLETED if status == "completed" else EXIT_FAILED
         request = pending[0].value
-        if not (sys.stdin.isatty() and not args.json):
-            print(approval_table(request))
+        if not interactive(args):
+            out.record("request", thread_id=thread_id, request=request)
+            out.say(approval_table(request))
             named = f" --request {request['request_id']}" if request.get("request_id") else ""
-            print(
-                f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id}{named} --approve "
-                "(or --reject [REASON], --edit JSON, --respond TEXT)"
-            )
-            return EXIT_WAITING
-        answer = ask_reviewer(request, args.reviewer)
+            out.say(f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id}{named} {ANSWER_HINT}")
+            return EXIT_PAUSED
         try:
-            emit(runs.stream_resume(graph, thread_id, answer, context=reviewer_context(args)), args.json)
+            answer = ask_reviewer(request, args.user)
+        except (KeyboardInterrupt, EOFError):
+            raise CliError(
+                f"no answer given; thread {thread_id} is still waiting: gatedloop resume {thread_id}", EXIT_PAUSED
+            ) from None
+        try:
+            stream(out, thread_id, runs.stream_resume(graph, thread_id, answer, context=context_of(args)))
         except InvalidDecision as exc:
-            print(f"answer refused: {exc}")
+            print(f"answer refused: {exc}", file=sys.stderr)
+
+
+def stream(out: Output, thread_id: str, events: Iterator[tuple[str, Any]]) -> None:
+    """Print a run's events; Ctrl-C leaves the thread at its last saved step and says how to go on."""
+    try:
+        out.events(events)
+    except KeyboardInterrupt:
+        raise CliError(
+            f"interrupted; thread {thread_id} stopped mid-run: gatedloop resume {thread_id} goes on from its last "
+            "saved step",
+            EXIT_INTERRUPTED,
+        ) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    out = Output(args.json)
     thread_id = validate_thread_id(args.thread or f"t-{uuid.uuid4().hex[:12]}")
-    print(f"model: {describe_choice()}   thread: {thread_id}   db: {shown_db(args.db)}")
-    with open_app(args.db) as (graph, _):
-        emit(runs.stream_start(graph, thread_id, args.question), args.json)
-        return settle(graph, thread_id, args)
+    with open_app(args.db) as (graph, _saver):
+        out.say(f"model: {describe_choice()}   thread: {thread_id}   db: {shown_db(args.db)}")
+        stream(out, thread_id, runs.stream_start(graph, thread_id, args.question, context=context_of(args)))
+        return settle(graph, thread_id, args, out)
 
 
-def reviewer_context(args: argparse.Namespace) -> CallContext:
-    """Who answers: `--reviewer` and `--roles` (a local operator's word; LangGraph Server takes it from auth)."""
-    roles = [r.strip() for r in (args.roles or "").split(",") if r.strip()]
-    return CallContext(user_id=args.reviewer, roles=frozenset(roles))
+def _json_option(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        example = f'{option} \'{{"key": "value"}}\''
+        raise CliError(f"{option} is not JSON ({exc}); quote it, e.g. {example}", EXIT_USAGE) from None
 
 
 def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
@@ -171,7 +285,7 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
     count = len(request.get("calls") or request.get("action_requests") or [])
     if request.get("kind") == "unknown_outcome":
         if args.done is not None:
-            decision: dict[str, Any] = {"type": "done", "result": json.loads(args.done)}
+            decision: dict[str, Any] = {"type": "done", "result": _json_option(args.done, "--done")}
         elif args.not_done:
             decision = {"type": "not_done"}
         elif args.abandon:
@@ -180,11 +294,12 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
             raise InvalidDecision(
                 "this thread waits on a write of unknown outcome: use --done JSON, --not-done or --abandon"
             )
-        return {"decisions": [decision] * count, "reviewer": args.reviewer}
+        return {"decisions": [decision] * count, "reviewer": args.user}
     actions = request["action_requests"]
     if args.request is None:
-        raise InvalidDecision(
-            f"name the request you answer: --request {request.get('request_id')} (pending: {pending_summary(actions)})"
+        raise CliError(
+            f"name the request you answer: --request {request.get('request_id')} (pending: {pending_summary(actions)})",
+            EXIT_USAGE,
         )
     if args.approve:
         decisions = [{"type": "approve", "args_digest": a["args_digest"]} for a in actions]
@@ -193,62 +308,125 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
     elif args.respond is not None:
         decisions = [{"type": "respond", "message": args.respond}] * count
     elif args.edit is not None:
-        edited = json.loads(args.edit)
+        edited = _json_option(args.edit, "--edit")
         edits = edited if isinstance(edited, list) else [edited]
-        if len(edits) != len(actions):
-            raise InvalidDecision(f"--edit needs {len(actions)} argument object(s), one per action; got {len(edits)}")
+        if len(edits) != len(actions) or not all(isinstance(e, dict) for e in edits):
+            names = ", ".join(a["name"] for a in actions)
+            raise InvalidDecision(
+                f"--edit needs {len(actions)} argument object(s), one per pending call in order ({names}); "
+                f"got {len(edits)}" + ("" if all(isinstance(e, dict) for e in edits) else " (not all objects)")
+            )
         decisions = [
-            {"type": "edit", "edited_action": {"name": a["name"], "args": e}}
+            {"type": "edit", "edited_action": {"name": a["name"], "args": e}, "args_digest": a["args_digest"]}
             for a, e in zip(actions, edits, strict=True)
         ]
     else:
-        raise InvalidDecision("say what to do: --approve, --reject [REASON], --edit JSON or --respond TEXT")
+        raise InvalidDecision(f"this thread waits for approval: use {ANSWER_HINT}")
     named = [{**d, "tool_call_id": a["tool_call_id"]} for d, a in zip(decisions, actions, strict=True)]
-    return {"decisions": named, "reviewer": args.reviewer, "request_id": args.request}
+    return {"decisions": named, "reviewer": args.user, "request_id": args.request}
+
+
+def _refuse_closed(summary: ThreadSummary, thread_id: str) -> NoReturn:
+    if summary.status == "cancelled":
+        raise CliError(
+            f"answer refused: thread {thread_id} was cancelled ({summary.detail}); status: cancelled", EXIT_REFUSED
+        )
+    raise CliError(
+        f"answer refused: thread {thread_id} is not waiting for an answer (status: {summary.status}"
+        + (f": {summary.detail}" if summary.detail else "")
+        + ")",
+        EXIT_REFUSED,
+    )
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    out = Output(args.json)
     thread_id = validate_thread_id(args.thread)
-    with open_app(args.db) as (graph, _):
+    answering = any(getattr(args, flag) not in (None, False) for flag in DECISION_FLAGS)
+    with open_app(args.db) as (graph, saver):
+        require_thread(graph, thread_id, args.db)
+        summary = describe_thread(graph, thread_id, saver.ledger)
         request = runs.pending_request(graph, thread_id)
-        answer = resume_answer(args, request) if request else None
-        if request is None and describe_thread(graph, thread_id).status != "interrupted":
-            print(f"thread {thread_id} has nothing to resume")
-            return settle(graph, thread_id, args)
-        emit(runs.stream_resume(graph, thread_id, answer, context=reviewer_context(args)), args.json)
-        return settle(graph, thread_id, args)
+        if answering and (summary.status == "cancelled" or request is None):
+            _refuse_closed(summary, thread_id)
+        if summary.status == "cancelled":
+            raise CliError(f"thread {thread_id} was cancelled ({summary.detail}); nothing to resume", EXIT_FAILED)
+        if request is not None and not answering:
+            return settle(graph, thread_id, args, out)  # prompts at a terminal, else prints the request
+        if request is None and summary.status != "interrupted":
+            out.say(f"thread {thread_id} has nothing to resume")
+            return settle(graph, thread_id, args, out)
+        answer = resume_answer(args, request) if request is not None else None
+        for sentence in unsettled_writes(saver.ledger, thread_id):
+            out.say(f"settling: {sentence}")
+        stream(out, thread_id, runs.stream_resume(graph, thread_id, answer, context=context_of(args)))
+        after = runs.pending_request(graph, thread_id)
+        if request is not None and after is not None and after.get("error"):
+            raise CliError(f"answer refused: {after['error']}; thread {thread_id} is still waiting", EXIT_REFUSED)
+        return settle(graph, thread_id, args, out)
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
-    if not is_postgres(args.db) and not Path(args.db).exists():
-        print(f"no database at {args.db}")
-        return EXIT_COMPLETED
-    with open_app(args.db) as (graph, saver):
-        listed = saver.thread_ids() if is_postgres(args.db) else thread_ids(args.db)
+    out = Output(args.json)
+    with open_app(args.db, with_model=False, read_only=True) as (graph, saver):
+        listed = saver.thread_ids() if is_postgres(args.db) else thread_ids(saver.conn)
         for thread_id in listed:
-            summary = describe_thread(graph, thread_id)
-            print(f"{summary.thread_id:<28} {summary.status:<16} {summary.detail}")
+            summary = describe_thread(graph, thread_id, saver.ledger)
+            out.record(
+                "thread",
+                thread_id=thread_id,
+                status=summary.status,
+                detail=summary.detail,
+                messages=summary.messages,
+            )
+            out.say(f"{summary.thread_id:<28} {summary.status:<16} {summary.detail}")
+        if not listed:
+            out.say(f"no threads in {shown_db(args.db)}")
     return EXIT_COMPLETED
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    out = Output(args.json)
     thread_id = validate_thread_id(args.thread)
-    with open_app(args.db) as (graph, saver):
+    with open_app(args.db, with_model=False, read_only=True) as (graph, saver):
+        require_thread(graph, thread_id, args.db)
+        summary = describe_thread(graph, thread_id, saver.ledger)
         if args.mermaid:
-            print(path_mermaid(node_path(graph, thread_id), describe_thread(graph, thread_id).status))
+            drawing = path_mermaid(node_path(graph, thread_id), summary.status)
+            out.record("mermaid", thread_id=thread_id, text=drawing)
+            out.say(drawing)
             return EXIT_COMPLETED
-        values = runs.outcome(graph, thread_id)
-        print_history(values.get("messages", []), saver.ledger.audit(thread_id), sys.stdout)
-        summary = describe_thread(graph, thread_id)
-        print(f"status: {summary.status} {summary.detail}")
+        messages = runs.outcome(graph, thread_id).get("messages", [])
+        audit = saver.ledger.audit(thread_id)
+        if out.as_json:
+            for message in messages:
+                out.record("message", thread_id=thread_id, **message_json(message))
+            for event in audit:
+                out.record("audit", thread_id=thread_id, **event)
+        for line in history_lines(messages, audit):
+            out.say(line)
+        out.record("status", thread_id=thread_id, status=summary.status, detail=summary.detail)
+        out.say(f"status: {summary.status}" + (f" ({summary.detail})" if summary.detail else ""))
     return EXIT_COMPLETED
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    out = Output(args.json)
     thread_id = validate_thread_id(args.thread)
-    with open_saver(args.db) as saver:
+    with open_app(args.db, with_model=False) as (graph, saver):
+        require_thread(graph, thread_id, args.db)
+        summary = describe_thread(graph, thread_id, saver.ledger)
+        if summary.status not in ("waiting", "interrupted", "cancelled"):
+            out.record("cancel", thread_id=thread_id, cancelled=False, status=summary.status)
+            out.say(f"thread {thread_id} has already ended ({summary.status}); nothing to cancel")
+            return EXIT_COMPLETED
         runs.cancel(thread_id, ledger=saver.ledger)
-    print(f"cancel requested for {thread_id}; it stops at its next step")
+        after = describe_thread(graph, thread_id, saver.ledger)
+    out.record("cancel", thread_id=thread_id, cancelled=True, status=after.status)
+    if after.status == "cancelled":
+        out.say(f"thread {thread_id} is cancelled; its pending request can no longer be answered")
+    else:
+        out.say(f"cancel requested for {thread_id}; it stops at its next step")
     return EXIT_COMPLETED
 
 
@@ -258,62 +436,142 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.db)
 
 
-def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="gatedloop", description=__doc__)
-    root.add_argument(
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (exit 2) instead of the usage block and a message."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"gatedloop: {message} (see: {self.prog} --help)\n")
+
+
+def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Options accepted before or after the command; the command's copies only override what is given."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument(
         "--db",
-        default=os.environ.get("GATEDLOOP_DB", DEFAULT_DB),
+        default=default(os.environ.get("GATEDLOOP_DB", DEFAULT_DB)),
         help="SQLite file or postgresql:// URL (GATEDLOOP_DB)",
     )
-    root.add_argument("--json", action="store_true", help="print machine-readable events")
-    root.add_argument("--reviewer", default=os.environ.get("USER", "cli"), help="reviewer id recorded with decisions")
-    root.add_argument("--roles", default="", help="the reviewer's roles, comma-separated (for tools with approvers)")
-    sub = root.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="ask a question; approvals asked at a terminal")
+    parser.add_argument("--json", action="store_true", default=default(False), help="print JSON lines only (stdout)")
+    parser.add_argument("--debug", action="store_true", default=default(False), help="log details and tracebacks")
+    parser.add_argument(
+        "--user",
+        "--reviewer",
+        dest="user",
+        default=default(os.environ.get("USER") or "cli"),
+        help="who you are: the requester of a run, the reviewer of an answer ($USER)",
+    )
+    parser.add_argument(
+        "--roles",
+        default=default(os.environ.get("GATEDLOOP_ROLES", "")),
+        help="your roles, comma-separated (GATEDLOOP_ROLES); some tools need one to be approved",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    codes = "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
+    root = Parser(
+        prog="gatedloop",
+        description=__doc__,
+        epilog=f"exit codes:\n{codes}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _shared_options(root, top=True)
+    shared = Parser(add_help=False)
+    _shared_options(shared, top=False)
+    sub = root.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    def command(name: str, helptext: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=helptext, parents=[shared])
+
+    run = command("run", "ask a question; approvals asked at a terminal")
     run.add_argument("question")
     run.add_argument("--thread", help="thread id (new one if omitted)")
     run.set_defaults(func=cmd_run)
-    resume = sub.add_parser("resume", help="answer a paused thread, or continue one stopped by a crash")
+    resume = command("resume", "answer a paused thread (prompts at a terminal), or continue one stopped mid-run")
     resume.add_argument("thread")
-    resume.add_argument("--reviewer", default=argparse.SUPPRESS, help="reviewer id recorded with the decision")
     resume.add_argument("--request", metavar="ID", help="the approval request you answer (shown with it)")
     group = resume.add_mutually_exclusive_group()
     group.add_argument("--approve", action="store_true")
     group.add_argument("--reject", nargs="?", const="", metavar="REASON")
-    group.add_argument("--edit", metavar="JSON", help="new args (an object, or a list of objects, one per action)")
+    group.add_argument("--edit", metavar="JSON", help="new args: an object, or a list of objects, one per call")
     group.add_argument("--respond", metavar="TEXT", help="answer the model in the tool's place")
     group.add_argument("--done", metavar="JSON", help="unknown outcome: it happened, with this result")
     group.add_argument("--not-done", action="store_true", help="unknown outcome: it did not happen; run it")
     group.add_argument("--abandon", action="store_true", help="unknown outcome: leave it to a person; stop")
     resume.set_defaults(func=cmd_resume)
-    sub.add_parser("threads", help="list threads and where each stands").set_defaults(func=cmd_threads)
-    show = sub.add_parser("show", help="print a thread's conversation and each call's fate")
+    command("threads", "list threads and where each stands").set_defaults(func=cmd_threads)
+    show = command("show", "print a thread's conversation, each call's fate, times and durations")
     show.add_argument("thread")
     show.add_argument("--mermaid", action="store_true", help="draw the thread's path through the graph")
     show.set_defaults(func=cmd_show)
-    cancel = sub.add_parser("cancel", help="stop a thread at its next step")
+    cancel = command("cancel", "stop a thread at its next step (a waiting thread: close its request)")
     cancel.add_argument("thread")
     cancel.set_defaults(func=cmd_cancel)
-    sub.add_parser("demo", help="play the articles' scenarios offline, approvals answered and shown").set_defaults(
-        func=cmd_demo
-    )
+    command("demo", "play the articles' scenarios offline, approvals answered and shown").set_defaults(func=cmd_demo)
     return root
+
+
+class OneLineFormatter(logging.Formatter):
+    """Log records as one line, never a traceback (those need --debug)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        lines = record.getMessage().splitlines() or [""]
+        return f"gatedloop: {record.levelname.lower()} ({record.name}): {lines[0]}"
+
+
+def configure_logging(debug: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if debug:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+        logging.getLogger("gatedloop").setLevel(logging.DEBUG)
+        return
+    handler.setFormatter(OneLineFormatter())
+    logging.basicConfig(level=logging.ERROR, handlers=[handler], force=True)
+
+
+def explain(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
+    """One line and an exit code for an exception that reached the top."""
+    if isinstance(exc, CliError):
+        return str(exc), exc.code
+    if isinstance(exc, InvalidThreadId | ModelConfigError):
+        return str(exc), EXIT_USAGE
+    if isinstance(exc, UnknownThread):
+        return str(exc), EXIT_NOT_FOUND
+    if isinstance(exc, ThreadBusy):
+        return str(exc), EXIT_BUSY
+    if isinstance(exc, InvalidDecision):
+        return f"answer refused: {exc}", EXIT_REFUSED
+    if isinstance(exc, DatabaseUnavailable):
+        return str(exc), EXIT_FAILED
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+        return (
+            f"the database {args.db} is busy: another process held it longer than the busy timeout; try again "
+            "(threads resume from their last saved step)",
+            EXIT_BUSY,
+        )
+    if isinstance(exc, sqlite3.OperationalError):
+        return f"the database {args.db} failed: {exc}{_writable_hint(exc)}", EXIT_FAILED
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", EXIT_INTERRUPTED
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"unexpected {type(exc).__name__}: {first} (run with --debug for the traceback)", EXIT_FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    configure_logging(args.debug)
     try:
         return int(args.func(args))
-    except (
-        InvalidDecision,
-        InvalidThreadId,
-        ModelConfigError,
-        ThreadBusy,
-        DatabaseUnavailable,
-        json.JSONDecodeError,
-    ) as exc:
-        print(f"gatedloop: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (Exception, KeyboardInterrupt) as exc:
+        if args.debug and not isinstance(exc, CliError):
+            raise
+        message, code = explain(exc, args)
+        print(f"gatedloop: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

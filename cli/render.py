@@ -1,11 +1,14 @@
-"""Plain-text rendering of steps, approval requests, stop reasons and a thread's history."""
+"""Plain-text and JSON rendering of steps, approval requests, stop reasons and a thread's history."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.types import Interrupt
 
 STOP_WORDS = {
     "completed": "completed",
@@ -17,7 +20,7 @@ STOP_WORDS = {
     "incomplete": "stopped: the model's responses were incomplete (cut off or malformed)",
     "refused": "stopped: the model refused",
     "needs_attention": "stopped: a write's outcome is unknown and needs a person",
-    "error": "stopped: an error (see the log)",
+    "error": "stopped: an error (details with --debug)",
 }
 
 
@@ -77,22 +80,147 @@ def approval_table(request: dict[str, Any]) -> str:
     return "\n".join([head, *rows])
 
 
-def print_history(messages: list[BaseMessage], audit: list[dict[str, Any]], out: TextIO) -> None:
-    fates: dict[str, list[str]] = {}
+# --- JSON -------------------------------------------------------------------------------------------------
+
+
+def message_json(message: BaseMessage) -> dict[str, Any]:
+    """A message as compact JSON: role, content, and the tool-call fields that matter."""
+    body: dict[str, Any] = {"role": message.type, "id": message.id, "content": message.content}
+    if isinstance(message, AIMessage):
+        body["tool_calls"] = [{"id": c["id"], "name": c["name"], "args": c["args"]} for c in message.tool_calls]
+        if message.invalid_tool_calls:
+            body["invalid_tool_calls"] = [dict(c) for c in message.invalid_tool_calls]
+    if isinstance(message, ToolMessage):
+        body.update(tool_call_id=message.tool_call_id, name=message.name, status=message.status)
+    return body
+
+
+def jsonable(value: Any) -> Any:
+    """Stream chunks as plain JSON: messages compacted, interrupts as {id, value}, anything else by repr."""
+
+    def default(item: Any) -> Any:
+        if isinstance(item, BaseMessage):
+            return message_json(item)
+        if isinstance(item, Interrupt):
+            return {"id": item.id, "value": item.value}
+        if isinstance(item, set | frozenset | tuple):
+            return list(item)
+        return repr(item)
+
+    return json.loads(json.dumps(value, ensure_ascii=False, default=default))
+
+
+def json_line(record: dict[str, Any]) -> str:
+    return json.dumps(jsonable(record), ensure_ascii=False)
+
+
+# --- a thread's history -----------------------------------------------------------------------------------
+
+
+def clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(at))
+
+
+def day_and_clock(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+
+
+def duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 120:
+        return f"{minutes} min {secs} s"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
+DECISION_WORDS = {
+    "approve": "approved",
+    "edit": "edited and approved",
+    "reject": "rejected",
+    "respond": "answered in the tool's place",
+}
+UNKNOWN_WORDS = {"done": "it happened", "not_done": "it did not happen (run it)", "abandon": "leave it (abandon)"}
+
+
+def audit_text(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
+    """One audit event in words; `earlier` are the same call's events before it (for waits and re-run reasons)."""
+    name, detail, actor = event["event"], event.get("detail") or {}, event.get("actor")
+    by = f" by {actor}" if actor else ""
+    if name == "validated":
+        repair = f" (arguments repaired: {detail['repair']})" if detail.get("repair") else ""
+        verdict = {"ask": "needs approval", "run": "runs without approval"}.get(str(detail.get("verdict")), "checked")
+        asker = f" (requested by {actor})" if actor else ""
+        return f"validated{asker}: {verdict}{repair}"
+    if name == "refused":
+        return f"refused before running: {detail.get('error')}"
+    if name.startswith("answer_refused"):
+        return f"an answer{by} was refused: {detail.get('error')}"
+    if name == "approval_expired":
+        return "approval expired: the request was older than its time limit; not run"
+    if name == "superseded":
+        return "superseded: a new message came before it ran; not run"
+    if name.startswith("foreign_answer_removed"):
+        return "an answer gatedloop did not write was removed from the history (the call stayed open)"
+    if name == "decision" or name.startswith("decision:"):
+        words = DECISION_WORDS.get(str(detail.get("decision")), str(detail.get("decision")))
+        asked = next((e for e in reversed(earlier) if e["event"] == "validated"), None)
+        waited = f" after {duration(event['at'] - asked['at'])}" if asked else ""
+        changed = ""
+        if detail.get("decision") == "edit" and detail.get("args") != detail.get("proposed"):
+            changed = f": {short(detail.get('proposed'), 60)} -> {short(detail.get('args'), 60)}"
+        return f"{words}{by}{waited}{changed}"
+    if name == "executed":
+        reused = ", stored result reused" if detail.get("reused") else ""
+        error = f" ({detail['error_type']})" if detail.get("error_type") else ""
+        return f"ran: {detail.get('outcome')}{error} in {duration((detail.get('duration_ms') or 0) / 1000)}{reused}"
+    if name.startswith("rerun_"):
+        attempt = detail.get("attempt") or name.removeprefix("rerun_")
+        said_not_done = any(
+            e["event"] == "unknown_outcome_decision" and (e.get("detail") or {}).get("decision") == "not_done"
+            for e in earlier
+        )
+        why = (
+            "a person said the earlier attempt had not happened"
+            if said_not_done
+            else "the process running it stopped and the tool's system reported it had not happened"
+        )
+        return f"run again (attempt {attempt}): {why}"
+    if name == "unknown_outcome_decision":
+        return f"outcome unknown; decided{by}: {UNKNOWN_WORDS.get(str(detail.get('decision')), detail.get('decision'))}"
+    if name == "reconciled":
+        return "settled: the tool's system reports it had happened (its result is used, not run again)"
+    if name == "marked done":
+        return f"settled: marked done{by} (the given result is used)"
+    return f"{name}{by}: {short(detail, 80)}"
+
+
+def history_lines(messages: list[BaseMessage], audit: list[dict[str, Any]]) -> list[str]:
+    """The conversation with each call's fate under it, every event with its time (UTC) and durations."""
+    events: dict[str, list[dict[str, Any]]] = {}
     for event in audit:
-        who = f" by {event['actor']}" if event.get("actor") else ""
-        detail = event["detail"]
-        extra = detail.get("decision") or detail.get("outcome") or detail.get("verdict") or detail.get("error") or ""
-        fates.setdefault(event["call_id"], []).append(f"{event['event']}{who}: {extra}".rstrip(": "))
+        events.setdefault(event["call_id"], []).append(event)
+    lines: list[str] = []
+    if audit:
+        lines.append(f"first event {day_and_clock(audit[0]['at'])}, last {day_and_clock(audit[-1]['at'])}")
     for message in messages:
         if isinstance(message, HumanMessage):
-            print(f"user: {short(message.content, 300)}", file=out)
+            lines.append(f"user: {short(message.content, 300)}")
         elif isinstance(message, AIMessage):
             for call in [*message.tool_calls, *message.invalid_tool_calls]:
-                print(f"model: call {call.get('id')} {call_text(call.get('name') or '?', call.get('args'))}", file=out)
-                for fate in fates.get(call.get("id") or "", []):
-                    print(f"    {fate}", file=out)
+                lines.append(f"model: call {call.get('id')} {call_text(call.get('name') or '?', call.get('args'))}")
+                seen = events.get(call.get("id") or "", [])
+                for index, event in enumerate(seen):
+                    lines.append(f"    {clock(event['at'])}  {audit_text(event, seen[:index])}")
             if message.content:
-                print(f"model: {short(message.content, 300)}", file=out)
+                lines.append(f"model: {short(message.content, 300)}")
         elif isinstance(message, ToolMessage):
-            print(f"tool {message.tool_call_id}: {short(message.content, 160)}", file=out)
+            lines.append(f"tool {message.tool_call_id}: {short(message.content, 160)}")
+    return lines
+
+
+def print_lines(lines: Iterable[str], out: TextIO) -> None:
+    for line in lines:
+        print(line, file=out, flush=True)

@@ -42,8 +42,15 @@ def load_model(spec: str | None = None) -> BaseChatModel:
     provider, _, name = spec.partition(":")
     if not name or provider == "openai":
         from langchain_openai import ChatOpenAI
+        from openai import OpenAIError
 
-        return ChatOpenAI(model=name or provider, stream_usage=True)
+        try:
+            return ChatOpenAI(model=name or provider, stream_usage=True)
+        except OpenAIError as exc:  # raised at construction when no API key is configured
+            raise ModelConfigError(
+                f"GATEDLOOP_MODEL={spec!r} needs OPENAI_API_KEY (or unset GATEDLOOP_MODEL / set it to demo for the "
+                "offline model)"
+            ) from exc
     try:
         from langchain.chat_models import init_chat_model
     except ImportError as exc:

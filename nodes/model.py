@@ -154,8 +154,11 @@ def make_model_node(parts: LoopParts):
                 raise
             except Exception as exc:
                 log.warning("thread %s: model call failed: %s", thread_id, type(exc).__name__, exc_info=True)
-                kind = "incomplete" if _connection_lost(exc) else "error"
-                problem = ResponseProblem(kind, f"the model call failed ({type(exc).__name__})")
+                if _never_connected(exc):
+                    problem = ResponseProblem("error", f"the model server could not be reached ({type(exc).__name__})")
+                else:
+                    kind = "incomplete" if _connection_lost(exc) else "error"
+                    problem = ResponseProblem(kind, f"the model call failed ({type(exc).__name__})")
                 counters["retries"] += 1
                 continue
             counters["tokens"] += _tokens(raw)
@@ -184,6 +187,20 @@ def _connection_lost(exc: BaseException) -> bool:
     if isinstance(exc, ModelConnectionError | ConnectionError):
         return True
     return any(cls.__name__ in CUT_IN_TRANSIT for cls in type(exc).__mro__)
+
+
+def _never_connected(exc: BaseException) -> bool:
+    """No connection was made (refused, unresolvable host, connect timeout): the call failed, nothing was cut off.
+
+    httpx raises `ConnectError`/`ConnectTimeout`, which the OpenAI client wraps in `APIConnectionError`."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError) or type(seen).__name__ in ("ConnectError", "ConnectTimeout"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _tokens(message: BaseMessage) -> int:

@@ -1,45 +1,81 @@
-"""The `gatedloop` command: demo, run without a terminal, resume, threads, show, cancel."""
+"""The `gatedloop` command, run as a real subprocess on a real SQLite file: results, pauses, and every failure
+as one line on stderr with its documented exit code (no traceback without --debug)."""
 
 from __future__ import annotations
 
+import json
 import os
+import pty
+import select
+import shutil
+import signal
+import socket
+import sqlite3
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from gatedloop.cli.main import (
+    EXIT_BUSY,
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_PAUSED,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+)
 
-def cli(*args: str, db: str, check_code: int | None = 0) -> subprocess.CompletedProcess[str]:
+SEAT = "Reserve a seat in workshop WS-101 for Alice"
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def cli_env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": ""}
+    env.pop("OPENAI_BASE_URL", None)
+    env.update(extra)
+    return env
+
+
+def cli_command(*args: str, db: str | None) -> list[str]:
+    return [sys.executable, "-m", "gatedloop.cli.main", *(["--db", db] if db else []), *args]
+
+
+def cli(
+    *args: str, db: str | None, code: int | None = EXIT_COMPLETED, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "gatedloop.cli.main", "--db", db, *args],
+        cli_command(*args, db=db),
         capture_output=True,
         text=True,
-        env=env,
+        env=env or cli_env(),
         stdin=subprocess.DEVNULL,
         timeout=120,
     )
-    if check_code is not None:
-        assert out.returncode == check_code, out.stdout + out.stderr
+    if code is not None:
+        assert out.returncode == code, out.stdout + out.stderr
     return out
 
 
-def pending_id(db: str, thread_id: str) -> str:
-    out = cli("resume", thread_id, "--approve", db=db, check_code=2)
-    return out.stderr.split("--request ")[1].split()[0]
+def one_line(err: str) -> str:
+    """The failure as printed: exactly one line, no traceback."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("gatedloop: "), err
+    return lines[0]
 
 
-def test_a_non_interactive_answer_for_a_request_no_longer_pending_is_refused(tmp_path):
-    """Finding 5: the reviewer was shown WS-101 for Ana; the user then asked for WS-102 for Mallory."""
-    db = str(tmp_path / "runs.sqlite")
-    cli("run", "Reserve a seat in workshop WS-101 for Ana", "--thread", "w5", db=db, check_code=3)
-    shown = pending_id(db, "w5")
-    cli("run", "Reserve a seat in workshop WS-102 for Mallory", "--thread", "w5", db=db, check_code=3)
-    out = cli("resume", "w5", "--request", shown, "--approve", db=db, check_code=2)
-    assert "no longer pending" in out.stderr and "reserve_seat" in out.stderr
-    shown_history = cli("show", "w5", db=db).stdout
-    assert "superseded" in shown_history and "Reserved" not in shown_history  # WS-101 superseded, nothing booked
-    assert "waiting for approval" in cli("threads", db=db).stdout
+def json_lines(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines()]  # every line must be JSON
+
+
+def paused(db: str, thread: str, question: str = SEAT) -> str:
+    """Run to the approval; the request id the CLI tells the reviewer to answer (`--request ID`)."""
+    out = cli("run", question, "--thread", thread, db=db, code=EXIT_PAUSED)
+    assert f"thread {thread} is waiting" in out.stdout and "reserve_seat" in out.stdout
+    return out.stdout.split("--request ")[1].split()[0]
 
 
 def test_demo_runs_offline_shows_an_approval_and_a_resumed_thread(tmp_path):
@@ -51,53 +87,277 @@ def test_demo_runs_offline_shows_an_approval_and_a_resumed_thread(tmp_path):
     assert "rejected_by_reviewer" in out.stdout
 
 
-def test_run_without_a_terminal_stops_and_prints_the_thread_and_the_request(tmp_path):
+def test_a_paused_thread_refusals_unknown_threads_json_and_show(tmp_path):
+    from gatedloop.checkpoints.lease import thread_lease
+
     db = str(tmp_path / "runs.sqlite")
-    out = cli("run", "Reserve a seat in workshop WS-101 for Alice", "--thread", "w1", db=db, check_code=3)
-    assert "thread w1 is waiting" in out.stdout and "reserve_seat" in out.stdout
-    assert "w1" in cli("threads", db=db).stdout and "waiting for approval" in cli("threads", db=db).stdout
-    bad = cli("resume", "w1", "--edit", "{not json", db=db, check_code=2)
-    assert "gatedloop:" in bad.stderr
-    unnamed = cli("resume", "w1", "--approve", "--reviewer", "rita", db=db, check_code=2)
-    assert "--request req-" in unnamed.stderr  # an answer must name the request the reviewer saw
-    request_id = unnamed.stderr.split("--request ")[1].split()[0]
-    done = cli("resume", "w1", "--request", request_id, "--approve", "--reviewer", "rita", db=db)
-    assert "Reserved" in done.stdout and "status: completed" in done.stdout
+    request = paused(db, "w1")
+    [listed] = json_lines(cli("threads", "--json", db=db).stdout)
+    assert (listed["type"], listed["thread_id"], listed["status"]) == ("thread", "w1", "waiting")
+
+    unnamed = cli("resume", "w1", "--approve", db=db, code=EXIT_USAGE)
+    assert f"name the request you answer: --request {request}" in one_line(unnamed.stderr)
+    bad = cli("resume", "w1", "--request", request, "--edit", "{not json", db=db, code=EXIT_USAGE)
+    assert "--edit is not JSON" in one_line(bad.stderr)
+    two = json.dumps([{"event_id": "WS-101", "participant": "Bob"}, {"event_id": "WS-102", "participant": "Al"}])
+    extra = cli("resume", "w1", "--request", request, "--edit", two, db=db, code=EXIT_REFUSED)
+    assert "--edit needs 1 argument object(s)" in one_line(extra.stderr) and "got 2" in extra.stderr
+    for args in (("resume", "nosuch", "--approve"), ("show", "nosuch"), ("cancel", "nosuch")):
+        unknown = cli(*args, db=db, code=EXIT_NOT_FOUND)
+        assert "unknown thread 'nosuch'" in one_line(unknown.stderr)
+    with thread_lease(db, "w1"):
+        busy = cli("resume", "w1", "--request", request, "--approve", db=db, code=EXIT_BUSY)
+    assert "being run by another process" in one_line(busy.stderr)
+
+    answer = ("resume", "w1", "--request", request, "--approve", "--user", "rita", "--json")
+    resumed = json_lines(cli(*answer, db=db).stdout)
+    assert resumed[-1]["type"] == "result" and resumed[-1]["status"] == "completed"
+    assert any(e["type"] == "tool" and e["event"] == "tool_finished" for e in resumed)
+    assert [e["tool"] for e in resumed if e["type"] == "tool" and e["event"] == "tool_finished"] == ["reserve_seat"]
+
     shown = cli("show", "w1", db=db).stdout
-    assert "decision by rita: approve" in shown and "executed: ok" in shown
+    assert "first event 20" in shown and " UTC" in shown
+    approved = next(line for line in shown.splitlines() if "approved by rita after" in line)
+    ran = next(line for line in shown.splitlines() if "ran: ok in" in line)
+    assert approved.split()[0].count(":") == 2 and ran.endswith((" ms", " s"))  # HH:MM:SS, then a duration
+    records = json_lines(cli("--json", "show", "w1", db=db).stdout)
+    assert [r["type"] for r in records][-1] == "status" and {"message", "audit"} <= {r["type"] for r in records}
+    assert any(r["type"] == "audit" and r["event"] == "decision" and r["actor"] == "rita" for r in records)
+
     drawn = cli("show", "w1", "--mermaid", db=db).stdout
     steps = [line.split('"')[1].split(". ", 1)[1] for line in drawn.splitlines() if '["' in line]
     assert steps == ["model", "validate", "approve (paused for a person)", "execute", "model", "finalize"]
     assert "done([completed])" in drawn
+    again = cli("resume", "w1", "--approve", db=db, code=EXIT_REFUSED)
+    assert "not waiting for an answer (status: completed" in one_line(again.stderr)
 
 
-def test_resume_with_reject_and_a_reason(tmp_path):
+def test_an_answer_for_a_request_no_longer_pending_is_refused(tmp_path):
+    """The reviewer was shown WS-101 for Ana; the user then asked for WS-102 for Mallory (issue 10, finding 5)."""
     db = str(tmp_path / "runs.sqlite")
-    cli("run", "Reserve a seat in workshop WS-101 for Alice", "--thread", "w2", db=db, check_code=3)
-    out = cli("resume", "w2", "--request", pending_id(db, "w2"), "--reject", "not this week", db=db)
-    assert "not this week" in out.stdout
+    shown = paused(db, "w7", "Reserve a seat in workshop WS-101 for Ana")
+    paused(db, "w7", "Reserve a seat in workshop WS-102 for Mallory")
+    out = cli("resume", "w7", "--request", shown, "--approve", db=db, code=EXIT_REFUSED)
+    assert "no longer pending" in one_line(out.stderr) and "reserve_seat" in out.stderr
+    history = cli("show", "w7", db=db).stdout
+    assert "superseded" in history and "Reserved" not in history  # WS-101 superseded, nothing booked
+    assert "waiting for approval" in cli("threads", db=db).stdout
 
 
-def test_cancel_stops_a_waiting_thread(tmp_path):
+def test_json_before_or_after_the_command_prints_json_lines_only(tmp_path):
     db = str(tmp_path / "runs.sqlite")
-    cli("run", "Reserve a seat in workshop WS-101 for Alice", "--thread", "w3", db=db, check_code=3)
-    cli("cancel", "w3", db=db)
-    out = cli("resume", "w3", "--request", pending_id(db, "w3"), "--approve", db=db, check_code=1)
-    assert "cancelled" in out.stdout
-    assert "cancelled" in cli("threads", db=db).stdout
+    events = json_lines(cli("run", "订单 ORD-2026-001 到哪里了?", "--thread", "j1", "--json", db=db).stdout)
+    assert {e["type"] for e in events} == {"step", "tool", "result"}
+    assert events[-1] == {
+        "type": "result",
+        "thread_id": "j1",
+        "status": "completed",
+        "answer": events[-1]["answer"],
+        "stop_detail": None,
+    }
+    paused_run = cli("--json", "run", SEAT, "--thread", "j2", db=db, code=EXIT_PAUSED)
+    request = json_lines(paused_run.stdout)[-1]
+    assert request["type"] == "request" and request["thread_id"] == "j2"
+    assert request["request"]["action_requests"][0]["name"] == "reserve_seat"  # the request itself, not a repr
 
 
-@pytest.mark.parametrize("bad", ["../x", "a b", ""])
-def test_bad_thread_ids_are_refused(tmp_path, bad):
-    out = cli("show", bad, db=str(tmp_path / "runs.sqlite"), check_code=2)
-    assert "invalid thread id" in out.stderr
+def test_cancelled_threads_say_so_and_refuse_answers_with_the_status(tmp_path):
+    db = str(tmp_path / "runs.sqlite")
+    paused(db, "w5")
+    assert "can no longer be answered" in cli("cancel", "w5", db=db).stdout
+    listed = cli("threads", db=db).stdout
+    assert "cancelled" in listed and "waiting for approval " not in listed
+    out = cli("resume", "w5", "--approve", db=db, code=EXIT_REFUSED)
+    assert "answer refused" in one_line(out.stderr) and "status: cancelled" in out.stderr
 
 
-def test_json_events(tmp_path):
-    out = cli("--json", "run", "订单 ORD-2026-001 到哪里了?", "--thread", "j1", db=str(tmp_path / "r.sqlite"))
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    import json
+def _claimed(db: str, thread: str) -> bool:
+    try:
+        with sqlite3.connect(db, timeout=1) as conn:
+            rows = conn.execute(
+                "SELECT 1 FROM gatedloop_ledger WHERE thread_id=? AND state='claimed'", (thread,)
+            ).fetchall()
+    except sqlite3.OperationalError:
+        return False
+    return bool(rows)
 
-    events = [json.loads(line) for line in lines]
-    assert any(e["mode"] == "custom" and e["data"]["event"] == "tool_finished" for e in events)
-    assert any(e["mode"] == "updates" and "finalize" in e["data"] for e in events)
+
+def test_a_crash_mid_write_is_explained_and_resume_settles_it(tmp_path):
+    """SIGKILL while reserve_seat is writing (it waits on the tools' data file, which we hold)."""
+    db = str(tmp_path / "runs.sqlite")
+    request = paused(db, "w6")
+    holder = sqlite3.connect(tmp_path / "runs.demo-data.sqlite", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    child = subprocess.Popen(
+        cli_command("resume", "w6", "--request", request, "--approve", db=db),
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _claimed(db, "w6"):
+            assert time.monotonic() < deadline and child.poll() is None, "the write never started"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        child.kill()
+        holder.execute("ROLLBACK")
+        holder.close()
+    sentence = "a write to reserve_seat was running when the process stopped; resume settles it"
+    assert sentence in cli("threads", db=db).stdout
+    assert sentence in cli("show", "w6", db=db).stdout
+    settled = cli("resume", "w6", db=db)
+    assert f"settling: {sentence}" in settled.stdout and "status: completed" in settled.stdout
+    shown = cli("show", "w6", db=db).stdout
+    assert "run again (attempt 2): the process running it stopped" in shown and "rerun_" not in shown
+
+
+class Terminal:
+    """The CLI on a pseudo-terminal, as a person at a shell runs it."""
+
+    def __init__(self, *args: str, db: str):
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen(
+            cli_command(*args, db=db), env=cli_env(), stdin=slave, stdout=slave, stderr=slave, close_fds=True
+        )
+        os.close(slave)
+        self.text = ""
+
+    def expect(self, needle: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in self.text:
+            assert time.monotonic() < deadline, f"no {needle!r} in {self.text!r}"
+            ready, _, _ = select.select([self.master], [], [], 0.2)
+            if ready:
+                try:
+                    self.text += os.read(self.master, 4096).decode(errors="replace")
+                except OSError:  # the child closed the terminal
+                    assert needle in self.text, self.text
+                    return
+
+    def send(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def finish(self) -> int:
+        code = self.proc.wait(timeout=60)
+        while True:
+            ready, _, _ = select.select([self.master], [], [], 0.2)
+            if not ready:
+                break
+            try:
+                chunk = os.read(self.master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.text += chunk.decode(errors="replace")
+        os.close(self.master)
+        return code
+
+
+def test_at_a_terminal_ctrl_c_and_ctrl_d_leave_the_request_waiting_and_resume_prompts(tmp_path):
+    db = str(tmp_path / "runs.sqlite")
+    term = Terminal("run", SEAT, "--thread", "p1", db=db)
+    term.expect("[a]pprove")
+    term.proc.send_signal(signal.SIGINT)  # what the terminal sends for Ctrl-C
+    assert term.finish() == EXIT_PAUSED
+    assert "Traceback" not in term.text and "KeyboardInterrupt" not in term.text
+    assert "thread p1 is still waiting: gatedloop resume p1" in term.text
+
+    term = Terminal("resume", "p1", db=db)  # no answer given: at a terminal it asks
+    term.expect("[a]pprove")
+    term.send("\x04")  # Ctrl-D
+    assert term.finish() == EXIT_PAUSED
+    assert "Traceback" not in term.text and "EOFError" not in term.text
+    assert "thread p1 is still waiting: gatedloop resume p1" in term.text
+
+    term = Terminal("resume", "p1", "--user", "tess", db=db)
+    term.expect("[a]pprove")
+    term.send("r\n")
+    term.expect("reason")
+    term.send("wrong room\n")
+    assert term.finish() == EXIT_COMPLETED, term.text
+    assert "wrong room" in term.text and "status: completed" in term.text
+    assert "rejected by tess" in cli("show", "p1", db=db).stdout
+
+
+def test_an_unreachable_model_server_ends_with_error_in_one_line_per_failure(tmp_path):
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = cli_env(
+        GATEDLOOP_MODEL="gpt-4o-mini", OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1"
+    )
+    out = cli("run", "hello", "--thread", "u1", db=str(tmp_path / "r.sqlite"), code=EXIT_FAILED, env=env)
+    assert "status: error" in out.stdout and "could not be reached" in out.stdout
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) <= 2, out.stderr
+
+
+def _read_only(path: Path, command: list[str]) -> list[str]:
+    """Run `command` with `path` read-only: a read-only bind mount in a private mount namespace as root (root
+    ignores file modes), else the folder and files without write permission."""
+    if os.geteuid() != 0:
+        for item in [path, *path.iterdir()]:
+            item.chmod(0o555 if item.is_dir() else 0o444)
+        return command
+    quoted = " ".join(f"'{part}'" for part in command)
+    return ["unshare", "-m", "sh", "-c", f"mount --bind -o ro '{path}' '{path}' && exec {quoted}"]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None and os.geteuid() == 0, reason="needs unshare as root")
+def test_a_read_only_database_fails_in_one_line_naming_it_and_can_still_be_read(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    db = str(folder / "runs.sqlite")
+    cli("run", "What is 2 + 3?", "--thread", "r1", db=db)
+    for extra in folder.glob("runs.sqlite-*"):  # a cleanly closed copy, as one would hand over
+        extra.unlink()
+
+    def run(*args: str, code: int) -> subprocess.CompletedProcess[str]:
+        command = _read_only(folder, cli_command(*args, db=db))
+        out = subprocess.run(command, capture_output=True, text=True, env=cli_env(), timeout=120)
+        assert out.returncode == code, out.stdout + out.stderr
+        return out
+
+    failed = run("run", "What is 1 + 1?", code=EXIT_FAILED)
+    line = one_line(failed.stderr)
+    assert db in line and "demo-data" not in line and "writable" in line
+    assert "r1" in run("threads", code=EXIT_COMPLETED).stdout
+    assert "2 + 3 = 5" in run("show", "r1", code=EXIT_COMPLETED).stdout
+
+
+def test_a_busy_tools_data_file_does_not_block_the_cli(tmp_path):
+    db = str(tmp_path / "runs.sqlite")
+    cli("run", "What is 2 + 3?", db=db)
+    holder = sqlite3.connect(tmp_path / "runs.demo-data.sqlite", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        out = cli("run", "What is 4 + 4?", "--thread", "b1", db=db)  # used to wait 10 s, then a traceback
+        assert "4 + 4 = 8" in out.stdout and not out.stderr
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_usage_and_configuration_errors_are_one_line_and_debug_shows_the_traceback(tmp_path):
+    from gatedloop.cli.main import EXIT_CODES
+
+    db = str(tmp_path / "runs.sqlite")
+    assert "invalid choice" in one_line(cli("bogus", db=db, code=EXIT_USAGE).stderr)
+    assert "invalid thread id" in one_line(cli("show", "../x", db=db, code=EXIT_USAGE).stderr)
+    env = cli_env(GATEDLOOP_MODEL="gpt-4o-mini")
+    env.pop("OPENAI_API_KEY")
+    missing_key = cli("run", "hello", db=db, code=EXIT_USAGE, env=env)
+    assert "needs OPENAI_API_KEY" in one_line(missing_key.stderr)
+    debug = cli("run", "hello", "--debug", db=db, code=None, env=env)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "Missing credentials" in debug.stderr
+
+    readme = README.read_text()
+    section = readme[readme.index("Exit codes") :]
+    helptext = cli("--help", db=None).stdout
+    for code in EXIT_CODES:
+        assert f"| {code} |" in section, code
+        assert f"{code:>3}  " in helptext

@@ -120,10 +120,15 @@ _SEED_SQL = {
 class DemoStore:
     """Orders, logistics, weather, calendars, contacts, events, workshops and trains in one SQLite file."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, prepare: bool = True) -> None:
+        """`prepare=False` leaves the file alone (for code that builds the tools only to read threads)."""
         self.path = os.fspath(path)
+        if not prepare:
+            return
         if self.path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        if self._seeded():
+            return  # nothing to create: opening never waits on another process's write lock
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
@@ -132,6 +137,15 @@ class DemoStore:
                 for table, rows in _SEED.items():
                     conn.executemany(_SEED_SQL[table], rows)
                 conn.execute("INSERT INTO meta (key, value) VALUES ('seeded', '1')")
+
+    def _seeded(self) -> bool:
+        if self.path == ":memory:" or not os.path.exists(self.path):
+            return False
+        with self._connect() as conn:
+            try:
+                return conn.execute("SELECT 1 FROM meta WHERE key = 'seeded'").fetchone() is not None
+            except sqlite3.OperationalError:
+                return False
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
