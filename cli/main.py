@@ -430,6 +430,40 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_COMPLETED
 
 
+def cmd_inbox(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from gatedloop.inbox import InboxBackend, create_app
+        from gatedloop.inbox.identity import Reviewer, ReviewerConfigError, Sessions, load_token_map
+        from gatedloop.inbox.pending import PendingRequests
+    except ImportError as exc:
+        raise CliError(f"the inbox needs: pip install 'gatedloop[inbox]' ({exc.name} is missing)", EXIT_USAGE) from exc
+    reviewers = args.reviewers or os.environ.get("GATEDLOOP_REVIEWERS")
+    if bool(reviewers) == bool(args.as_user):
+        raise CliError("say who reviews: --reviewers FILE (a token map) or --as USER [--roles R1,R2]", EXIT_USAGE)
+    try:
+        tokens = load_token_map(reviewers) if reviewers else None
+    except ReviewerConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+    fixed = Reviewer(args.as_user, context_of(args).roles, "fixed") if args.as_user else None
+
+    @contextmanager
+    def open_backend() -> Iterator[InboxBackend]:
+        with open_saver(args.db) as saver:
+            store = demo_store(args.db)
+            tools, policies = build_demo_tools(store), demo_policies(store)
+            graph = build_graph(load_model(), tools, policies=policies, checkpointer=saver)
+            listing = saver.thread_ids if is_postgres(args.db) else (lambda: thread_ids(args.db))
+            yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, listing, tools, policies))
+
+    load_model()  # a model that is not configured is a one-line error now, not at the first answer
+    app = create_app(open_backend, Sessions(tokens, fixed))
+    print(f"gatedloop inbox on http://{args.host}:{args.port}/inbox  (db: {shown_db(args.db)})", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="debug" if args.debug else "warning")
+    return EXIT_COMPLETED
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from gatedloop.cli.demo import run_demo
 
@@ -510,6 +544,14 @@ def parser() -> argparse.ArgumentParser:
     cancel = command("cancel", "stop a thread at its next step (a waiting thread: close its request)")
     cancel.add_argument("thread")
     cancel.set_defaults(func=cmd_cancel)
+    inbox = command("inbox", "serve the approval inbox (a web page for reviewers) for this database")
+    inbox.add_argument("--host", default="127.0.0.1")
+    inbox.add_argument("--port", type=int, default=8765)
+    inbox.add_argument(
+        "--reviewers", metavar="FILE", help='token map: {"<token>": {"user", "roles"}} (GATEDLOOP_REVIEWERS)'
+    )
+    inbox.add_argument("--as", dest="as_user", metavar="USER", help="local use: every visitor is this reviewer")
+    inbox.set_defaults(func=cmd_inbox)
     command("demo", "play the articles' scenarios offline, approvals answered and shown").set_defaults(func=cmd_demo)
     return root
 

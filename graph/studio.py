@@ -15,11 +15,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from langchain_core.tools import BaseTool
+
 from gatedloop.checkpoints.devserver import DB_ENV, studio_db_path
 from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
 from gatedloop.graph.build import build_graph
 from gatedloop.graph.models import load_model
 from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
+from gatedloop.tools.policy import ToolPolicy
 
 LEDGER_ENV = "GATEDLOOP_LEDGER"
 DEMO_DATA_ENV = "GATEDLOOP_DEMO_DATA"
@@ -44,17 +47,15 @@ def studio_ledger() -> tuple[Ledger, Path]:
     return SqliteLedger(ledger_path), ledger_path.with_name("demo-data.sqlite")
 
 
-def make_studio_graph():
+def make_studio_tools() -> tuple[list[BaseTool], dict[str, ToolPolicy], Ledger]:
+    """The demo tools (data beside the ledger), their policies, and the ledger."""
     ledger, demo_data = studio_ledger()
     demo_data.parent.mkdir(parents=True, exist_ok=True)
     store = DemoStore(demo_data)
-    return build_graph(
-        load_model(),
-        build_demo_tools(store),
-        policies=demo_policies(store),
-        ledger=ledger,
-        name="gatedloop",
-    )
+    return build_demo_tools(store), demo_policies(store), ledger
 
 
-graph = make_studio_graph()
+tools, policies, _ledger = make_studio_tools()
+"""Kept for the approval inbox served beside this graph (`gatedloop.inbox.server`): argument schemas, who may
+approve."""
+graph = build_graph(load_model(), tools, policies=policies, ledger=_ledger, name="gatedloop")

@@ -1,0 +1,12 @@
+"""The approval inbox: a server-rendered web page where reviewers see every request they may decide, and decide it.
+
+Served two ways from the same Starlette app (`create_app`): standalone by `gatedloop inbox --db ...`, and inside
+LangGraph Server / `langgraph dev` as a custom route (`http.app` in `langgraph.json` names
+`gatedloop.inbox.server:app`). Answers go through `gatedloop.graph.runs.resume` with the reviewer's `CallContext`,
+the same checked path as the CLI. This is a user interface beside `cli/`: it imports the graph and the CLI's
+wording (`gatedloop.cli.render`), never the reverse (the CLI's `inbox` command imports it lazily).
+"""
+
+from gatedloop.inbox.app import InboxBackend, create_app
+
+__all__ = ["InboxBackend", "create_app"]

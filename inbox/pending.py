@@ -1,0 +1,225 @@
+"""What the inbox lists: every pending request across threads, as the reviewer may see it.
+
+Reading a thread's state rebuilds its messages, which costs more the longer the thread; the list is polled
+every few seconds, so each thread's view is cached by its latest checkpoint id and pending-write count and
+only re-read when one of them changes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.graph.state import CompiledStateGraph
+
+from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.inbox.forms import FormField, edit_fields
+from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
+
+RECENT_MESSAGES = 6
+
+
+@dataclass(frozen=True)
+class ActionView:
+    index: int
+    name: str
+    args: dict[str, Any]
+    description: str
+    tool_call_id: str
+    args_digest: str
+    allowed: list[str]
+    approvals_required: int = 1
+    approved_by: list[str] = field(default_factory=list)
+    approvers: list[str] | None = None
+    fields: list[FormField] = field(default_factory=list)
+    reason: str = ""  # unknown outcome: why it is unknown
+
+
+@dataclass(frozen=True)
+class PendingView:
+    thread_id: str
+    interrupt_id: str
+    request_id: str
+    kind: str  # "approval" or "unknown_outcome"
+    actions: list[ActionView]
+    requested_by: str | None
+    requested_at: float | None
+    expires_at: float | None
+    error: str | None
+    recent: list[tuple[str, str]]
+
+    @property
+    def version(self) -> str:
+        """Changes whenever what a reviewer sees of this request changes (so the page replaces its card)."""
+        progress = ",".join(str(len(a.approved_by)) for a in self.actions)
+        return f"{self.thread_id}|{self.request_id}|{progress}|{self.error or ''}"
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+
+@dataclass
+class _Cached:
+    key: tuple[str, int]
+    view: PendingView | None
+
+
+def _text(message: BaseMessage) -> tuple[str, str]:
+    content = message.content if isinstance(message.content, str) else str(message.content)
+    if isinstance(message, HumanMessage):
+        return "user", content
+    if isinstance(message, AIMessage):
+        calls = ", ".join(f"{c['name']}(…)" for c in message.tool_calls)
+        return "model", content or (f"proposes {calls}" if calls else "")
+    if isinstance(message, ToolMessage):
+        return f"tool {message.name}", content
+    return message.type, content
+
+
+def recent_conversation(messages: Sequence[BaseMessage]) -> list[tuple[str, str]]:
+    return [_text(m) for m in messages[-RECENT_MESSAGES:]]
+
+
+class PendingRequests:
+    """Pending requests of every thread in one checkpoint store, filtered per reviewer."""
+
+    def __init__(
+        self,
+        graph: CompiledStateGraph,
+        ledger: Ledger,
+        thread_ids: Callable[[], list[str]],
+        tools: Sequence[BaseTool],
+        policies: Mapping[str, ToolPolicy],
+    ):
+        self.graph, self.ledger, self._thread_ids = graph, ledger, thread_ids
+        self.tools = {t.name: t for t in tools}
+        self.policies = dict(policies)
+        self._cache: dict[str, _Cached] = {}
+        self._lock = threading.Lock()
+
+    def policy(self, name: str) -> ToolPolicy:
+        return self.policies.get(name, GATED_WRITE)  # no policy: a gated write (fail closed), as the registry does
+
+    def refusal(self, view: PendingView, reviewer: CallContext) -> str | None:
+        """Why this reviewer may not decide this request (None: may decide every call in it)."""
+        for action in view.actions:
+            refusal = self.policy(action.name).reviewer_refusal(reviewer, view.requested_by)
+            if refusal:
+                return refusal
+        return None
+
+    def visible(self, reviewer: CallContext) -> list[PendingView]:
+        views = [v for v in self.all() if self.refusal(v, reviewer) is None]
+        return sorted(views, key=lambda v: v.requested_at or 0.0)
+
+    def all(self) -> list[PendingView]:
+        views = []
+        for thread_id in self._thread_ids():
+            view = self.get(thread_id)
+            if view is not None:
+                views.append(view)
+        return views
+
+    def get(self, thread_id: str) -> PendingView | None:
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        saver = self.graph.checkpointer
+        tup = saver.get_tuple(config) if saver is not None and not isinstance(saver, bool) else None
+        if tup is None:
+            return None
+        key = (str(tup.config["configurable"].get("checkpoint_id")), len(tup.pending_writes or []))
+        with self._lock:
+            cached = self._cache.get(thread_id)
+        if cached is None or cached.key != key:
+            cached = _Cached(key, self._read(thread_id, tup.checkpoint.get("ts")))
+            with self._lock:
+                self._cache[thread_id] = cached
+        if cached.view is not None and self.ledger.cancel_requested(thread_id):
+            return None  # a cancelled thread's request can no longer be answered
+        return cached.view
+
+    def _read(self, thread_id: str, checkpoint_ts: Any) -> PendingView | None:
+        snapshot = self.graph.get_state({"configurable": {"thread_id": thread_id}})
+        if not snapshot.interrupts or not isinstance(snapshot.interrupts[0].value, dict):
+            return None
+        interrupt = snapshot.interrupts[0]
+        request: dict[str, Any] = interrupt.value
+        kind = str(request.get("kind") or "approval")
+        if kind == "unknown_outcome":
+            actions = [
+                ActionView(
+                    index=i,
+                    name=c["name"],
+                    args=c["args"],
+                    description="",
+                    tool_call_id=c["tool_call_id"],
+                    args_digest="",
+                    allowed=list(request.get("allowed_decisions") or []),
+                    reason=str(c.get("reason", "")),
+                )
+                for i, c in enumerate(request.get("calls") or [])
+            ]
+        else:
+            configs = request.get("review_configs") or []
+            actions = []
+            for i, action in enumerate(request.get("action_requests") or []):
+                config = configs[i] if i < len(configs) else {}
+                tool = self.tools.get(action["name"])
+                actions.append(
+                    ActionView(
+                        index=i,
+                        name=action["name"],
+                        args=action.get("args") or {},
+                        description=str(action.get("description") or ""),
+                        tool_call_id=str(action.get("tool_call_id") or ""),
+                        args_digest=str(action.get("args_digest") or ""),
+                        allowed=list(config.get("allowed_decisions") or []),
+                        approvals_required=int(action.get("approvals_required") or 1),
+                        approved_by=list(action.get("approved_by") or []),
+                        approvers=action.get("approvers"),
+                        fields=edit_fields(tool, action.get("args") or {}) if tool is not None else [],
+                    )
+                )
+        first = (request.get("action_requests") or [{}])[0] if kind != "unknown_outcome" else {}
+        return PendingView(
+            thread_id=thread_id,
+            interrupt_id=interrupt.id,
+            request_id=str(request.get("request_id") or interrupt.id),
+            kind=kind,
+            actions=actions,
+            requested_by=first.get("requested_by"),
+            requested_at=first.get("requested_at") or _epoch(checkpoint_ts),
+            expires_at=first.get("expires_at"),
+            error=request.get("error"),
+            recent=recent_conversation((snapshot.values or {}).get("messages", [])),
+        )
+
+
+def _epoch(ts: Any) -> float | None:
+    """A checkpoint's ISO timestamp as epoch seconds (requests without `requested_at`)."""
+    if not isinstance(ts, str):
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(ts).timestamp()
+    except ValueError:
+        return None
+
+
+def age_text(since: float | None, now: float | None = None) -> str:
+    if since is None:
+        return "unknown"
+    seconds = max(0.0, (now or time.time()) - since)
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:.0f} min"
+    return f"{seconds // 86400:.0f} days"

@@ -1,0 +1,58 @@
+"""The inbox inside LangGraph Server / `langgraph dev`: `"http": {"app": "gatedloop.inbox.server:app"}`.
+
+It reads and answers the threads of the graph the server serves (`gatedloop.graph.studio`), on the same storage:
+`GATEDLOOP_DB` (a SQLite file, default `.gatedloop/studio.sqlite`, or a `postgresql://` URL: on LangGraph Server the
+database of `POSTGRES_URI`). Answers run `runs.resume` in the server's process with the reviewer's identity; the
+server's own thread list (its runtime) does not see that run, the checkpoints do (Studio shows the new state).
+
+Reviewers: with `"enable_custom_route_auth": true` in `langgraph.json`'s `http` section, the user the server's auth
+authenticated; otherwise (or additionally) the token map named by `GATEDLOOP_REVIEWERS`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from gatedloop.checkpoints.devserver import DB_ENV, POSTGRES_PREFIXES, studio_db_path
+from gatedloop.checkpoints.sqlite import open_sqlite
+from gatedloop.checkpoints.threads import thread_ids
+from gatedloop.inbox.app import InboxBackend, create_app
+from gatedloop.inbox.identity import Sessions, load_token_map
+from gatedloop.inbox.pending import PendingRequests
+
+REVIEWERS_ENV = "GATEDLOOP_REVIEWERS"
+
+
+@contextmanager
+def _storage() -> Iterator[tuple[Any, Any]]:
+    target = os.environ.get(DB_ENV) or ""
+    if target.startswith(POSTGRES_PREFIXES):
+        from gatedloop.checkpoints.postgres import open_postgres
+
+        with open_postgres(target) as pg_saver:
+            yield pg_saver, pg_saver.thread_ids
+        return
+    path = str(studio_db_path())
+    with open_sqlite(path) as saver:
+        yield saver, lambda: thread_ids(path)
+
+
+@contextmanager
+def open_studio_backend() -> Iterator[InboxBackend]:
+    from gatedloop.graph import studio
+
+    with _storage() as (saver, listing):
+        graph = studio.graph.copy(update={"checkpointer": saver})
+        pending = PendingRequests(graph, saver.ledger, listing, studio.tools, studio.policies)
+        yield InboxBackend(graph, saver.ledger, pending)
+
+
+def _sessions() -> Sessions:
+    path = os.environ.get(REVIEWERS_ENV)
+    return Sessions(load_token_map(path) if path else None)
+
+
+app = create_app(open_studio_backend, _sessions())
