@@ -9,9 +9,13 @@ local `.env` cannot override the test's environment.
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
+import re
 import sqlite3
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -35,6 +39,7 @@ GRAPH = "gatedloop"
 SEAT_CALL = "call_1_seat"
 ALL_DECISIONS = ["approve", "edit", "reject", "respond"]
 WAIT_S = 30.0
+INBOX_TOKEN = "inbox-token-of-ines-0123"
 
 
 @dataclass
@@ -43,6 +48,7 @@ class Server:
     db: Path
     workdir: Path
     folder: Path
+    url: str = ""
 
     def ledger(self, thread_id: str, call_id: str) -> LedgerEntry | None:
         ledger = SqliteLedger(self.db)
@@ -71,10 +77,18 @@ def _client(url: str) -> Any:
 def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("studio")
     db = folder / "studio.sqlite"
-    env = {"GATEDLOOP_MODEL": "demo", "GATEDLOOP_DB": str(db), "GATEDLOOP_LEDGER": None, "OPENAI_API_KEY": None}
+    reviewers = folder / "reviewers.json"
+    reviewers.write_text(json.dumps({INBOX_TOKEN: {"user": "ines", "roles": []}}))
+    env = {
+        "GATEDLOOP_MODEL": "demo",
+        "GATEDLOOP_DB": str(db),
+        "GATEDLOOP_LEDGER": None,
+        "OPENAI_API_KEY": None,
+        "GATEDLOOP_REVIEWERS": str(reviewers),
+    }
     workdir = folder / "server"
     with run_dev_server(ROOT, env=env, workdir=workdir, config_overrides={"env": None}) as url:
-        yield Server(_client(url), db, workdir, folder)
+        yield Server(_client(url), db, workdir, folder, url)
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +214,33 @@ def test_repo_config_serves_the_demo_graph_on_the_sqlite_checkpointer(studio: Se
     assert [a["graph_id"] for a in studio.client.assistants.search(graph_id=GRAPH)] == [GRAPH]
     log = (studio.workdir / "langgraph-dev.log").read_text()
     assert "Using custom checkpointer: GatedAsyncSqliteSaver" in log
+
+
+def test_the_inbox_is_served_at_slash_inbox_and_answers_through_the_checked_path(studio: Server) -> None:
+    """`http.app` in langgraph.json: the same server serves /inbox; a reviewer signs in with a token, sees the
+    request and approves it; the checkpoint (what Studio and the SDK read) shows the thread completed."""
+    thread_id, _ = start_workshop(studio, "Inbox Ines")
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+
+    def send(path: str, **form: str) -> str:
+        data = urllib.parse.urlencode(form).encode() if form else None
+        with browser.open(f"{studio.url}{path}", data=data, timeout=60) as response:
+            return response.read().decode()
+
+    page = send("/inbox")
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert csrf is not None and "Reviewer token" in page
+    page = send("/inbox/login", csrf=csrf.group(1), token=INBOX_TOKEN)
+    card = page[page.index(f'data-key="{thread_id}"') :]
+    assert "reserve_seat" in card and "Inbox Ines" in card
+    request_id = re.search(r'name="request_id" value="([^"]+)"', card)
+    assert request_id is not None
+    answer = {"thread_id": thread_id, "request_id": request_id.group(1), "decision-0": "approve"}
+    page = send("/inbox/answer", csrf=csrf.group(1), **answer)
+    assert f"Thread {thread_id}: decided; the thread ended: completed" in page
+    assert studio.client.threads.get_state(thread_id)["values"]["status"] == "completed"
+    assert reservations(studio, thread_id) == ["Inbox Ines"]
+    assert [e["actor"] for e in studio.audit(thread_id) if e["event"] == "decision"] == ["ines"]
 
 
 def test_approve_runs_the_reservation_and_the_answer_reports_it(studio: Server) -> None:

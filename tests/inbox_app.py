@@ -1,0 +1,59 @@
+"""The approval inbox on a SQLite file, for the browser tests: the demo tools, with `reserve_seat` approvable only
+by the `events` role (so role filtering shows), served by uvicorn in this process.
+
+    python tests/inbox_app.py DB PORT REVIEWERS_JSON
+
+`app_parts(db)` builds the same tools, policies and graph for the test process that starts the threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints.threads import thread_ids
+from gatedloop.graph import build_graph
+from gatedloop.graph.demo import demo_model
+from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
+
+EVENTS_ROLE = "events"
+
+
+def tools_and_policies(db: str) -> tuple[list[Any], dict[str, Any], DemoStore]:
+    store = DemoStore(Path(db).with_name("demo-data.sqlite"))
+    policies = demo_policies(store)
+    policies["reserve_seat"] = dataclasses.replace(policies["reserve_seat"], approvers=frozenset({EVENTS_ROLE}))
+    return build_demo_tools(store), policies, store
+
+
+@contextmanager
+def app_parts(db: str) -> Iterator[tuple[Any, Any, list[Any], dict[str, Any], DemoStore]]:
+    tools, policies, store = tools_and_policies(db)
+    with open_sqlite(db) as saver:
+        yield build_graph(demo_model(), tools, policies=policies, checkpointer=saver), saver, tools, policies, store
+
+
+def main(db: str, port: int, reviewers: str) -> None:
+    import uvicorn
+
+    from gatedloop.inbox import InboxBackend, create_app
+    from gatedloop.inbox.identity import Sessions, load_token_map
+    from gatedloop.inbox.pending import PendingRequests
+
+    @contextmanager
+    def open_backend() -> Iterator[InboxBackend]:
+        with app_parts(db) as (graph, saver, tools, policies, _):
+            pending = PendingRequests(graph, saver.ledger, lambda: thread_ids(db), tools, policies)
+            yield InboxBackend(graph, saver.ledger, pending)
+
+    app = create_app(open_backend, Sessions(load_token_map(reviewers)))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])

@@ -1,0 +1,232 @@
+"""The approval inbox in a real browser: Debian's chromium driven by Playwright, against the inbox served by
+uvicorn in a child process on a real SQLite file; the threads are started here through `runs.start`.
+
+Set GATEDLOOP_SCREENSHOTS=DIR to also save the screenshots the README shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import ToolMessage
+
+from gatedloop.graph import runs
+
+TESTS = Path(__file__).resolve().parent
+CHROMIUM = os.environ.get("GATEDLOOP_CHROMIUM", "/usr/bin/chromium")
+SHOTS = os.environ.get("GATEDLOOP_SCREENSHOTS")
+TOKENS = {"ana": "ana-token-0123456789", "cy": "cy-token-0123456789ab", "bo": "bo-token-0123456789ab"}
+ROLES = {"ana": ["events"], "cy": ["events"], "bo": []}
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"no chromium at {CHROMIUM} (.ci/start_chromium.sh installs it)", pytrace=False)
+    pytest.skip(f"no chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+
+
+@dataclass
+class Inbox:
+    url: str
+    graph: Any
+    saver: Any
+    store: Any
+
+    def pause(self, thread_id: str, text: str) -> dict[str, Any]:
+        out = runs.start(self.graph, thread_id, text)
+        assert out.get("__interrupt__"), out
+        return out["__interrupt__"][0].value
+
+    def outcome(self, thread_id: str) -> dict[str, Any]:
+        return runs.outcome(self.graph, thread_id)
+
+    def tool_message(self, thread_id: str) -> ToolMessage:
+        return next(m for m in self.outcome(thread_id)["messages"] if isinstance(m, ToolMessage))
+
+    def decisions(self, thread_id: str) -> list[dict[str, Any]]:
+        return [e for e in self.saver.ledger.audit(thread_id) if e["event"] == "decision"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the inbox exited: {log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"the inbox did not answer: {log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
+    from inbox_app import app_parts
+
+    folder = tmp_path_factory.mktemp("inbox")
+    db = str(folder / "runs.sqlite")
+    reviewers = folder / "reviewers.json"
+    reviewers.write_text(json.dumps({TOKENS[u]: {"user": u, "roles": ROLES[u]} for u in TOKENS}))
+    port = _free_port()
+    log = folder / "inbox.log"
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "GATEDLOOP_MODEL": "demo"}
+    with app_parts(db) as (graph, saver, _tools, _policies, store), log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(TESTS / "inbox_app.py"), db, str(port), str(reviewers)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            _wait_ready(f"{url}/inbox", proc, log)
+            yield Inbox(url, graph, saver, store)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def sign_in(browser: Any, inbox: Inbox, user: str) -> Any:
+    page = browser.new_context(viewport={"width": 1000, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    page.goto(f"{inbox.url}/inbox")
+    page.fill("input[name=token]", TOKENS[user])
+    page.click("button:has-text('Sign in')")
+    page.wait_for_selector(f"header >> text={user}")
+    return page
+
+
+def card(page: Any, thread_id: str) -> Any:
+    return page.locator(f'section[data-key="{thread_id}"]')
+
+
+def shot(page: Any, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+SEAT = "Reserve a seat in workshop WS-101 for {who}"
+
+
+def test_a_request_appears_live_is_approved_and_leaves_other_reviewers_pages(browser, inbox):
+    ana, cy = sign_in(browser, inbox, "ana"), sign_in(browser, inbox, "cy")
+    inbox.pause("a1", SEAT.format(who="Alice"))
+    card(ana, "a1").wait_for()  # no reload: the page polls
+    card(cy, "a1").wait_for()
+    text = card(ana, "a1").inner_text()
+    assert "reserve_seat" in text and "WS-101" in text and "Alice" in text and "approvals 0 of 1" in text
+    assert "Reserve a seat in workshop WS-101 for Alice" in text  # the thread's recent conversation
+    card(ana, "a1").locator("button.send").click()  # nothing chosen: the browser does not send the form
+    assert card(ana, "a1").count() == 1 and inbox.outcome("a1").get("__interrupt__")
+    card(ana, "a1").locator("input[value=approve]").check()
+    card(ana, "a1").locator("button.send").click()
+    ana.wait_for_selector(".flash.ok >> text=a1")
+    assert "the thread ended: completed" in ana.inner_text(".flash.ok")
+    assert card(ana, "a1").count() == 0
+    card(cy, "a1").wait_for(state="detached")  # answered elsewhere: gone from cy's page without a reload
+    assert inbox.outcome("a1")["status"] == "completed"
+    assert [(d["actor"], d["detail"]["decision"]) for d in inbox.decisions("a1")] == [("ana", "approve")]
+    ana.goto(f"{inbox.url}/inbox/thread/a1")
+    audit = ana.inner_text("#audit")
+    assert "approved by ana" in audit and "ran: ok" in audit
+
+
+def test_an_invalid_edit_shows_its_error_and_a_valid_one_runs_the_edited_call(browser, inbox):
+    ana = sign_in(browser, inbox, "ana")
+    inbox.pause("e1", SEAT.format(who="Alice"))
+    form = card(ana, "e1")
+    form.wait_for()
+    form.locator("input[value=edit]").check()
+    form.locator("input[name=arg-0-event_id]").fill("WS-999")
+    form.locator("button.send").click()
+    error = ana.wait_for_selector(".flash.error")
+    assert "not accepted" in error.inner_text() and "WS-999" in error.inner_text()
+    assert "Previous answer refused" in card(ana, "e1").inner_text()
+    shot(ana, "inbox-refused-edit")
+    assert inbox.outcome("e1").get("__interrupt__")  # still waiting, nothing ran
+    form = card(ana, "e1")
+    form.locator("input[value=edit]").check()
+    form.locator("input[name=arg-0-event_id]").fill("WS-101")
+    form.locator("input[name=arg-0-participant]").fill("Bob")
+    form.locator("button.send").click()
+    ana.wait_for_selector(".flash.ok >> text=e1")
+    assert inbox.outcome("e1")["status"] == "completed"
+    body = json.loads(inbox.tool_message("e1").content)
+    assert body.get("result", body)["participant"] == "Bob"
+
+
+def test_a_reject_with_a_reason_reaches_the_model(browser, inbox):
+    ana = sign_in(browser, inbox, "ana")
+    inbox.pause("r1", SEAT.format(who="Alice"))
+    form = card(ana, "r1")
+    form.wait_for()
+    form.locator("input[value=reject]").check()
+    form.locator("textarea[name=message-0]").fill("no budget this quarter")
+    form.locator("button.send").click()
+    ana.wait_for_selector(".flash.ok >> text=r1")
+    rejected = inbox.tool_message("r1")
+    assert rejected.status == "error" and "no budget this quarter" in rejected.content
+    assert [d["detail"]["decision"] for d in inbox.decisions("r1")] == ["reject"]
+
+
+def test_a_reviewer_without_the_role_does_not_see_the_request(browser, inbox):
+    inbox.pause("v1", SEAT.format(who="Alice"))  # reserve_seat: approvers {"events"}
+    inbox.pause("v2", "Schedule lunch with Alice on 2026-03-06")  # create_event: any reviewer
+    ana, bo = sign_in(browser, inbox, "ana"), sign_in(browser, inbox, "bo")
+    card(ana, "v1").wait_for()
+    card(ana, "v2").wait_for()
+    shot(ana, "inbox-two-requests")
+    card(bo, "v2").wait_for()
+    assert card(bo, "v1").count() == 0
+    assert bo.goto(f"{inbox.url}/inbox/thread/v1").status == 404  # nor its audit trail
+    forged = bo.request.post(
+        f"{inbox.url}/inbox/answer", form={"thread_id": "v2", "request_id": "x", "decision-0": "approve"}
+    )
+    assert forged.status == 403  # no CSRF token: refused
+    assert inbox.outcome("v2").get("__interrupt__") and inbox.outcome("v1").get("__interrupt__")
+
+
+def test_two_reviewers_answering_at_once_exactly_one_wins(browser, inbox):
+    inbox.pause("c1", SEAT.format(who="Carla"))
+    ana, cy = sign_in(browser, inbox, "ana"), sign_in(browser, inbox, "cy")
+    card(ana, "c1").wait_for()
+    card(cy, "c1").wait_for()
+    for page in (ana, cy):
+        card(page, "c1").locator("input[value=approve]").check()
+    card(ana, "c1").locator("button.send").click(no_wait_after=True)
+    card(cy, "c1").locator("button.send").click(no_wait_after=True)
+    notes = [page.wait_for_selector(".flash").inner_text() for page in (ana, cy)]
+    won = [n for n in notes if "the thread ended: completed" in n]
+    lost = [n for n in notes if "already answered" in n or "not accepted" in n or "another answer" in n]
+    assert len(won) == 1 and len(lost) == 1, notes
+    assert len(inbox.decisions("c1")) == 1
+    assert [e.state for e in inbox.saver.ledger.entries("c1")] == ["done"]  # the write ran once
