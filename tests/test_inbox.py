@@ -230,3 +230,53 @@ def test_two_reviewers_answering_at_once_exactly_one_wins(browser, inbox):
     assert len(won) == 1 and len(lost) == 1, notes
     assert len(inbox.decisions("c1")) == 1
     assert [e.state for e in inbox.saver.ledger.entries("c1")] == ["done"]  # the write ran once
+
+
+def test_gatedloop_inbox_serves_the_page_for_a_database_and_needs_a_reviewer(tmp_path):
+    db = str(tmp_path / "runs.sqlite")
+    env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": ""}
+    command = [sys.executable, "-m", "gatedloop.cli.main", "--db", db, "inbox"]
+    refused = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 2 and "--reviewers FILE" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    port = _free_port()
+    log = tmp_path / "inbox.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*command, "--as", "ana", "--port", str(port)], env=env, stdout=out, stderr=out)
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}/inbox", proc, log)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/inbox", timeout=10) as response:
+            page = response.read().decode()
+        assert "ana" in page and "Nothing is waiting for you." in page
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_edit_forms_follow_the_argument_schema_and_refuse_values_that_do_not_parse():
+    from langchain_core.tools import tool
+
+    from gatedloop.inbox.forms import FormError, edit_fields, parse_edit
+
+    @tool
+    def pay(amount_cents: int, note: str, urgent: bool = False, tags: list[str] | None = None) -> str:
+        """Pay someone."""
+        return "ok"
+
+    fields = edit_fields(pay, {"amount_cents": 1200, "note": "rent", "tags": ["home"]})
+    assert [(f.name, f.kind, f.value) for f in fields] == [
+        ("amount_cents", "integer", "1200"),
+        ("note", "text", "rent"),
+        ("urgent", "boolean", ""),
+        ("tags", "json", '[\n "home"\n]'),
+    ]
+    form = {"amount_cents": "1500", "note": "rent, March", "urgent": "true", "tags": '["home", "march"]'}
+    assert parse_edit(fields, form) == {
+        "amount_cents": 1500,
+        "note": "rent, March",
+        "urgent": True,
+        "tags": ["home", "march"],
+    }
+    with pytest.raises(FormError, match=r"amount_cents: '15\.5' is not a whole number"):
+        parse_edit(fields, {**form, "amount_cents": "15.5"})
+    with pytest.raises(FormError, match="tags: not JSON"):
+        parse_edit(fields, {**form, "tags": "[home"})
