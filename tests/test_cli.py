@@ -215,6 +215,37 @@ def test_a_crash_mid_write_is_explained_and_resume_settles_it(tmp_path):
     assert "run again (attempt 2): the process running it stopped" in shown and "rerun_" not in shown
 
 
+def test_ctrl_c_mid_run_is_one_line_and_the_thread_goes_on_from_its_last_step(tmp_path):
+    """SIGINT (Ctrl-C) while reserve_seat waits on the tools' data file, which we hold."""
+    db = str(tmp_path / "runs.sqlite")
+    paused(db, "i1")
+    holder = sqlite3.connect(tmp_path / "runs.demo-data.sqlite", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    child = subprocess.Popen(
+        cli_command("resume", "i1", "--approve", db=db),
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _claimed(db, "i1"):
+            assert time.monotonic() < deadline and child.poll() is None, "the write never started"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 130
+    assert "interrupted; thread i1 stopped mid-run: gatedloop resume i1 goes on" in one_line(err)
+    listed = cli("threads", db=db).stdout
+    assert "i1" in listed and "resume to go on" in listed and "stopped before ;" not in listed
+    assert "status: completed" in cli("resume", "i1", db=db).stdout
+
+
 class Terminal:
     """The CLI on a pseudo-terminal, as a person at a shell runs it."""
 
