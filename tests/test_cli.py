@@ -218,11 +218,11 @@ def test_a_crash_mid_write_is_explained_and_resume_settles_it(tmp_path):
 def test_ctrl_c_mid_run_is_one_line_and_the_thread_goes_on_from_its_last_step(tmp_path):
     """SIGINT (Ctrl-C) while reserve_seat waits on the tools' data file, which we hold."""
     db = str(tmp_path / "runs.sqlite")
-    paused(db, "i1")
+    request = paused(db, "i1")
     holder = sqlite3.connect(tmp_path / "runs.demo-data.sqlite", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     child = subprocess.Popen(
-        cli_command("resume", "i1", "--approve", db=db),
+        cli_command("resume", "i1", "--request", request, "--approve", db=db),
         env=cli_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -269,6 +269,17 @@ class Terminal:
                     assert needle in self.text, self.text
                     return
 
+    def wait_reading(self) -> None:
+        """Until the child sleeps in its read of the terminal (a signal sent just before that read begins would
+        only set Python's flag, and the read would not notice it: a person is never that fast)."""
+        deadline = time.monotonic() + 30
+        asleep = 0
+        while asleep < 3:
+            assert time.monotonic() < deadline, "the CLI never waited for input"
+            with open(f"/proc/{self.proc.pid}/stat") as stat:
+                asleep = asleep + 1 if stat.read().rsplit(")", 1)[1].split()[0] == "S" else 0
+            time.sleep(0.05)
+
     def send(self, text: str) -> None:
         os.write(self.master, text.encode())
 
@@ -293,6 +304,7 @@ def test_at_a_terminal_ctrl_c_and_ctrl_d_leave_the_request_waiting_and_resume_pr
     db = str(tmp_path / "runs.sqlite")
     term = Terminal("run", SEAT, "--thread", "p1", db=db)
     term.expect("[a]pprove")
+    term.wait_reading()
     term.proc.send_signal(signal.SIGINT)  # what the terminal sends for Ctrl-C
     assert term.finish() == EXIT_PAUSED
     assert "Traceback" not in term.text and "KeyboardInterrupt" not in term.text
