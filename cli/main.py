@@ -434,18 +434,22 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
+        from gatedloop.graph.auth import FILE_ENV, AuthConfigError, load_auth_config
         from gatedloop.inbox import InboxBackend, create_app
-        from gatedloop.inbox.identity import Reviewer, ReviewerConfigError, Sessions, load_token_map
+        from gatedloop.inbox.identity import Reviewer, Sessions
         from gatedloop.inbox.pending import PendingRequests
     except ImportError as exc:
         raise CliError(f"the inbox needs: pip install 'gatedloop[inbox]' ({exc.name} is missing)", EXIT_USAGE) from exc
-    reviewers = args.reviewers or os.environ.get("GATEDLOOP_REVIEWERS")
-    if bool(reviewers) == bool(args.as_user):
-        raise CliError("say who reviews: --reviewers FILE (a token map) or --as USER [--roles R1,R2]", EXIT_USAGE)
     try:
-        tokens = load_token_map(reviewers) if reviewers else None
-    except ReviewerConfigError as exc:
+        config = load_auth_config({**os.environ, FILE_ENV: args.auth_file} if args.auth_file else os.environ)
+    except AuthConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
+    if (config is None) == (args.as_user is None):
+        raise CliError(
+            "say who reviews: --auth-file FILE (or GATEDLOOP_AUTH_FILE / GATEDLOOP_AUTH_TOKENS: the tokens of "
+            "LangGraph Server's auth), or --as USER [--roles R1,R2] for local use",
+            EXIT_USAGE,
+        )
     fixed = Reviewer(args.as_user, context_of(args).roles, "fixed") if args.as_user else None
 
     @contextmanager
@@ -458,7 +462,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, listing, tools, policies))
 
     load_model()  # a model that is not configured is a one-line error now, not at the first answer
-    app = create_app(open_backend, Sessions(tokens, fixed))
+    app = create_app(open_backend, Sessions(config, fixed))
     print(f"gatedloop inbox on http://{args.host}:{args.port}/inbox  (db: {shown_db(args.db)})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="debug" if args.debug else "warning")
     return EXIT_COMPLETED
@@ -548,7 +552,7 @@ def parser() -> argparse.ArgumentParser:
     inbox.add_argument("--host", default="127.0.0.1")
     inbox.add_argument("--port", type=int, default=8765)
     inbox.add_argument(
-        "--reviewers", metavar="FILE", help='token map: {"<token>": {"user", "roles"}} (GATEDLOOP_REVIEWERS)'
+        "--auth-file", metavar="FILE", help="reviewers' tokens, as for LangGraph Server (GATEDLOOP_AUTH_FILE)"
     )
     inbox.add_argument("--as", dest="as_user", metavar="USER", help="local use: every visitor is this reviewer")
     inbox.set_defaults(func=cmd_inbox)

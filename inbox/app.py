@@ -101,7 +101,7 @@ def create_app(
         reviewer = reviewer_of(request)
         if reviewer is None:
             return sign_in_page(request)
-        views = await run_in_threadpool(backend_of(request).pending.visible, reviewer.context)
+        views = await run_in_threadpool(_visible, backend_of(request), reviewer)
         session_id = session_of(request) or ""
         notes = flashes.pop(session_id, [])
         return render(
@@ -112,7 +112,7 @@ def create_app(
         reviewer = reviewer_of(request)
         if reviewer is None:
             return HTMLResponse("signed out", status_code=401)
-        views = await run_in_threadpool(backend_of(request).pending.visible, reviewer.context)
+        views = await run_in_threadpool(_visible, backend_of(request), reviewer)
         return render(request, "_cards.html", {"reviewer": reviewer, "views": views, "now": time.time()})
 
     async def answer(request: Request) -> Response:
@@ -168,6 +168,17 @@ def create_app(
     )
 
 
+def _visible(backend: InboxBackend, reviewer: Reviewer) -> list[PendingView]:
+    return backend.pending.visible(reviewer.context, own_threads_only=not reviewer.sees_all_threads)
+
+
+def _may_decide(backend: InboxBackend, reviewer: Reviewer, view: PendingView) -> str | None:
+    """Why this reviewer may not decide this request (None: she may), as the page decides what to show."""
+    if not reviewer.sees_all_threads and view.requested_by != reviewer.user_id:
+        return "only approvers may decide other people's requests"
+    return backend.pending.refusal(view, reviewer.context)
+
+
 def _field(form: FormData, name: str) -> str | None:
     value = form.get(name)
     return value if isinstance(value, str) else None
@@ -178,7 +189,7 @@ def _answer(backend: InboxBackend, reviewer: Reviewer, thread_id: str, form: For
     view = backend.pending.get(thread_id) if thread_id else None
     if view is None or view.request_id != _field(form, "request_id"):
         return Flash("error", f"Thread {thread_id}: this request was already answered or cancelled.", thread_id)
-    refusal = backend.pending.refusal(view, reviewer.context)
+    refusal = _may_decide(backend, reviewer, view)
     if refusal is not None:
         return Flash("error", f"Thread {thread_id}: you may not decide this request: {refusal}.", thread_id)
     try:
@@ -243,7 +254,7 @@ def _audit(backend: InboxBackend, reviewer: Reviewer, thread_id: str) -> dict[st
     except Exception:
         return None
     view = backend.pending.get(thread_id)
-    may_see = (view is not None and backend.pending.refusal(view, reviewer.context) is None) or any(
+    may_see = (view is not None and _may_decide(backend, reviewer, view) is None) or any(
         e.get("actor") == reviewer.user_id for e in audit
     )
     if not may_see:

@@ -1,41 +1,43 @@
 """Who the reviewer is, and forms that only they can submit.
 
-Identity, in order:
+The inbox uses the same identities as the API (`gatedloop.graph.auth`): the token configuration of
+`GATEDLOOP_AUTH_TOKENS` / `GATEDLOOP_AUTH_FILE` (or `gatedloop inbox --auth-file FILE`), `{"approver_roles": [...],
+"tokens": {"<token or sha256:hex>": {"user_id": "ana", "roles": [...]}}}`. A browser cannot add an
+`Authorization: Bearer` header to page loads and forms, so the reviewer signs in once by pasting her token on the
+login form; the session is an HttpOnly, SameSite=Strict cookie holding a random id (kept in memory here). The
+token maps to the same user and roles as on the API.
 
-1. Served by LangGraph Server with `"enable_custom_route_auth": true`: the user the server's auth handler
-   authenticated (`request.user`): `identity` is the user id, roles from the user's `roles` field, else its
-   `permissions`. The same identity the server hands the graph, so the inbox cannot disagree with it.
-2. Otherwise, a reviewer token map (`gatedloop inbox --reviewers FILE`, or `GATEDLOOP_REVIEWERS`): a JSON object
-   `{"<token>": {"user": "bo", "roles": ["finance"]}, ...}`. The reviewer signs in once with their token on the
-   login form; the session is an HttpOnly, SameSite=Strict cookie holding a random id (kept in memory here).
-3. `gatedloop inbox --user ID --roles R` (local use): every visitor is that one reviewer.
+In order, the reviewer is:
+
+1. the user LangGraph Server's auth authenticated for this request (`request.user`), when something sends the
+   bearer header and `"enable_custom_route_auth": true` is set in `langgraph.json`'s `http` section;
+2. the user signed in with a token of the configuration;
+3. with no configuration: `gatedloop inbox --as USER --roles R` (standalone), or under LangGraph Server the same
+   unrestricted local user as the API's fallback (`local`, no roles).
+
+As on the API, a user who holds none of `approver_roles` sees only the requests of threads she asked for;
+which calls anyone may decide is up to each tool's `ToolPolicy` (`reviewer_refusal`).
 
 CSRF: every form carries a token that is an HMAC of the session id under a per-process secret, checked on every
-POST, and the session cookie is SameSite=Strict (a hand-written double check: no well-kept Starlette CSRF library is
-in our dependency set).
+POST, besides the SameSite=Strict cookie (hand-written: no well-kept Starlette CSRF library is in our dependencies).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import secrets
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
 
+from gatedloop.graph.auth import LOCAL_USER_ID, AuthConfig
+from gatedloop.nodes.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK
 from gatedloop.tools.policy import CallContext
 
 SESSION_COOKIE = "gatedloop_inbox"
-
-
-class ReviewerConfigError(ValueError):
-    """The reviewer token map cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -43,54 +45,40 @@ class Reviewer:
     user_id: str
     roles: frozenset[str]
     source: str  # "server", "token" or "fixed"
+    sees_all_threads: bool = True
 
     @property
     def context(self) -> CallContext:
         return CallContext(user_id=self.user_id, roles=self.roles)
 
 
-def load_token_map(path: str | Path) -> dict[str, Reviewer]:
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ReviewerConfigError(f"cannot read the reviewer token map {path}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ReviewerConfigError(f'{path}: expected {{"<token>": {{"user": "...", "roles": [...]}}}}')
-    reviewers = {}
-    for token, entry in raw.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("user"), str) or len(token) < 16:
-            raise ReviewerConfigError(
-                f'{path}: each entry needs a token of 16+ characters and {{"user": "...", "roles": [...]}}'
-            )
-        roles = entry.get("roles") or []
-        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
-            raise ReviewerConfigError(f"{path}: roles of {entry['user']!r} must be a list of strings")
-        reviewers[token] = Reviewer(entry["user"], frozenset(roles), "token")
-    return reviewers
-
-
-def server_reviewer(request: Request) -> Reviewer | None:
-    """The user LangGraph Server's auth authenticated for this request, if any."""
+def server_reviewer(request: Request, config: AuthConfig | None) -> Reviewer | None:
+    """The user LangGraph Server's auth authenticated for this request, if any (not its unconfigured fallback)."""
     user: Any = request.scope.get("user")
-    if user is None or not getattr(user, "is_authenticated", False):
-        return None
-    identity = getattr(user, "identity", "")
-    if not identity:
+    if user is None or not getattr(user, "is_authenticated", False) or not getattr(user, "identity", ""):
         return None
     getter = getattr(user, "get", None)
-    roles = (getter("roles") or getter("permissions") or []) if callable(getter) else []
-    return Reviewer(str(identity), frozenset(str(r) for r in roles), "server")
+    if not callable(getter) or getter(AUTH_KIND_FIELD) == LOCAL_USER_MARK:
+        return None
+    identity = str(user.identity)
+    roles = frozenset(str(r) for r in getter("roles") or [])
+    return Reviewer(identity, roles, "server", config is None or config.is_approver(identity))
 
 
 class Sessions:
     """Session ids (random, in a cookie) -> signed-in reviewer; and the CSRF token of each session."""
 
-    def __init__(self, tokens: Mapping[str, Reviewer] | None = None, fixed: Reviewer | None = None):
-        self.tokens = dict(tokens or {})
+    def __init__(self, config: AuthConfig | None = None, fixed: Reviewer | None = None):
+        self.config = config
         self.fixed = fixed
         self._secret = secrets.token_bytes(32)
         self._signed_in: dict[str, Reviewer] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def local_fallback(cls, config: AuthConfig | None) -> Sessions:
+        """Under LangGraph Server: token sign-in when configured, else the API's unrestricted local user."""
+        return cls(config, None if config is not None else Reviewer(LOCAL_USER_ID, frozenset(), "fixed"))
 
     @staticmethod
     def new_id() -> str:
@@ -105,10 +93,13 @@ class Sessions:
         return hmac.compare_digest(self.csrf_token(session_id), token)
 
     def sign_in(self, session_id: str, token: str) -> Reviewer | None:
-        reviewer = next((r for t, r in self.tokens.items() if hmac.compare_digest(t, token)), None)
-        if reviewer is not None:
-            with self._lock:
-                self._signed_in[session_id] = reviewer
+        config = self.config
+        user = config.user_for(token.strip()) if config is not None and token.strip() else None
+        if config is None or user is None:
+            return None
+        reviewer = Reviewer(user.user_id, frozenset(user.roles), "token", config.is_approver(user.user_id))
+        with self._lock:
+            self._signed_in[session_id] = reviewer
         return reviewer
 
     def sign_out(self, session_id: str) -> None:
@@ -116,16 +107,16 @@ class Sessions:
             self._signed_in.pop(session_id, None)
 
     def reviewer(self, request: Request, session_id: str | None) -> Reviewer | None:
-        found = server_reviewer(request)
+        found = server_reviewer(request, self.config)
         if found is not None:
             return found
-        if self.fixed is not None:
-            return self.fixed
-        if session_id is None:
-            return None
-        with self._lock:
-            return self._signed_in.get(session_id)
+        if session_id is not None:
+            with self._lock:
+                signed_in = self._signed_in.get(session_id)
+            if signed_in is not None:
+                return signed_in
+        return self.fixed
 
     @property
     def can_sign_in(self) -> bool:
-        return bool(self.tokens)
+        return self.config is not None

@@ -114,8 +114,14 @@ class PendingRequests:
                 return refusal
         return None
 
-    def visible(self, reviewer: CallContext) -> list[PendingView]:
-        views = [v for v in self.all() if self.refusal(v, reviewer) is None]
+    def visible(self, reviewer: CallContext, *, own_threads_only: bool = False) -> list[PendingView]:
+        """The requests this reviewer may decide; `own_threads_only` (not an approver under the server's auth):
+        only those she asked for herself, as the API shows her only her own threads."""
+        views = [
+            v
+            for v in self.all()
+            if self.refusal(v, reviewer) is None and (not own_threads_only or v.requested_by == reviewer.user_id)
+        ]
         return sorted(views, key=lambda v: v.requested_at or 0.0)
 
     def all(self) -> list[PendingView]:

@@ -5,8 +5,8 @@ It reads and answers the threads of the graph the server serves (`gatedloop.grap
 database of `POSTGRES_URI`). Answers run `runs.resume` in the server's process with the reviewer's identity; the
 server's own thread list (its runtime) does not see that run, the checkpoints do (Studio shows the new state).
 
-Reviewers: with `"enable_custom_route_auth": true` in `langgraph.json`'s `http` section, the user the server's auth
-authenticated; otherwise (or additionally) the token map named by `GATEDLOOP_REVIEWERS`.
+Reviewers: the users of the server's auth configuration (`GATEDLOOP_AUTH_TOKENS` / `GATEDLOOP_AUTH_FILE`), who sign
+in with their token; with none configured, the API's unrestricted local user (see `gatedloop.inbox.identity`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from typing import Any
 from gatedloop.checkpoints.devserver import DB_ENV, POSTGRES_PREFIXES, studio_db_path
 from gatedloop.checkpoints.sqlite import open_sqlite
 from gatedloop.checkpoints.threads import thread_ids
+from gatedloop.graph.auth import load_auth_config
 from gatedloop.inbox.app import InboxBackend, create_app
-from gatedloop.inbox.identity import Sessions, load_token_map
+from gatedloop.inbox.identity import Sessions
 from gatedloop.inbox.pending import PendingRequests
-
-REVIEWERS_ENV = "GATEDLOOP_REVIEWERS"
 
 
 @contextmanager
@@ -50,9 +49,4 @@ def open_studio_backend() -> Iterator[InboxBackend]:
         yield InboxBackend(graph, saver.ledger, pending)
 
 
-def _sessions() -> Sessions:
-    path = os.environ.get(REVIEWERS_ENV)
-    return Sessions(load_token_map(path) if path else None)
-
-
-app = create_app(open_studio_backend, _sessions())
+app = create_app(open_studio_backend, Sessions.local_fallback(load_auth_config(os.environ)))

@@ -1,7 +1,7 @@
 """The approval inbox on a SQLite file, for the browser tests: the demo tools, with `reserve_seat` approvable only
 by the `events` role (so role filtering shows), served by uvicorn in this process.
 
-    python tests/inbox_app.py DB PORT REVIEWERS_JSON
+    python tests/inbox_app.py DB PORT AUTH_JSON      (the token configuration of `gatedloop.graph.auth`)
 
 `app_parts(db)` builds the same tools, policies and graph for the test process that starts the threads.
 """
@@ -41,8 +41,9 @@ def app_parts(db: str) -> Iterator[tuple[Any, Any, list[Any], dict[str, Any], De
 def main(db: str, port: int, reviewers: str) -> None:
     import uvicorn
 
+    from gatedloop.graph.auth import parse_auth_config
     from gatedloop.inbox import InboxBackend, create_app
-    from gatedloop.inbox.identity import Sessions, load_token_map
+    from gatedloop.inbox.identity import Sessions
     from gatedloop.inbox.pending import PendingRequests
 
     @contextmanager
@@ -51,7 +52,7 @@ def main(db: str, port: int, reviewers: str) -> None:
             pending = PendingRequests(graph, saver.ledger, lambda: thread_ids(db), tools, policies)
             yield InboxBackend(graph, saver.ledger, pending)
 
-    app = create_app(open_backend, Sessions(load_token_map(reviewers)))
+    app = create_app(open_backend, Sessions(parse_auth_config(Path(reviewers).read_text(), reviewers)))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 

@@ -22,12 +22,18 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 from gatedloop.graph import runs
+from gatedloop.tools.policy import CallContext
 
 TESTS = Path(__file__).resolve().parent
 CHROMIUM = os.environ.get("GATEDLOOP_CHROMIUM", "/usr/bin/chromium")
 SHOTS = os.environ.get("GATEDLOOP_SCREENSHOTS")
-TOKENS = {"ana": "ana-token-0123456789", "cy": "cy-token-0123456789ab", "bo": "bo-token-0123456789ab"}
-ROLES = {"ana": ["events"], "cy": ["events"], "bo": []}
+TOKENS = {
+    "ana": "ana-token-0123456789",
+    "cy": "cy-token-0123456789ab",
+    "bo": "bo-token-0123456789ab",
+    "dee": "dee-token-0123456789a",
+}
+ROLES = {"ana": ["events"], "cy": ["events"], "bo": ["staff"], "dee": []}  # dee: not an approver
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -44,8 +50,8 @@ class Inbox:
     saver: Any
     store: Any
 
-    def pause(self, thread_id: str, text: str) -> dict[str, Any]:
-        out = runs.start(self.graph, thread_id, text)
+    def pause(self, thread_id: str, text: str, requester: str | None = None) -> dict[str, Any]:
+        out = runs.start(self.graph, thread_id, text, context=CallContext(user_id=requester))
         assert out.get("__interrupt__"), out
         return out["__interrupt__"][0].value
 
@@ -86,7 +92,8 @@ def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
     folder = tmp_path_factory.mktemp("inbox")
     db = str(folder / "runs.sqlite")
     reviewers = folder / "reviewers.json"
-    reviewers.write_text(json.dumps({TOKENS[u]: {"user": u, "roles": ROLES[u]} for u in TOKENS}))
+    tokens = {TOKENS[u]: {"user_id": u, "roles": ROLES[u]} for u in TOKENS}
+    reviewers.write_text(json.dumps({"approver_roles": ["events", "staff"], "tokens": tokens}))
     port = _free_port()
     log = folder / "inbox.log"
     env = {**os.environ, "PYTHONPATH": str(TESTS), "GATEDLOOP_MODEL": "demo"}
@@ -162,7 +169,7 @@ def test_a_request_appears_live_is_approved_and_leaves_other_reviewers_pages(bro
 
 def test_an_invalid_edit_shows_its_error_and_a_valid_one_runs_the_edited_call(browser, inbox):
     ana = sign_in(browser, inbox, "ana")
-    inbox.pause("e1", SEAT.format(who="Alice"))
+    inbox.pause("e1", SEAT.format(who="Alice"), requester="rita")
     form = card(ana, "e1")
     form.wait_for()
     form.locator("input[value=edit]").check()
@@ -199,14 +206,18 @@ def test_a_reject_with_a_reason_reaches_the_model(browser, inbox):
 
 
 def test_a_reviewer_without_the_role_does_not_see_the_request(browser, inbox):
-    inbox.pause("v1", SEAT.format(who="Alice"))  # reserve_seat: approvers {"events"}
-    inbox.pause("v2", "Schedule lunch with Alice on 2026-03-06")  # create_event: any reviewer
+    inbox.pause("v1", SEAT.format(who="Alice"), requester="rita")  # reserve_seat: approvers {"events"}
+    inbox.pause("v2", "Schedule lunch with Alice on 2026-03-06", requester="rita")  # create_event: any reviewer
     ana, bo = sign_in(browser, inbox, "ana"), sign_in(browser, inbox, "bo")
     card(ana, "v1").wait_for()
     card(ana, "v2").wait_for()
     shot(ana, "inbox-two-requests")
     card(bo, "v2").wait_for()
     assert card(bo, "v1").count() == 0
+    inbox.pause("v3", "Schedule lunch with Bob on 2026-03-09", requester="dee")
+    dee = sign_in(browser, inbox, "dee")  # not an approver: only the requests she asked for (as on the API)
+    card(dee, "v3").wait_for()
+    assert card(dee, "v2").count() == 0 and card(dee, "v1").count() == 0
     assert bo.goto(f"{inbox.url}/inbox/thread/v1").status == 404  # nor its audit trail
     forged = bo.request.post(
         f"{inbox.url}/inbox/answer", form={"thread_id": "v2", "request_id": "x", "decision-0": "approve"}
@@ -235,9 +246,11 @@ def test_two_reviewers_answering_at_once_exactly_one_wins(browser, inbox):
 def test_gatedloop_inbox_serves_the_page_for_a_database_and_needs_a_reviewer(tmp_path):
     db = str(tmp_path / "runs.sqlite")
     env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": ""}
+    for name in ("GATEDLOOP_AUTH_TOKENS", "GATEDLOOP_AUTH_FILE"):
+        env.pop(name, None)
     command = [sys.executable, "-m", "gatedloop.cli.main", "--db", db, "inbox"]
     refused = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
-    assert refused.returncode == 2 and "--reviewers FILE" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    assert refused.returncode == 2 and "--auth-file FILE" in refused.stderr and len(refused.stderr.splitlines()) == 1
     port = _free_port()
     log = tmp_path / "inbox.log"
     with log.open("wb") as out:

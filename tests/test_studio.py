@@ -39,7 +39,6 @@ GRAPH = "gatedloop"
 SEAT_CALL = "call_1_seat"
 ALL_DECISIONS = ["approve", "edit", "reject", "respond"]
 WAIT_S = 30.0
-INBOX_TOKEN = "inbox-token-of-ines-0123"
 
 
 @dataclass
@@ -77,14 +76,13 @@ def _client(url: str) -> Any:
 def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("studio")
     db = folder / "studio.sqlite"
-    reviewers = folder / "reviewers.json"
-    reviewers.write_text(json.dumps({INBOX_TOKEN: {"user": "ines", "roles": []}}))
     env = {
         "GATEDLOOP_MODEL": "demo",
         "GATEDLOOP_DB": str(db),
         "GATEDLOOP_LEDGER": None,
         "OPENAI_API_KEY": None,
-        "GATEDLOOP_REVIEWERS": str(reviewers),
+        "GATEDLOOP_AUTH_TOKENS": None,
+        "GATEDLOOP_AUTH_FILE": None,
     }
     workdir = folder / "server"
     with run_dev_server(ROOT, env=env, workdir=workdir, config_overrides={"env": None}) as url:
@@ -217,8 +215,8 @@ def test_repo_config_serves_the_demo_graph_on_the_sqlite_checkpointer(studio: Se
 
 
 def test_the_inbox_is_served_at_slash_inbox_and_answers_through_the_checked_path(studio: Server) -> None:
-    """`http.app` in langgraph.json: the same server serves /inbox; a reviewer signs in with a token, sees the
-    request and approves it; the checkpoint (what Studio and the SDK read) shows the thread completed."""
+    """`http.app` in langgraph.json: the same server serves /inbox. With no auth configured the reviewer is the
+    API's local user (as for the API); the checkpoint (what Studio and the SDK read) shows the thread completed."""
     thread_id, _ = start_workshop(studio, "Inbox Ines")
     browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
 
@@ -229,8 +227,7 @@ def test_the_inbox_is_served_at_slash_inbox_and_answers_through_the_checked_path
 
     page = send("/inbox")
     csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
-    assert csrf is not None and "Reviewer token" in page
-    page = send("/inbox/login", csrf=csrf.group(1), token=INBOX_TOKEN)
+    assert csrf is not None and "Reviewer token" not in page
     card = page[page.index(f'data-key="{thread_id}"') :]
     assert "reserve_seat" in card and "Inbox Ines" in card
     request_id = re.search(r'name="request_id" value="([^"]+)"', card)
@@ -240,7 +237,7 @@ def test_the_inbox_is_served_at_slash_inbox_and_answers_through_the_checked_path
     assert f"Thread {thread_id}: decided; the thread ended: completed" in page
     assert studio.client.threads.get_state(thread_id)["values"]["status"] == "completed"
     assert reservations(studio, thread_id) == ["Inbox Ines"]
-    assert [e["actor"] for e in studio.audit(thread_id) if e["event"] == "decision"] == ["ines"]
+    assert [e["actor"] for e in studio.audit(thread_id) if e["event"] == "decision"] == ["local"]
 
 
 def test_approve_runs_the_reservation_and_the_answer_reports_it(studio: Server) -> None:
