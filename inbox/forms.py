@@ -58,8 +58,9 @@ def _shown(kind: str, value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=1)
 
 
-def edit_fields(tool: BaseTool, args: Mapping[str, Any]) -> list[FormField]:
-    """The form for editing a call of `tool`, prefilled with its current arguments."""
+def edit_fields(tool: BaseTool, args: Mapping[str, Any], secret: frozenset[str] = frozenset()) -> list[FormField]:
+    """The form for editing a call of `tool`, prefilled with its current arguments; a `secret` argument (shown
+    masked) starts empty, so an edit never sends the mask back as its value: the reviewer types it again."""
     schema = _schema(tool)
     required = set(schema.get("required") or [])
     fields = []
@@ -69,10 +70,11 @@ def edit_fields(tool: BaseTool, args: Mapping[str, Any]) -> list[FormField]:
             FormField(
                 name=name,
                 kind=kind,
-                value=_shown(kind, args.get(name, spec.get("default"))),
+                value="" if name in secret else _shown(kind, args.get(name, spec.get("default"))),
                 required=name in required,
                 title=str(spec.get("title") or name),
-                description=str(spec.get("description") or ""),
+                description=("secret: type it again to edit. " if name in secret else "")
+                + str(spec.get("description") or ""),
                 choices=tuple(str(c) for c in spec.get("enum") or ()),
             )
         )

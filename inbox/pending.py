@@ -188,7 +188,9 @@ class PendingRequests:
                         approvals_required=int(action.get("approvals_required") or 1),
                         approved_by=list(action.get("approved_by") or []),
                         approvers=action.get("approvers"),
-                        fields=edit_fields(tool, action.get("args") or {}) if tool is not None else [],
+                        fields=edit_fields(tool, action.get("args") or {}, self.policy(action["name"]).secret_args)
+                        if tool is not None
+                        else [],
                     )
                 )
         first = (request.get("action_requests") or [{}])[0] if kind != "unknown_outcome" else {}

@@ -289,6 +289,8 @@ def test_edit_forms_follow_the_argument_schema_and_refuse_values_that_do_not_par
         "urgent": True,
         "tags": ["home", "march"],
     }
+    masked = edit_fields(pay, {"amount_cents": 1200, "note": "***"}, secret=frozenset({"note"}))
+    assert [f.value for f in masked][:2] == ["1200", ""]  # a secret is typed again, never sent back as "***"
     with pytest.raises(FormError, match=r"amount_cents: '15\.5' is not a whole number"):
         parse_edit(fields, {**form, "amount_cents": "15.5"})
     with pytest.raises(FormError, match="tags: not JSON"):
