@@ -295,3 +295,59 @@ def test_edit_forms_follow_the_argument_schema_and_refuse_values_that_do_not_par
         parse_edit(fields, {**form, "amount_cents": "15.5"})
     with pytest.raises(FormError, match="tags: not JSON"):
         parse_edit(fields, {**form, "tags": "[home"})
+
+
+def test_under_langgraph_dev_with_auth_reviewers_sign_in_with_their_api_tokens(tmp_path):
+    """The repo's langgraph.json (auth + http.app) under the real `langgraph dev`: ana (not an approver) asks through
+    the API with her bearer token; in the inbox she sees only her own request, bo (an approver) sees it and approves
+    it; the graph records bo, the user of his token, as the approver."""
+    import http.cookiejar
+    import re
+    import urllib.parse
+
+    from devserver import run_dev_server
+    from langgraph_sdk import get_sync_client
+
+    users = {"ana": ("ana-api-token-7f3c9e1d2b", ["staff"]), "bo": ("bo-api-token-1d6f2a9e3c", ["finance"])}
+    config = {"approver_roles": ["finance"], "tokens": {t: {"user_id": u, "roles": r} for u, (t, r) in users.items()}}
+    env = {
+        "GATEDLOOP_MODEL": "demo",
+        "OPENAI_API_KEY": None,
+        "GATEDLOOP_DB": str(tmp_path / "studio.sqlite"),
+        "GATEDLOOP_LEDGER": None,
+        "GATEDLOOP_AUTH_TOKENS": json.dumps(config),
+        "GATEDLOOP_AUTH_FILE": None,
+    }
+    with run_dev_server(TESTS.parent, env=env, workdir=tmp_path / "server", config_overrides={"env": None}) as url:
+        ana_api = get_sync_client(url=url, api_key=None, headers={"Authorization": f"Bearer {users['ana'][0]}"})
+        thread_id = ana_api.threads.create()["thread_id"]
+        ask = {"messages": [{"role": "user", "content": SEAT.format(who="Ana")}]}
+        assert ana_api.runs.wait(thread_id, "gatedloop", input=ask)["__interrupt__"]
+
+        def signed_in(user: str) -> tuple[Any, str, str]:
+            opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+            page = opener.open(f"{url}/inbox", timeout=60).read().decode()
+            csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+            assert csrf is not None and "Reviewer token" in page  # auth configured: nobody is let in unsigned
+            form = urllib.parse.urlencode({"csrf": csrf.group(1), "token": users[user][0]}).encode()
+            page = opener.open(f"{url}/inbox/login", data=form, timeout=60).read().decode()
+            return opener, csrf.group(1), page
+
+        _, _, ana_page = signed_in("ana")
+        assert f'data-key="{thread_id}"' in ana_page and "requested by ana" in ana_page
+        bo, csrf, bo_page = signed_in("bo")
+        card = bo_page[bo_page.index(f'data-key="{thread_id}"') :]
+        request_id = re.search(r'name="request_id" value="([^"]+)"', card)
+        assert request_id is not None
+        answer = {"csrf": csrf, "thread_id": thread_id, "request_id": request_id.group(1), "decision-0": "approve"}
+        page = bo.open(f"{url}/inbox/answer", data=urllib.parse.urlencode(answer).encode(), timeout=60).read()
+        assert f"Thread {thread_id}: decided; the thread ended: completed" in page.decode()
+        state = ana_api.threads.get_state(thread_id)
+        assert state["values"]["status"] == "completed"
+    from gatedloop.checkpoints.ledger import SqliteLedger
+
+    ledger = SqliteLedger(tmp_path / "studio.sqlite")
+    try:
+        assert [e["actor"] for e in ledger.audit(thread_id) if e["event"] == "decision"] == ["bo"]
+    finally:
+        ledger.close()
