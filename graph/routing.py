@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NotRequired, TypedDict
 
-from gatedloop.graph.state import GatedState
+from gatedloop.graph.state import CallPlan
 
 Next = Literal["model", "validate", "approve", "execute", "finalize"]
 
 
-def _verdicts(state: GatedState) -> set[str]:
+class RouteState(TypedDict):
+    """What the routers read. LangGraph reads a conditional edge's input schema from its annotation, and
+    only these channels are copied and brought up to date for it: routing never folds the history."""
+
+    calls: NotRequired[list[CallPlan]]
+    stop: NotRequired[str | None]
+
+
+def _verdicts(state: RouteState) -> set[str]:
     return {c["verdict"] for c in state.get("calls") or []}
 
 
-def after_model(state: GatedState) -> Next:
+def after_model(state: RouteState) -> Next:
     """Tool calls present -> validate; none (or a stop) -> finalize."""
     if state.get("stop") or not state.get("calls"):
         return "finalize"
     return "validate"
 
 
-def after_validate(state: GatedState) -> Next:
+def after_validate(state: RouteState) -> Next:
     if state.get("stop"):
         return "finalize"
     verdicts = _verdicts(state)
@@ -29,7 +37,7 @@ def after_validate(state: GatedState) -> Next:
     return "execute" if "run" in verdicts else "model"
 
 
-def after_approve(state: GatedState) -> Next:
+def after_approve(state: RouteState) -> Next:
     """Ask again while any gated call still waits (a refused answer, or a quorum not yet reached); then run."""
     verdicts = _verdicts(state)
     if "ask" in verdicts:
@@ -37,7 +45,7 @@ def after_approve(state: GatedState) -> Next:
     return "execute" if "run" in verdicts else "model"
 
 
-def after_execute(state: GatedState) -> Next:
+def after_execute(state: RouteState) -> Next:
     if state.get("stop"):
         return "finalize"
     return "approve" if "ask" in _verdicts(state) else "model"

@@ -1,13 +1,15 @@
 """The graph's state: the conversation, this turn's call plans, this request's counters, and the outcome.
 
-`messages` is a `DeltaChannel`, so a checkpoint stores only what a step added, not the whole history
-again; everything else is small and reset per turn or per request.
+Whatever grows with the work is a `DeltaChannel` (`messages`, and `seen_reads` for repeat detection), so a
+checkpoint stores only what a step added, not everything again; the rest is small and fixed in size.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, NotRequired, TypedDict, cast
+from typing import Annotated, Any, Literal, NotRequired, Self, TypedDict, cast
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, convert_to_messages
 from langgraph.channels import DeltaChannel
@@ -57,17 +59,71 @@ class RequestCounters(TypedDict):
     tokens: int
     per_tool: dict[str, int]
     retries: int
-    fingerprints: dict[str, list[Any]]
+
+
+class SeenRead(TypedDict):
+    """The last result of one read (tool + canonical arguments) in this request, for repeat detection."""
+
+    result: str
+    repeats: int
+
+
+class DoublingDeltaChannel(DeltaChannel):
+    """A `DeltaChannel` whose snapshot interval grows with its value.
+
+    LangGraph snapshots a `DeltaChannel` every `snapshot_frequency` updates. With a fixed interval the
+    snapshots of a growing value cost O(n) bytes per step (a full copy every k steps); here the interval is
+    half the value's size (at least `snapshot_frequency`): when each update adds an item, a snapshot is due
+    once the value has doubled since the last one. Snapshots then cost O(1) bytes per step amortized (their
+    sizes sum to at most twice the value), and a load replays at most half the value's items as writes.
+    Hand-written: LangGraph offers only the fixed interval.
+    """
+
+    __slots__ = ("min_interval",)
+
+    def __init__(self, reducer: Any, typ: Any = None, *, snapshot_frequency: int = 100) -> None:
+        super().__init__(reducer, typ, snapshot_frequency=snapshot_frequency)
+
+    @property
+    def snapshot_frequency(self) -> int:
+        """Read by LangGraph when it decides whether this step's checkpoint carries a snapshot."""
+        size = len(self.value) if self.is_available() else 0
+        return max(self.min_interval, size // 2)
+
+    @snapshot_frequency.setter
+    def snapshot_frequency(self, value: int) -> None:
+        self.min_interval = value
+
+    def copy(self) -> Self:
+        new = super().copy()
+        new.min_interval = self.min_interval  # the base class passes the grown interval to the constructor
+        return new
+
+    def from_checkpoint(self, checkpoint: Any) -> Self:
+        new = super().from_checkpoint(checkpoint)
+        new.min_interval = self.min_interval
+        return new
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, DoublingDeltaChannel)
+            and self.min_interval == other.min_interval
+            and self.reducer == other.reducer
+        )
 
 
 def fold_messages(history: list[BaseMessage] | None, writes: Sequence[Any]) -> list[BaseMessage]:
     """DeltaChannel reducer: `add_messages` applied write by write (batching-invariant).
 
     Messages that arrive without an id get one from their position, so replaying writes from the
-    checkpoint rebuilds the same ids every time (add_messages alone would draw fresh uuids).
+    checkpoint rebuilds the same ids every time (add_messages alone would draw fresh uuids). The id ->
+    position index of the list being extended is reused from the previous fold (`_ID_INDEXES`), so a
+    step that adds one message costs O(1) in index work instead of rebuilding it from the whole history.
     """
     merged: list[BaseMessage] = list(history or [])
-    position = {m.id: i for i, m in enumerate(merged)}  # built once per batch: replaying N writes stays O(n + N)
+    position = _ID_INDEXES.get(history) if history else None
+    if position is None:
+        position = _index(merged)
     for write in writes:
         incoming = convert_to_messages(write if isinstance(write, list) else [write])
         for offset, message in enumerate(incoming):
@@ -75,21 +131,75 @@ def fold_messages(history: list[BaseMessage] | None, writes: Sequence[Any]) -> l
                 message.id = f"msg-{len(merged) + offset}"
         if any(isinstance(m, RemoveMessage) for m in incoming):
             merged = cast(list[BaseMessage], add_messages(cast(Any, merged), cast(Any, incoming)))
-            position = {m.id: i for i, m in enumerate(merged)}
+            position = _index(merged)
             continue
         for message in incoming:
-            if message.id in position:
-                merged[position[message.id]] = message
+            at = position.get(message.id)
+            if at is not None and not (at < len(merged) and merged[at].id == message.id):
+                position = _index(merged)  # shared with a list that grew differently (a fork): rebuild
+                at = position.get(message.id)
+            if at is not None:
+                merged[at] = message
             else:
                 position[message.id] = len(merged)
                 merged.append(message)
+    _ID_INDEXES.put(merged, position)
+    return merged
+
+
+def _index(messages: list[BaseMessage]) -> dict[str | None, int]:
+    return {m.id: i for i, m in enumerate(messages)}
+
+
+class _RecentIndexes:
+    """id -> position indexes of the most recently folded message lists, looked up by list identity.
+
+    A fold extends the index of the list it starts from in place and hands it on to the list it returns.
+    Two lists that share an index share their prefix; every id any of them holds is in the index, so a
+    miss is exact, and a hit is checked against the list (a mismatch means a fork and forces a rebuild).
+    Bounded, so it never keeps more than a few histories alive. Hand-written: LangGraph's DeltaChannel
+    gives the reducer only the value, and `add_messages` rebuilds its index on every call.
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self.lock = threading.Lock()
+        self.entries: OrderedDict[int, tuple[list[BaseMessage], dict[str | None, int]]] = OrderedDict()
+
+    def get(self, messages: list[BaseMessage]) -> dict[str | None, int] | None:
+        with self.lock:
+            entry = self.entries.get(id(messages))
+        return entry[1] if entry is not None and entry[0] is messages else None
+
+    def put(self, messages: list[BaseMessage], position: dict[str | None, int]) -> None:
+        with self.lock:
+            self.entries[id(messages)] = (messages, position)
+            self.entries.move_to_end(id(messages))
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+
+
+_ID_INDEXES = _RecentIndexes()
+
+
+def merge_seen(seen: dict[str, SeenRead] | None, writes: Sequence[dict[str, SeenRead]]) -> dict[str, SeenRead]:
+    """DeltaChannel reducer for `seen_reads`: later entries for a read replace earlier ones (batching-invariant)."""
+    merged = dict(seen or {})
+    for write in writes:
+        merged.update(write)
     return merged
 
 
 class GatedState(TypedDict):
-    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
+    messages: Annotated[list[AnyMessage], DoublingDeltaChannel(fold_messages)]
+    """The conversation; a step stores only the messages it added."""
     calls: NotRequired[list[CallPlan]]
+    """This model turn's proposed calls and their verdicts (validate -> approve -> execute)."""
     counters: NotRequired[RequestCounters]
+    """This request's budgets used so far; fixed in size, reset by each new user message."""
+    seen_reads: Annotated[NotRequired[dict[str, SeenRead]], DoublingDeltaChannel(merge_seen)]
+    """Fingerprint of each read run in this request -> its last result; a step stores only the reads it ran,
+    and a new request starts it again with an `Overwrite`."""
     stop: NotRequired[str | None]
     stop_detail: NotRequired[str | None]
     status: NotRequired[Status | None]
@@ -99,7 +209,7 @@ class GatedState(TypedDict):
 
 
 class InputState(TypedDict):
-    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
+    messages: Annotated[list[AnyMessage], DoublingDeltaChannel(fold_messages)]
 
 
 class OutputState(TypedDict):

@@ -23,7 +23,7 @@ from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
 
-from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
+from gatedloop.graph.state import CallPlan, GatedState, RequestCounters, SeenRead
 from gatedloop.nodes.admission import admit
 from gatedloop.nodes.answers import error_message, record_answers, result_message
 from gatedloop.nodes.parts import LoopParts, current_thread_id
@@ -115,6 +115,7 @@ class _Turn:
         self.parts = parts
         self.thread_id = current_thread_id()
         self.counters: RequestCounters = {**state["counters"]}
+        self.seen_reads = state.get("seen_reads") or {}
         self.outcomes: dict[str, Outcome] = {}
         self.unsettled: list[str] = []
         self.refused: list[ToolMessage] = []
@@ -171,14 +172,14 @@ class _Turn:
         counters = self.counters
         answers: list[ToolMessage] = []
         loop_hit = False
-        fingerprints = {k: list(v) for k, v in counters["fingerprints"].items()}
+        seen: dict[str, SeenRead] = {}
         per_tool = dict(counters["per_tool"])
         for plan in self.runnable:
             outcome = self.outcomes[plan["id"]]
             per_tool[plan["name"]] = per_tool.get(plan["name"], 0) + 1
             content = outcome["content"]
             if outcome["status"] == "ok" and plan["effect"] == "read":
-                repeat = _repeat_count(fingerprints, plan, content)
+                repeat = _repeat_count(self.seen_reads, seen, plan, content)
                 if repeat >= 1:
                     content = errors.error_json("duplicate_call", errors.DUPLICATE_CALL)
                     outcome = {**outcome, "status": "error", "error_type": "duplicate_call"}
@@ -188,12 +189,13 @@ class _Turn:
             self.parts.ledger.record(self.thread_id, plan["id"], "executed", _audit(plan, shown, outcome))
         counters["tool_calls"] += len(self.runnable)
         counters["per_tool"] = per_tool
-        counters["fingerprints"] = fingerprints
         update: dict[str, Any] = {
             "calls": _answered(self.calls),
             "counters": counters,
             **self._answers([*self.refused, *answers]),
         }
+        if seen:
+            update["seen_reads"] = seen
         if self.unsettled:
             update.update(stop="needs_attention", stop_detail="a write's outcome is unknown and was left to a person")
         elif loop_hit:
@@ -233,13 +235,17 @@ def _reported(plan: CallPlan, run: Callable[[], Outcome]) -> Outcome:
     return outcome
 
 
-def _repeat_count(fingerprints: dict[str, list[Any]], plan: CallPlan, content: str) -> int:
-    """How many times in a row this read returned the same result for the same arguments before."""
+def _repeat_count(before: dict[str, SeenRead], seen: dict[str, SeenRead], plan: CallPlan, content: str) -> int:
+    """How many times in a row this read returned the same result for the same arguments before.
+
+    `before` is what the request's earlier steps saw; `seen` collects this step's entries (the only thing
+    the step stores), and a later call in the same step sees an earlier one.
+    """
     key = fingerprint(plan["name"], plan["args"])
     result = digest(content)
-    previous = fingerprints.get(key)
-    repeats = previous[0] + 1 if previous and previous[1] == result else 0
-    fingerprints[key] = [repeats, result]
+    previous = seen.get(key) or before.get(key)
+    repeats = previous["repeats"] + 1 if previous and previous["result"] == result else 0
+    seen[key] = {"result": result, "repeats": repeats}
     return repeats
 
 

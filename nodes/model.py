@@ -16,6 +16,7 @@ from langchain_core.exceptions import ModelConnectionError
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
+from langgraph.types import Overwrite
 
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
@@ -134,6 +135,8 @@ def make_model_node(parts: LoopParts):
             counters = fresh_counters(parts.clock())
             parts.ledger.clear_cancel(thread_id)
             reset.update(status=None, answer=None, stop_detail=None, review_error=None)
+            if state.get("seen_reads"):
+                reset["seen_reads"] = Overwrite({})  # repeats are counted per request
         else:
             counters = {**counters}
         if closed.left_open:

@@ -53,7 +53,6 @@ def fresh_counters(now: float) -> RequestCounters:
         "tokens": 0,
         "per_tool": {},
         "retries": 0,
-        "fingerprints": {},
     }
 
 

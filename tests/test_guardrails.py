@@ -348,6 +348,20 @@ def test_repeat_fingerprint_ignores_key_order_whitespace_and_equal_numbers(db):
     assert err(answers(out)["b1"])["type"] == "duplicate_call"
 
 
+def test_a_repeat_of_a_read_many_rounds_back_is_still_a_duplicate_and_a_new_request_starts_afresh(db):
+    """Repeat detection keeps every read of the request, not only the last round's (A, B, C, A -> duplicate)."""
+    first = [reply(calls=[call("search", {"query": q}, f"q{i}")]) for i, q in enumerate("abc")]
+    script = [*first, reply(calls=[call("search", {"query": "a"}, "q3")]), reply("done")]
+    script += [reply(calls=[call("search", {"query": "a"}, "r0")]), reply("again")]
+    with open_sqlite(db) as saver:
+        graph, model, _ = make(saver, script)
+        out = graph.invoke({"messages": [("user", "go")]}, CFG)
+        assert err(answers(out)["q3"])["type"] == "duplicate_call" and out["status"] == "completed"
+        out = graph.invoke({"messages": [("user", "next request")]}, CFG)
+    assert answers(out)["r0"].status == "success" and out["status"] == "completed"
+    model.assert_complete()
+
+
 def test_a_repeat_whose_result_changed_is_not_a_duplicate(db):
     recorder = Recorder()
     script = [
