@@ -138,8 +138,15 @@ def idempotency_key(thread_id: str, call_id: str) -> str:
 
 
 class Ledger(Protocol):
-    """What the nodes need from a ledger; `SqliteLedger` here, `PostgresLedger` for Postgres."""
+    """What the nodes need from a ledger; `SqliteLedger` here, `PostgresLedger` for Postgres.
 
+    `claimant` names this process in the claims it makes, in a form `claimant_alive` of any process using
+    the same ledger can check: host:pid:start-time for SQLite (one host), a held advisory lock for Postgres.
+    """
+
+    @property
+    def claimant(self) -> str: ...
+    def claimant_alive(self, claimant: str) -> bool: ...
     def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]: ...
     def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool: ...
     def finish(self, thread_id: str, call_id: str, outcome: Outcome, result: Any) -> None: ...
@@ -193,6 +200,13 @@ class SqliteLedger(EvidenceStore):
         self.recreated = row is not None
         """True once the ledger was lost and recreated: won claims are then reconciled before they run."""
 
+    @property
+    def claimant(self) -> str:
+        return current_claimant()
+
+    def claimant_alive(self, claimant: str) -> bool:
+        return claimant_alive(claimant)
+
     def _missing(self, table: str) -> bool:
         found = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone()
         return found is None
@@ -237,7 +251,7 @@ class SqliteLedger(EvidenceStore):
             cur = conn.execute(
                 "INSERT OR IGNORE INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key,"
                 " state, claimed_at, claimant) VALUES (?, ?, ?, ?, ?, 'claimed', ?, ?)",
-                (thread_id, call_id, tool, args_digest, key, time.time(), current_claimant()),
+                (thread_id, call_id, tool, args_digest, key, time.time(), self.claimant),
             )
             won = cur.rowcount == 1
         entry = self.get(thread_id, call_id)
@@ -253,7 +267,7 @@ class SqliteLedger(EvidenceStore):
             cur = conn.execute(
                 "UPDATE gatedloop_ledger SET attempts=attempts+1, claimed_at=?, claimant=? "
                 "WHERE thread_id=? AND call_id=? AND state='claimed' AND attempts=?",
-                (time.time(), current_claimant(), thread_id, call_id, seen_attempts),
+                (time.time(), self.claimant, thread_id, call_id, seen_attempts),
             )
             return cur.rowcount == 1
 

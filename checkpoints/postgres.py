@@ -17,7 +17,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import socket
+import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, suppress
 from typing import Any
@@ -33,7 +37,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from gatedloop.checkpoints.evidence import POSTGRES_SCHEMA as EVIDENCE_SCHEMA
 from gatedloop.checkpoints.evidence import EvidenceStore
 from gatedloop.checkpoints.lease import ThreadBusy
-from gatedloop.checkpoints.ledger import LedgerEntry, Outcome, current_claimant, idempotency_key
+from gatedloop.checkpoints.ledger import LedgerEntry, Outcome, claimant_alive, idempotency_key
 
 URL_PREFIXES = ("postgresql://", "postgres://")
 
@@ -130,6 +134,68 @@ def _try_lock(conn: Connection[Any], key: int) -> bool:
     return bool(row is not None and (row["locked"] if isinstance(row, dict) else row[0]))
 
 
+WORKER_PREFIX = "pg-worker:"
+
+
+def worker_key(token: str) -> int:
+    """The advisory-lock key a worker holds for as long as it lives (namespaced as `lease_key`)."""
+    return int.from_bytes(hashlib.sha256(f"gatedloop:worker:{token}".encode()).digest()[:8], "big", signed=True)
+
+
+class WorkerLock:
+    """This process's name in ledger claims, checkable from any host: an exclusive session-level advisory
+    lock on a fresh random key, held on a connection of its own for as long as the process (and that
+    session) lives. Another process asks with `pg_try_advisory_lock_shared`: it succeeds only when no session
+    holds the key exclusively, i.e. when the claimant is gone, however it ended and wherever it ran.
+    Checkers take the key shared, so two checkers never mistake each other for the claimant.
+
+    If the session is lost (server restart, network), the lock is gone and others will treat the old name
+    as dead; the next claim checks the session and takes a new name, so no claim is made under a lock that
+    is not held. A write already running under the old name when its session dropped is the one gap, as
+    for the thread lease (README).
+    """
+
+    def __init__(self, url: str):
+        self.url = url
+        self._lock = threading.Lock()
+        self._conn: Connection[Any] | None = None
+        self._pid = 0
+        self._name = ""
+
+    def name(self) -> str:
+        """The claimant name to write into a claim now (the session is checked with one round trip)."""
+        with self._lock:
+            if self._conn is None or self._pid != os.getpid() or not self._healthy(self._conn):
+                self._take_new_name()
+            return self._name
+
+    def _healthy(self, conn: Connection[Any]) -> bool:
+        try:
+            conn.execute("SELECT 1")
+            return True
+        except psycopg.Error:
+            return False
+
+    def _take_new_name(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            with suppress(psycopg.Error):
+                self._conn.close()
+        token = uuid.uuid4().hex
+        conn = psycopg.connect(
+            make_conninfo(_lease_conninfo(self.url), application_name="gatedloop-worker"), autocommit=True
+        )
+        conn.execute("SELECT pg_advisory_lock(%s)", (worker_key(token),))
+        self._conn, self._pid = conn, os.getpid()
+        self._name = f"{WORKER_PREFIX}{token}:{socket.gethostname()}:{os.getpid()}"
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                with suppress(psycopg.Error):
+                    self._conn.close()
+            self._conn = None
+
+
 def prepare_database(url: str, *, checkpoints: bool = True) -> None:
     """Create the ledger tables (and run LangGraph's checkpoint migrations if `checkpoints`), one process
     at a time. Connection errors surface here with the server's own message."""
@@ -184,10 +250,30 @@ class PostgresLedger(EvidenceStore):
         else:
             self._pool = conn
             self._owns_pool = False
+        self._worker = WorkerLock(self._pool.conninfo)
 
     def close(self) -> None:
+        self._worker.close()
         if self._owns_pool:
             self._pool.close()
+
+    @property
+    def claimant(self) -> str:
+        return self._worker.name()
+
+    def claimant_alive(self, claimant: str) -> bool:
+        """Whether the process named in a claim may still be running: it holds its worker lock while it lives.
+        (A claim from before worker locks names host:pid:start-time, checkable on its own host only.)"""
+        if not claimant.startswith(WORKER_PREFIX):
+            return claimant_alive(claimant)
+        key = worker_key(claimant.removeprefix(WORKER_PREFIX).split(":", 1)[0])
+        with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute("SELECT pg_try_advisory_lock_shared(%s)", (key,))
+            row = cur.fetchone()
+            taken = bool(row and row[0])
+            if taken:
+                cur.execute("SELECT pg_advisory_unlock_shared(%s)", (key,))
+        return not taken
 
     def _execute(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
@@ -216,7 +302,7 @@ class PostgresLedger(EvidenceStore):
             "INSERT INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key, state, claimed_at,"
             " claimant) VALUES (%s, %s, %s, %s, %s, 'claimed', %s, %s)"
             f" ON CONFLICT (thread_id, call_id) DO NOTHING RETURNING {ENTRY_COLUMNS}",
-            (thread_id, call_id, tool, args_digest, key, time.time(), current_claimant()),
+            (thread_id, call_id, tool, args_digest, key, time.time(), self.claimant),
         )
         if inserted:
             return True, LedgerEntry(*inserted[0])
@@ -230,7 +316,7 @@ class PostgresLedger(EvidenceStore):
             self._count(
                 "UPDATE gatedloop_ledger SET attempts=attempts+1, claimed_at=%s, claimant=%s "
                 "WHERE thread_id=%s AND call_id=%s AND state='claimed' AND attempts=%s",
-                (time.time(), current_claimant(), thread_id, call_id, seen_attempts),
+                (time.time(), self.claimant, thread_id, call_id, seen_attempts),
             )
             == 1
         )
@@ -326,11 +412,13 @@ def open_postgres(url: str, *, max_size: int = 8) -> Iterator[GatedPostgresSaver
     prepare_database(url)
     pool = _saver_pool(url, max_size)
     pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+    ledger = PostgresLedger(pool, setup=False)
     try:
         saver = GatedPostgresSaver(pool)
-        saver.ledger, saver.url = PostgresLedger(pool, setup=False), url
+        saver.ledger, saver.url = ledger, url
         yield saver
     finally:
+        ledger.close()
         pool.close()
 
 

@@ -18,7 +18,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from gatedloop.checkpoints.ledger import Ledger, claimant_alive, idempotency_key
+from gatedloop.checkpoints.ledger import Ledger, idempotency_key
 from gatedloop.graph.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry
@@ -125,7 +125,7 @@ def run_write(registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: Call
     if not won:
         if entry.state != "claimed":
             return stored_outcome(entry.state, entry.result)
-        reason: UnknownReason = "claimant_running" if claimant_alive(entry.claimant) else "claimant_died"
+        reason: UnknownReason = "claimant_running" if ledger.claimant_alive(entry.claimant) else "claimant_died"
         return unknown(reason, entry.attempts)
     if getattr(ledger, "recreated", False):
         known = reconcile(registry, thread_id, plan)

@@ -15,7 +15,7 @@ from langgraph.func import task
 from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
 
-from gatedloop.checkpoints.ledger import claimant_alive, current_claimant, idempotency_key
+from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.graph.state import CallPlan
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.parts import LoopParts, call_context
@@ -101,7 +101,7 @@ def settle_unknown(
     answer = reconcile(parts.registry, thread_id, plan)
     if answer is not CANNOT_TELL and answer is not None:
         return _settle(parts, thread_id, plan, reconciled_outcome(parts, answer), "reconciled"), False
-    if answer is None and entry is not None and not _may_be_running(thread_id, plan, entry.claimant):
+    if answer is None and entry is not None and not _may_be_running(parts, thread_id, plan, entry.claimant):
         if not rerun:
             return _superseded(parts, thread_id, plan, "reconciled: not done"), False
         rerun_outcome = _rerun(parts, thread_id, plan, entry.attempts)
@@ -119,10 +119,10 @@ def _superseded(parts: LoopParts, thread_id: str, plan: CallPlan, how: str, who:
     return outcome
 
 
-def _may_be_running(thread_id: str, plan: CallPlan, claimant: str) -> bool:
+def _may_be_running(parts: LoopParts, thread_id: str, plan: CallPlan, claimant: str) -> bool:
     if still_running_here(thread_id, plan["id"]):
         return True
-    return claimant != current_claimant() and claimant_alive(claimant)
+    return claimant != parts.ledger.claimant and parts.ledger.claimant_alive(claimant)
 
 
 def _rerun(parts: LoopParts, thread_id: str, plan: CallPlan, attempts: int) -> Outcome | None:
@@ -145,7 +145,8 @@ def _ask_person(
         answer = interrupt(request if error is None else {**request, "error": error})
         try:
             [decision] = check_unknown_answer(answer, 1)
-            if decision["type"] == "not_done" and _may_be_running(thread_id, plan, _claimant(parts, thread_id, plan)):
+            claimant = _claimant(parts, thread_id, plan)
+            if decision["type"] == "not_done" and _may_be_running(parts, thread_id, plan, claimant):
                 raise InvalidDecision(
                     f"an attempt of {plan['name']} may still be running; answer done or abandon, or resume again "
                     "once it has returned"
@@ -171,7 +172,7 @@ def _ask_person(
 
 def _claimant(parts: LoopParts, thread_id: str, plan: CallPlan) -> str:
     entry = parts.ledger.get(thread_id, plan["id"])
-    return entry.claimant if entry is not None and entry.state == "claimed" else current_claimant()
+    return entry.claimant if entry is not None and entry.state == "claimed" else parts.ledger.claimant
 
 
 def _settle(
