@@ -250,7 +250,8 @@ class PostgresLedger(EvidenceStore):
         else:
             self._pool = conn
             self._owns_pool = False
-        self._worker = WorkerLock(self._pool.conninfo)
+        conninfo = self._pool.conninfo
+        self._worker = WorkerLock(conninfo() if callable(conninfo) else conninfo)
 
     def close(self) -> None:
         self._worker.close()
