@@ -41,6 +41,8 @@ WORKAROUND_POOL = 64  # a default executor this large avoids the execute-node de
 
 @dataclass(frozen=True)
 class Plan:
+    request_rounds: int
+    request_reps: int
     lengths: tuple[int, ...]
     reps: int
     sample_every: int
@@ -54,8 +56,8 @@ class Plan:
     memory_turns: int
 
 
-FULL = Plan((50, 200, 400), 3, 25, (10, 400), 5, 5, 50, 4, 3, 10.0, 400)
-QUICK = Plan((5, 10, 20), 1, 5, (3, 10), 2, 2, 50, 1, 1, 5.0, 20)
+FULL = Plan(400, 3, (50, 200, 400), 3, 25, (10, 400), 5, 5, 50, 4, 3, 10.0, 400)
+QUICK = Plan(50, 1, (5, 10, 20), 1, 5, (3, 10), 2, 2, 50, 1, 1, 5.0, 20)
 
 
 def log(message: str) -> None:
@@ -94,6 +96,65 @@ def probe(args: list[str], timeout: float = 900.0) -> dict[str, Any]:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["process_wall_ms"] = round(wall, 3)
     return result
+
+
+# --- one long request: N tool rounds after one user message (one child process per run) ---------------
+
+
+def bench_request(plan: Plan, work: Path) -> dict[str, Any]:
+    """Both systems, `request_reps` times each, interleaved; per-step bytes and time against length."""
+    every = max(1, plan.request_rounds // 16)
+    runs: dict[str, list[dict[str, Any]]] = {system: [] for system in SYSTEMS}
+    for rep in range(plan.request_reps):
+        for system in SYSTEMS if rep % 2 == 0 else tuple(reversed(SYSTEMS)):
+            db = work / f"request-{system}-{rep}.sqlite"
+            args = ["--system", system, "--db", str(db), "--rounds", str(plan.request_rounds)]
+            done = subprocess.run(
+                [sys.executable, "-m", "bench.long_request", *args, "--sample-every", str(every)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=900,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"bench.long_request {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            result["samples"] = {int(n): v for n, v in result["samples"].items()}
+            runs[system].append(result)
+            log(f"long request {system} rep {rep + 1}: {result['total_s']:.2f}s for {plan.request_rounds} rounds")
+            _remove_db(db)
+    return {system: _summarize_request(mine, every) for system, mine in runs.items()}
+
+
+def _summarize_request(runs: list[dict[str, Any]], every: int) -> dict[str, Any]:
+    points = sorted(runs[0]["samples"])
+    curve, previous = [], 0
+    for n in points:
+        blob = median([r["samples"][n]["checkpoint_blobs"] + r["samples"][n]["write_blobs"] for r in runs])
+        span = n - previous
+        step_ms = median([sum(r["round_s"][n - span : n]) / span * 1000 for r in runs])
+        curve.append(
+            {
+                "round": n,
+                "blob_bytes": blob,
+                "file_bytes": median([r["samples"][n]["file_bytes"] for r in runs]),
+                "mean_bytes_per_step": blob / n,
+                "window_ms_per_step": step_ms,
+                "mean_ms_per_step": median([sum(r["round_s"][:n]) / n * 1000 for r in runs]),
+            }
+        )
+        previous = n
+    for before, point in zip([None, *curve], curve, strict=False):
+        base = before or {"round": 0, "blob_bytes": 0}
+        point["window_bytes_per_step"] = (point["blob_bytes"] - base["blob_bytes"]) / (point["round"] - base["round"])
+    return {
+        "rounds": runs[0]["rounds"],
+        "sample_every": every,
+        "curve": curve,
+        "total_s": median([r["total_s"] for r in runs]),
+        "runs_total_s": [round(r["total_s"], 3) for r in runs],
+    }
 
 
 # --- long threads: stored bytes, time per turn, peak RSS (one child process per thread) ----------------
@@ -331,17 +392,23 @@ def main(argv: list[str] | None = None) -> int:
         help="also run each system under tracemalloc (slow; RSS is always measured)",
     )
     parser.add_argument(
-        "--only", nargs="*", choices=("long", "reads", "concurrency"), help="run only these parts (resume needs long)"
+        "--only",
+        nargs="*",
+        choices=("request", "long", "reads", "concurrency"),
+        help="run only these parts (resume needs long)",
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    parts = set(args.only or ("long", "reads", "concurrency"))
+    parts = set(args.only or ("request", "long", "reads", "concurrency"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gatedloop-bench-"))
     results: dict[str, Any] = {"meta": {**environment(argv), "plan": asdict(plan), "quick": args.quick}}
     started = time.perf_counter()
     try:
+        if "request" in parts:
+            log(f"one long request: {plan.request_rounds} tool rounds, {plan.request_reps} x {len(SYSTEMS)} systems")
+            results["request"] = bench_request(plan, work)
         if "long" in parts:
             log(f"long threads: {plan.reps} x {len(MODES)} modes x {len(SYSTEMS)} systems x {max(plan.lengths)} turns")
             runs, paused = bench_long(plan, work)
@@ -378,6 +445,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.plot import plot
 
         plot(results, out / "stored_bytes.png")
+    if "request" in results:
+        from bench.plot import plot_request
+
+        plot_request(results, out / "long_request.png")
     log(f"done in {results['meta']['seconds']}s: {out / 'results.md'}")
     print((out / "results.md").read_text())
     return 0

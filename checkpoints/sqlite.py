@@ -15,18 +15,21 @@ import aiosqlite
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from gatedloop.checkpoints.history_memo import MemoizedHistoryAsync, MemoizedHistorySync
 from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger
 
 
-class GatedSqliteSaver(SqliteSaver):
-    """LangGraph's `SqliteSaver`, plus the ledger that lives beside the checkpoints."""
+class GatedSqliteSaver(MemoizedHistorySync, SqliteSaver):
+    """LangGraph's `SqliteSaver`, plus the ledger that lives beside the checkpoints, and a thread's history
+    read from disk once per process (`history_memo`)."""
 
     ledger: SqliteLedger
     path: str
 
 
-class GatedAsyncSqliteSaver(AsyncSqliteSaver):
-    """LangGraph's `AsyncSqliteSaver`, plus the ledger that lives beside the checkpoints."""
+class GatedAsyncSqliteSaver(MemoizedHistoryAsync, AsyncSqliteSaver):
+    """LangGraph's `AsyncSqliteSaver`, plus the ledger that lives beside the checkpoints, and a thread's
+    history read from disk once per process (`history_memo`)."""
 
     ledger: SqliteLedger
     path: str

@@ -122,10 +122,16 @@ def fold_messages(history: list[BaseMessage] | None, writes: Sequence[Any]) -> l
     """
     merged: list[BaseMessage] = list(history or [])
     position = _ID_INDEXES.get(history) if history else None
+    done = _FOLDS.get(history) if history is not None and len(writes) > REPLAY else None
+    if done is not None and len(done[0]) <= len(writes) and all(a is b for a, b in zip(done[0], writes, strict=False)):
+        merged, position = list(done[1]), done[2]  # a load replaying the same stored writes as last time, and more
+        todo = writes[len(done[0]) :]
+    else:
+        todo = writes
     if position is None:
         position = _index(merged)
-    for write in writes:
-        incoming = convert_to_messages(write if isinstance(write, list) else [write])
+    for write in todo:
+        incoming = _as_messages(write)
         for offset, message in enumerate(incoming):
             if message.id is None:
                 message.id = f"msg-{len(merged) + offset}"
@@ -144,6 +150,8 @@ def fold_messages(history: list[BaseMessage] | None, writes: Sequence[Any]) -> l
                 position[message.id] = len(merged)
                 merged.append(message)
     _ID_INDEXES.put(merged, position)
+    if history is not None and len(writes) > REPLAY:
+        _FOLDS.put(history, (tuple(writes), merged, position))
     return merged
 
 
@@ -151,35 +159,54 @@ def _index(messages: list[BaseMessage]) -> dict[str | None, int]:
     return {m.id: i for i, m in enumerate(messages)}
 
 
-class _RecentIndexes:
-    """id -> position indexes of the most recently folded message lists, looked up by list identity.
+def _as_messages(write: Any) -> list[BaseMessage]:
+    """A write as messages. Messages pass through; anything else (`("user", "...")` input) is converted once
+    per write object, so replaying the same stored writes again does not build new messages each time."""
+    items = write if isinstance(write, list) else [write]
+    if all(isinstance(m, BaseMessage) for m in items):
+        return items
+    converted = _CONVERTED.get(write)
+    if converted is None:
+        converted = convert_to_messages(items)
+        _CONVERTED.put(write, converted)
+    return converted
 
-    A fold extends the index of the list it starts from in place and hands it on to the list it returns.
-    Two lists that share an index share their prefix; every id any of them holds is in the index, so a
-    miss is exact, and a hit is checked against the list (a mismatch means a fork and forces a rebuild).
-    Bounded, so it never keeps more than a few histories alive. Hand-written: LangGraph's DeltaChannel
-    gives the reducer only the value, and `add_messages` rebuilds its index on every call.
+
+class _ByIdentity:
+    """A small LRU map keyed by object identity (the key object is kept alive with its entry, so its id is
+    never reused while the entry exists). Bounded, so it never keeps more than a few histories alive.
+
+    Three uses in `fold_messages`: the id -> position index of each recently folded message list (a fold
+    extends the index of the list it starts from in place and hands it on to the list it returns; lists
+    sharing an index share their prefix, every id any of them holds is in it, so a miss is exact and a hit
+    is checked against the list), the messages converted from each non-message write, and the result of the
+    last replay from each snapshot (the write objects it folded, the list, its index). Hand-written:
+    LangGraph's DeltaChannel gives the reducer only the value, and `add_messages` rebuilds its index and
+    converts every write on every call.
     """
 
-    def __init__(self, size: int = 64) -> None:
+    def __init__(self, size: int) -> None:
         self.size = size
         self.lock = threading.Lock()
-        self.entries: OrderedDict[int, tuple[list[BaseMessage], dict[str | None, int]]] = OrderedDict()
+        self.entries: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
 
-    def get(self, messages: list[BaseMessage]) -> dict[str | None, int] | None:
+    def get(self, key: Any) -> Any:
         with self.lock:
-            entry = self.entries.get(id(messages))
-        return entry[1] if entry is not None and entry[0] is messages else None
+            entry = self.entries.get(id(key))
+        return entry[1] if entry is not None and entry[0] is key else None
 
-    def put(self, messages: list[BaseMessage], position: dict[str | None, int]) -> None:
+    def put(self, key: Any, value: Any) -> None:
         with self.lock:
-            self.entries[id(messages)] = (messages, position)
-            self.entries.move_to_end(id(messages))
+            self.entries[id(key)] = (key, value)
+            self.entries.move_to_end(id(key))
             while len(self.entries) > self.size:
                 self.entries.popitem(last=False)
 
 
-_ID_INDEXES = _RecentIndexes()
+_ID_INDEXES = _ByIdentity(64)
+_CONVERTED = _ByIdentity(8192)
+_FOLDS = _ByIdentity(64)
+REPLAY = 8  # a fold of more writes than this is a load's replay, worth remembering
 
 
 def merge_seen(seen: dict[str, SeenRead] | None, writes: Sequence[dict[str, SeenRead]]) -> dict[str, SeenRead]:
