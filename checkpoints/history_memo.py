@@ -20,7 +20,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, get_checkpoint_id
@@ -81,31 +80,44 @@ class _Walk:
     def parent_of(self, tup: CheckpointTuple) -> str | None:
         return get_checkpoint_id(tup.parent_config) if tup.parent_config else None
 
-    def base(self, tup: CheckpointTuple) -> Histories | None:
-        """The history at ancestor `tup` if known without going further back: memoized, or seeded by a
-        stored value for every channel (None: keep walking)."""
-        known = self.memo.get(self.thread, tup.config["configurable"]["checkpoint_id"], self.channels)
+    def base(self) -> Histories | None:
+        """The history at the oldest walked ancestor, if the walk can stop there: memoized, or every channel
+        has a stored value (a snapshot) at some walked ancestor (None: keep walking)."""
+        oldest = self.steps[-1]
+        known = self.memo.get(self.thread, oldest.config["configurable"]["checkpoint_id"], self.channels)
         if known is not None:
             return known
-        values: Mapping[str, Any] = tup.checkpoint.get("channel_values") or {}
-        if all(ch in values for ch in self.channels):
-            return {ch: {"seed": values[ch], "writes": []} for ch in self.channels}
+        if all(self._seeded_at(ch) is not None for ch in self.channels):
+            return {ch: {"writes": []} for ch in self.channels}  # unused: every channel restarts at its seed
+        return None
+
+    def _seeded_at(self, ch: str) -> int | None:
+        """Index in `steps` of the newest walked ancestor that stores a value of `ch`."""
+        for index, tup in enumerate(self.steps):
+            if ch in (tup.checkpoint.get("channel_values") or {}):
+                return index
         return None
 
     def extend(self, base: Histories) -> Histories | None:
-        """`base` plus the writes stored at each walked ancestor, oldest first; None if one step's writes to a
-        channel came from more than one task."""
+        """Per channel: from its newest stored value on the walk (a snapshot taken since the memoized point)
+        or else from `base`, plus the writes stored at each ancestor after that, oldest first. None if one
+        step's writes to a channel came from more than one task."""
         out: Histories = {}
         for ch in self.channels:
-            writes = list(base[ch]["writes"])
-            for tup in reversed(self.steps):
+            seeded = self._seeded_at(ch)
+            if seeded is None:
+                history: DeltaChannelHistory = {"writes": list(base[ch]["writes"])}
+                if "seed" in base[ch]:
+                    history["seed"] = base[ch]["seed"]
+                newer = self.steps
+            else:
+                history = {"writes": [], "seed": self.steps[seeded].checkpoint["channel_values"][ch]}
+                newer = self.steps[: seeded + 1]
+            for tup in reversed(newer):
                 mine = [w for w in tup.pending_writes or () if w[1] == ch]
                 if len({w[0] for w in mine}) > 1:
                     return None
-                writes.extend(mine)
-            history: DeltaChannelHistory = {"writes": writes}
-            if "seed" in base[ch]:
-                history["seed"] = base[ch]["seed"]
+                history["writes"].extend(mine)
             out[ch] = history
         return out
 
@@ -137,7 +149,7 @@ class MemoizedHistorySync:
             if current is None:
                 return None
             walk.steps.append(current)
-            base = walk.base(current)
+            base = walk.base()
             if base is not None:
                 return walk.extend(base)
         return None
@@ -176,7 +188,7 @@ class MemoizedHistoryAsync:
             if current is None:
                 return None
             walk.steps.append(current)
-            base = walk.base(current)
+            base = walk.base()
             if base is not None:
                 return walk.extend(base)
         return None
