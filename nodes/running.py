@@ -74,7 +74,7 @@ def run_read(registry: ToolRegistry, plan: CallPlan, max_chars: int) -> Outcome:
     policy = registry.policy(plan["name"])
     started = time.monotonic()
     future = _POOL.submit(invoke_tool, registry.tools[plan["name"]], plan["args"])
-    finished, result, exc = _wait(future, policy.timeout_s)
+    finished, result, exc = _wait(future, policy.timeout_s, plan)
     if not finished:
         body = errors.error_json("timeout", errors.TIMEOUT.format(seconds=policy.timeout_s))
         outcome: Outcome = {"status": "error", "content": body, "error_type": "timeout", "duration_ms": 0.0}
@@ -86,11 +86,19 @@ def run_read(registry: ToolRegistry, plan: CallPlan, max_chars: int) -> Outcome:
     return outcome
 
 
-def _wait(future: Future[Any], timeout_s: float) -> tuple[bool, Any, BaseException | None]:
+class ToolAborted(BaseException):
+    """A tool raised a BaseException that is not an Exception (SystemExit, KeyboardInterrupt, GeneratorExit...).
+
+    It stops the run as the original would (a BaseException, so `except Exception` does not swallow it), but
+    carries only the tool's name and the exception's type: LangGraph stores a task's error in the checkpoint,
+    and the original's text may hold secrets. The original, with its traceback, goes to the log."""
+
+
+def _wait(future: Future[Any], timeout_s: float, plan: CallPlan) -> tuple[bool, Any, BaseException | None]:
     """(finished, result, exception). Not finished means our timeout passed; a TimeoutError the tool raised
     itself is its exception (on 3.11+ the two are the same class, so `future.done()` tells them apart).
-    A BaseException that is not an Exception (SystemExit, KeyboardInterrupt) is not swallowed: it stops the
-    run, and the thread resumes from its checkpoint, a write's claim settled through reconciliation."""
+    A BaseException that is not an Exception stops the run as `ToolAborted`, and the thread resumes from its
+    checkpoint, a write's claim settled through reconciliation."""
     try:
         return True, future.result(timeout=timeout_s), None
     except GraphBubbleUp:
@@ -99,6 +107,11 @@ def _wait(future: Future[Any], timeout_s: float) -> tuple[bool, Any, BaseExcepti
         return (True, None, exc) if future.done() else (False, None, None)
     except Exception as exc:
         return True, None, exc
+    except BaseException as exc:
+        aborted = type(exc).__name__
+        log.error("tool %s (call %s) raised %s; the run stops", plan["name"], plan["id"], aborted, exc_info=exc)
+    # Raised outside the handler, so the original is neither its cause nor its context.
+    raise ToolAborted(f"tool {plan['name']} (call {plan['id']}) raised {aborted}; the run stopped (details in the log)")
 
 
 CANNOT_TELL = object()
@@ -148,7 +161,7 @@ def start_write(
         args["idempotency_key"] = idempotency_key(thread_id, plan["id"])
     started = time.monotonic()
     future = _POOL.submit(invoke_tool, registry.tools[plan["name"]], args)
-    finished, result, exc = _wait(future, policy.timeout_s)
+    finished, result, exc = _wait(future, policy.timeout_s, plan)
     if not finished:
         _IN_FLIGHT[(thread_id, plan["id"])] = future
         future.add_done_callback(lambda f: _record_late(ledger, thread_id, plan, f, max_chars))

@@ -37,6 +37,7 @@ from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.graph import STATUSES, Limits, build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.nodes.running import ToolAborted
 from gatedloop.tools import ToolFailure, ToolPolicy
 from gatedloop.tools.errors import GENERIC_TOOL_ERROR
 from gatedloop.tools.results import MAX_DEPTH, TOO_DEEP, TRUNCATION_MARKER
@@ -349,28 +350,41 @@ class Abort(BaseException):
 BASE_EXCEPTIONS = [KeyboardInterrupt, SystemExit, GeneratorExit, Abort]
 
 
+def database_bytes(path: Path) -> bytes:
+    """Every byte SQLite holds for the file: the database and its write-ahead log."""
+    return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
 @pytest.mark.parametrize("effect", ["read", "write"])
 @pytest.mark.parametrize("kind", BASE_EXCEPTIONS, ids=lambda k: k.__name__)
-def test_a_base_exception_is_not_swallowed_and_the_thread_resumes_without_repeating_a_write(
-    tmp_path: Path, kind: type[BaseException], effect: str
+def test_a_base_exception_stops_the_run_leaves_no_text_in_the_checkpoint_and_the_thread_resumes(
+    tmp_path: Path, kind: type[BaseException], effect: str, caplog: pytest.LogCaptureFixture
 ):
-    """Not turned into a tool error, not converted to another type: the caller gets it; the checkpoint stops
-    before `execute` with no ToolMessage written; the thread resumes once the tool behaves, and a write that
-    already happened is not run again (its claim is kept; reconcile finds it)."""
-    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+    """Not turned into a tool error: the run stops with our own `ToolAborted`, which names the tool and the
+    exception's type but carries none of its text (LangGraph stores a task's error in the checkpoint; the
+    file's bytes are searched). The details are in the log. The checkpoint stops before `execute` with no
+    ToolMessage written; the thread resumes once the tool behaves, and a write that already happened is not
+    run again (its claim is kept; reconcile finds it)."""
+    db = tmp_path / "runs.sqlite"
+    with open_sqlite(db) as saver:
         app = App(saver, Effects(tmp_path / "effects.sqlite"))
-        app.behaviours.by_slot[1] = ("raise", kind(SECRET))
+        original = kind(SECRET)
+        app.behaviours.by_slot[1] = ("raise", original)
         planned = read(1) if effect == "read" else write(1)
-        with pytest.raises(kind) as raised:
+        with caplog.at_level(logging.ERROR, logger="gatedloop.execute"), pytest.raises(ToolAborted) as raised:
             out = runs.start(app.graph, "t", json.dumps([[planned]]))
             assert "__interrupt__" in out and effect == "write"
             runs.resume(app.graph, "t", APPROVE)
-        assert raised.type is kind and str(raised.value) == SECRET
+        assert "hunter2" not in str(raised.value) and kind.__name__ in str(raised.value)
+        assert raised.value.__cause__ is None and raised.value.__context__ is None
+        assert [r for r in caplog.records if r.exc_info and r.exc_info[1] is original], "details go to the log"
         snapshot = app.graph.get_state(runs.config_for("t"))
         assert snapshot.next == ("execute",)
         assert not [m for m in snapshot.values["messages"] if isinstance(m, ToolMessage)]
         expected_claims = [("claimed", 1)] if effect == "write" else []
         assert [(e.state, e.attempts) for e in saver.ledger.entries("t")] == expected_claims
+        assert b"hunter2" not in database_bytes(db)
+        assert b"ToolAborted" in database_bytes(db), "the stop itself is recorded, sanitized"
 
         app.behaviours.by_slot[1] = ("return", {"ok": 1})
         out = runs.resume(app.graph, "t")
@@ -379,6 +393,7 @@ def test_a_base_exception_is_not_swallowed_and_the_thread_resumes_without_repeat
         if effect == "write":
             assert Counter(k for _, _, k in app.effects.rows("book")) == {idempotency_key("t", "w1"): 1}
             assert [e.state for e in saver.ledger.entries("t")] == ["done"]
+    assert b"hunter2" not in database_bytes(db)
 
 
 # ------------------------------------------------------------------ results that read like instructions
