@@ -36,6 +36,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from gatedloop.checkpoints.evidence import POSTGRES_SCHEMA as EVIDENCE_SCHEMA
 from gatedloop.checkpoints.evidence import EvidenceStore
+from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import LedgerEntry, Outcome, claimant_alive, idempotency_key
 
@@ -395,11 +396,11 @@ class _LedgerAndLease:
         return self.ledger.thread_ids()
 
 
-class GatedPostgresSaver(_LedgerAndLease, PostgresSaver):
+class GatedPostgresSaver(ExactResumeWrites, _LedgerAndLease, PostgresSaver):
     """LangGraph's `PostgresSaver` on a connection pool, plus the ledger and the lease."""
 
 
-class GatedAsyncPostgresSaver(_LedgerAndLease, AsyncPostgresSaver):
+class GatedAsyncPostgresSaver(ExactResumeWrites, _LedgerAndLease, AsyncPostgresSaver):
     """LangGraph's `AsyncPostgresSaver`, plus the (synchronous, as the nodes call it) ledger and the lease."""
 
 

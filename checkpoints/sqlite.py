@@ -15,21 +15,22 @@ import aiosqlite
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.history_memo import MemoizedHistoryAsync, MemoizedHistorySync
 from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger
 
 
-class GatedSqliteSaver(MemoizedHistorySync, SqliteSaver):
-    """LangGraph's `SqliteSaver`, plus the ledger that lives beside the checkpoints, and a thread's history
-    read from disk once per process (`history_memo`)."""
+class GatedSqliteSaver(ExactResumeWrites, MemoizedHistorySync, SqliteSaver):
+    """LangGraph's `SqliteSaver`, plus the ledger that lives beside the checkpoints, a thread's history read
+    from disk once per process (`history_memo`), and resume values stored exactly or refused (`ExactResumeWrites`)."""
 
     ledger: SqliteLedger
     path: str
 
 
-class GatedAsyncSqliteSaver(MemoizedHistoryAsync, AsyncSqliteSaver):
-    """LangGraph's `AsyncSqliteSaver`, plus the ledger that lives beside the checkpoints, and a thread's
-    history read from disk once per process (`history_memo`)."""
+class GatedAsyncSqliteSaver(ExactResumeWrites, MemoizedHistoryAsync, AsyncSqliteSaver):
+    """LangGraph's `AsyncSqliteSaver`, plus the ledger that lives beside the checkpoints, a thread's history read
+    from disk once per process (`history_memo`), and resume values stored exactly or refused (`ExactResumeWrites`)."""
 
     ledger: SqliteLedger
     path: str

@@ -21,10 +21,13 @@ from gatedloop.checkpoints.threads import validate_thread_id
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.hitl import check_answer as check_approval
 from gatedloop.nodes.unknown import check_unknown_answer
-from gatedloop.tools.arguments import out_of_range
+from gatedloop.tools.arguments import MAX_DEPTH, argument_problem
 from gatedloop.tools.policy import CallContext
 
 STREAM_MODES: list[StreamMode] = ["updates", "custom"]
+ANSWER_DEPTH = MAX_DEPTH + 4
+"""An answer wraps edited arguments in 4 levels (answer, decisions, decision, edited_action); `approve` checks
+the arguments themselves against MAX_DEPTH."""
 
 
 def config_for(thread_id: str) -> RunnableConfig:
@@ -45,9 +48,11 @@ def _request_of(interrupts: Sequence[Interrupt]) -> dict[str, Any] | None:
 
 def check_answer(request: dict[str, Any], answer: Any) -> None:
     """Raise InvalidDecision if `answer` cannot be applied to `request`."""
-    if out_of_range(answer if isinstance(answer, dict) else {}):
-        # LangGraph stores the resume value in the checkpoint before any node sees it; msgpack cannot.
-        raise InvalidDecision("integers in the answer must fit in 64 bits")
+    problem = argument_problem(answer, max_depth=ANSWER_DEPTH)
+    if problem:
+        # LangGraph stores the resume value in the checkpoint before any node sees it: a value it cannot
+        # store exactly (a lone surrogate becomes "?", a huge integer fails) must never reach it.
+        raise InvalidDecision(f"the answer cannot be used: {problem}")
     if request.get("kind") == "unknown_outcome":
         check_unknown_answer(answer, len(request.get("calls", [])))
     else:

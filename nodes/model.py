@@ -7,13 +7,13 @@ the conversation, the model is asked again per `Limits.model_retries`, then the 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.exceptions import ModelConnectionError
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages.tool import InvalidToolCall, ToolCall, invalid_tool_call
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
@@ -24,7 +24,7 @@ from gatedloop.nodes.open_calls import close_open_calls
 from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
 from gatedloop.nodes.streamed_args import invoke_capturing
 from gatedloop.nodes.unknown import make_settle_task
-from gatedloop.tools.arguments import out_of_range
+from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
 
 log = logging.getLogger("gatedloop.model")
 
@@ -53,6 +53,9 @@ def check_response(message: BaseMessage, earlier_ids: set[str]) -> AIMessage:
         raise ResponseProblem("incomplete", unfinished_detail(finish))
     if not message.tool_calls and not message.invalid_tool_calls and not _has_text(message):
         raise ResponseProblem("incomplete", "the response has neither text nor tool calls")
+    if isinstance(message, AIMessageChunk):
+        message = AIMessage(**message.model_dump(exclude={"type", "tool_call_chunks", "chunk_position"}))
+    message = _storable(message)
     seen: set[str] = set()
     for call in [*message.tool_calls, *message.invalid_tool_calls]:
         call_id = call.get("id")
@@ -61,30 +64,52 @@ def check_response(message: BaseMessage, earlier_ids: set[str]) -> AIMessage:
         if call_id in seen or call_id in earlier_ids:
             raise ResponseProblem("incomplete", f"the call id {call_id!r} is used twice")
         seen.add(call_id)
-    if isinstance(message, AIMessageChunk):
-        message = AIMessage(**message.model_dump(exclude={"type", "tool_call_chunks", "chunk_position"}))
-    return _storable(message)
+    return message
 
 
 def _storable(message: AIMessage) -> AIMessage:
-    """Calls whose arguments cannot be checkpointed (64-bit overflow) become invalid calls, kept as JSON text."""
-    bad = [c for c in message.tool_calls if out_of_range(c["args"])]
-    if not bad:
-        return message
-    invalid = [
-        {
-            "type": "invalid_tool_call",
-            "id": c["id"],
-            "name": c["name"],
-            "args": json.dumps(c["args"]),
-            "error": "integers must fit in 64 bits",
-        }
-        for c in bad
-    ]
-    valid = [c for c in message.tool_calls if c not in bad]
-    return message.model_copy(
-        update={"tool_calls": valid, "invalid_tool_calls": [*message.invalid_tool_calls, *invalid]}
-    )
+    """The response as a checkpoint can store it exactly, and as `validate` can refuse it without raising.
+
+    A call whose arguments are not exact JSON data (`argument_problem`: NaN, infinities, nesting past the cap,
+    lone surrogates, integers beyond 64 bits; provider clients parse with Python's lenient json.loads before we
+    see them) becomes an invalid call whose text is ASCII-escaped JSON or a short stand-in (`storable_text`).
+    Names, ids and text that UTF-8 cannot encode are escaped: the checkpoint would otherwise store `?`."""
+    valid: list[ToolCall] = []
+    invalid: list[InvalidToolCall] = []
+    for call in message.tool_calls:
+        problem = argument_problem(call["args"])
+        if problem is None:
+            valid.append({**call, "name": safe_text(call["name"]), "id": _safe_id(call["id"])})
+            continue
+        invalid.append(
+            invalid_tool_call(
+                name=safe_text(call["name"]), args=storable_text(call["args"]), id=_safe_id(call["id"]), error=problem
+            )
+        )
+    for bad in message.invalid_tool_calls:
+        invalid.append(
+            invalid_tool_call(
+                name=_safe_optional(bad.get("name")),
+                args=_safe_optional(bad.get("args")),
+                id=_safe_id(bad.get("id")),
+                error=_safe_optional(bad.get("error")),
+            )
+        )
+    content = message.content
+    update: dict[str, Any] = {"tool_calls": valid, "invalid_tool_calls": invalid}
+    if isinstance(content, str):
+        update["content"] = safe_text(content)
+    elif argument_problem(content, max_depth=MAX_DEPTH * 2) is not None:
+        update["content"] = storable_text(content)
+    return message.model_copy(update=update)
+
+
+def _safe_id(call_id: str | None) -> str | None:
+    return safe_text(call_id) if isinstance(call_id, str) else call_id
+
+
+def _safe_optional(text: Any) -> str | None:
+    return None if text is None else safe_text(text if isinstance(text, str) else storable_text(text))
 
 
 def _has_text(message: AIMessage) -> bool:

@@ -3,13 +3,13 @@
 When a chat model streams, LangChain assembles the response and parses each call's argument text with a
 *lenient* partial-JSON parser, then drops the text: `{"participant": "Ali` comes back as a valid-looking
 `{"participant": "Ali"}`. So we listen to the stream's own chunks while the model runs, rebuild each call's
-exact argument text, and re-parse it strictly; a call whose text is not one JSON object is moved to
-`invalid_tool_calls`, where `validate` answers it as `invalid_arguments` and nothing runs.
+exact argument text, and re-parse it strictly (one JSON object of exact values: no NaN, no nesting past the
+cap, no lone surrogates, no integers beyond 64 bits); any other call is moved to `invalid_tool_calls`,
+where `validate` answers it as `invalid_arguments` and nothing runs.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
@@ -19,6 +19,8 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 from langchain_core.runnables import Runnable
 from langgraph.config import get_config
+
+from gatedloop.tools.arguments import ArgumentsError, parse_arguments
 
 
 class ToolArgumentChunks(BaseCallbackHandler):
@@ -91,10 +93,11 @@ def strict_arguments(response: BaseMessage, raw: dict[str, str]) -> BaseMessage:
 
 
 def _problem(text: str) -> str | None:
+    """Why the exact streamed text is not one exact JSON object (`parse_arguments`, strict), or None."""
     if not text.strip():
         return None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return f"invalid JSON at position {exc.pos}: {exc.msg}"
-    return None if isinstance(value, dict) else "arguments must be a JSON object"
+        parse_arguments(text, strict=True)
+    except ArgumentsError as exc:
+        return str(exc)
+    return None

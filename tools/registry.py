@@ -16,7 +16,7 @@ from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from gatedloop.tools import errors
-from gatedloop.tools.arguments import ArgumentsError, out_of_range, parse_arguments
+from gatedloop.tools.arguments import ArgumentsError, parse_arguments, safe_text
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 log = logging.getLogger("gatedloop.tools")
@@ -69,19 +69,18 @@ class ToolRegistry:
         return isinstance(schema, dict) and IDEMPOTENCY_PARAM in schema.get("properties", {})
 
     def check_call(self, name: Any, raw_args: Any, context: CallContext) -> CheckedCall | Refusal:
-        """Whitelist, parse, schema, roles, business checks: in that order, first failure wins."""
+        """Whitelist, parse (exact values only: `argument_problem`), schema, roles, business checks: in that
+        order, first failure wins. Validators and approval predicates never see an inexact value."""
         if not isinstance(name, str) or name not in self.tools:
             return Refusal(
                 "unknown_tool",
-                errors.UNKNOWN_TOOL.format(name=str(name)[:80], available=", ".join(self.tools)),
+                errors.UNKNOWN_TOOL.format(name=safe_text(str(name)[:80]), available=", ".join(self.tools)),
             )
         policy = self.policies[name]
         try:
             parsed = parse_arguments(raw_args, strict=policy.strict)
-        except ArgumentsError as exc:
+        except ArgumentsError as exc:  # includes inexact values: NaN, deep nesting, lone surrogates, huge ints
             return Refusal("invalid_arguments", errors.INVALID_JSON.format(detail=exc))
-        if out_of_range(parsed.args):
-            return Refusal("invalid_arguments", errors.SCHEMA_MISMATCH.format(detail="integers must fit in 64 bits"))
         problem = self._schema_problem(name, parsed.args)
         if problem:
             return Refusal("invalid_arguments", errors.SCHEMA_MISMATCH.format(detail=problem))
