@@ -36,7 +36,15 @@ from gatedloop.checkpoints.threads import (
     unsettled_writes,
     validate_thread_id,
 )
-from gatedloop.cli.render import STOP_WORDS, approval_table, history_lines, json_line, message_json, step_lines
+from gatedloop.cli.render import (
+    SECRET_POLICIES,
+    STOP_WORDS,
+    approval_table,
+    history_lines,
+    json_line,
+    message_json,
+    step_lines,
+)
 from gatedloop.cli.review import ask_reviewer
 from gatedloop.graph import build_graph, runs
 from gatedloop.graph.demo import demo_model
@@ -156,8 +164,13 @@ def open_app(db: str, *, with_model: bool = True, read_only: bool = False) -> It
     model = load_model() if with_model else demo_model()
     with open_saver(db, read_only=read_only) as saver:
         store = demo_store(db) if with_model else DemoStore(demo_data_path(db), prepare=False)
-        graph = build_graph(model, build_demo_tools(store), policies=demo_policies(store), checkpointer=saver)
-        yield graph, saver
+        policies = demo_policies(store)
+        shown_with = SECRET_POLICIES.set(policies)  # what the CLI prints masks these tools' secret arguments
+        try:
+            graph = build_graph(model, build_demo_tools(store), policies=policies, checkpointer=saver)
+            yield graph, saver
+        finally:
+            SECRET_POLICIES.reset(shown_with)
 
 
 class Output:

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any, TextIO
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.types import Interrupt
+
+from gatedloop.tools.policy import MASK, ToolPolicy
+
+SECRET_POLICIES: ContextVar[Mapping[str, ToolPolicy]] = ContextVar("secret_policies", default=MappingProxyType({}))
+"""The policies of the tools being shown, so their `secret_args` are masked (set by the CLI's `open_app`)."""
 
 STOP_WORDS = {
     "completed": "completed",
@@ -30,7 +39,36 @@ def short(value: Any, width: int = 100) -> str:
 
 
 def call_text(name: str, args: Any) -> str:
-    return f"{name}({short(args, 80)})"
+    """A call with every argument in full (a reviewer approves what is shown, so nothing is cut), secrets
+    masked, and invisible characters (controls, bidi overrides) written as escapes so nothing hides text."""
+    args = shown_args(name, args)
+    text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, default=repr)
+    return f"{name}({visible(text)})"
+
+
+def shown_args(name: str, args: Any) -> Any:
+    """`args` with the tool's `secret_args` masked; unparsed text of a tool with secrets is masked whole (nobody
+    can tell which part of it is the secret)."""
+    policy = SECRET_POLICIES.get().get(name)
+    if policy is None or not policy.secret_args:
+        return args
+    return policy.masked(args) if isinstance(args, dict) else MASK
+
+
+def visible(text: str) -> str:
+    """Characters that show nothing (controls, zero-width and bidi marks, line separators) as escapes."""
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text)
+
+
+def wrapped(text: str, indent: str) -> list[str]:
+    """Cut into lines that fit the terminal; every character kept (joining the lines gives the text back)."""
+    width = max(40, shutil.get_terminal_size((100, 24)).columns - len(indent))
+    lines = []
+    while len(text) > width:
+        cut = text.rfind(" ", width // 2, width) + 1 or width  # after a space when there is one, else mid-word
+        lines.append(indent + text[:cut])
+        text = text[cut:]
+    return [*lines, indent + text]
 
 
 def step_lines(node: str, update: Any) -> list[str]:
@@ -65,17 +103,16 @@ def _message_lines(node: str, message: BaseMessage) -> list[str]:
 
 def approval_table(request: dict[str, Any]) -> str:
     if request.get("kind") == "unknown_outcome":
-        rows = [
-            f"  {i}. {call_text(c['name'], c['args'])}  outcome unknown ({c['reason']}), key {c['idempotency_key']}"
-            for i, c in enumerate(request.get("calls", []), 1)
-        ]
+        rows = []
+        for i, c in enumerate(request.get("calls", []), 1):
+            rows.append(f"  {i}. {c['name']}  outcome unknown ({c['reason']}), key {c['idempotency_key']}")
+            rows.extend(wrapped(call_text(c["name"], c["args"]), "     "))
         head = "A write's outcome is unknown. Answer done (with its result), not_done (run it) or abandon:"
         return "\n".join([head, *rows])
     rows = []
     for i, (action, config) in enumerate(zip(request["action_requests"], request["review_configs"], strict=False), 1):
-        rows.append(
-            f"  {i}. {call_text(action['name'], action['args'])}   allowed: {', '.join(config['allowed_decisions'])}"
-        )
+        rows.append(f"  {i}. {action['name']}   allowed: {', '.join(config['allowed_decisions'])}")
+        rows.extend(wrapped(call_text(action["name"], action["args"]), "     "))
     head = "Approval needed:" + (f"  (previous answer refused: {request['error']})" if request.get("error") else "")
     return "\n".join([head, *rows])
 
@@ -87,9 +124,13 @@ def message_json(message: BaseMessage) -> dict[str, Any]:
     """A message as compact JSON: role, content, and the tool-call fields that matter."""
     body: dict[str, Any] = {"role": message.type, "id": message.id, "content": message.content}
     if isinstance(message, AIMessage):
-        body["tool_calls"] = [{"id": c["id"], "name": c["name"], "args": c["args"]} for c in message.tool_calls]
+        body["tool_calls"] = [
+            {"id": c["id"], "name": c["name"], "args": shown_args(c["name"], c["args"])} for c in message.tool_calls
+        ]
         if message.invalid_tool_calls:
-            body["invalid_tool_calls"] = [dict(c) for c in message.invalid_tool_calls]
+            body["invalid_tool_calls"] = [
+                {**c, "args": shown_args(c.get("name") or "", c.get("args"))} for c in message.invalid_tool_calls
+            ]
     if isinstance(message, ToolMessage):
         body.update(tool_call_id=message.tool_call_id, name=message.name, status=message.status)
     return body
@@ -170,7 +211,8 @@ def audit_text(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
         waited = f" after {duration(event['at'] - asked['at'])}" if asked else ""
         changed = ""
         if detail.get("decision") == "edit" and detail.get("args") != detail.get("proposed"):
-            changed = f": {short(detail.get('proposed'), 60)} -> {short(detail.get('args'), 60)}"
+            proposed, ran = (json.dumps(detail.get(k), ensure_ascii=False) for k in ("proposed", "args"))
+            changed = f": {visible(proposed)} -> {visible(ran)}"  # in full: what the reviewer changed
         return f"{words}{by}{waited}{changed}"
     if name == "executed":
         reused = ", stored result reused" if detail.get("reused") else ""
@@ -210,7 +252,8 @@ def history_lines(messages: list[BaseMessage], audit: list[dict[str, Any]]) -> l
             lines.append(f"user: {short(message.content, 300)}")
         elif isinstance(message, AIMessage):
             for call in [*message.tool_calls, *message.invalid_tool_calls]:
-                lines.append(f"model: call {call.get('id')} {call_text(call.get('name') or '?', call.get('args'))}")
+                lines.append(f"model: call {call.get('id')}")
+                lines.extend(wrapped(call_text(call.get("name") or "?", call.get("args")), "      "))
                 seen = events.get(call.get("id") or "", [])
                 for index, event in enumerate(seen):
                     lines.append(f"    {clock(event['at'])}  {audit_text(event, seen[:index])}")

@@ -1,0 +1,135 @@
+"""Reviewers see everything; logs see no secrets (issue 10, finding 7).
+
+The CLI's approval table and `gatedloop show` print every argument in full (wrapped, never cut: an amount past
+character 80 was hidden from the reviewer), and mask a tool's `secret_args` there, in the log and in the custom
+stream events. All on a real SQLite file through the real graph; the CLI as a real subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.tools import tool
+
+from gatedloop.checkpoints import open_sqlite
+from gatedloop.cli.render import SECRET_POLICIES, approval_table, history_lines, message_json, step_lines
+from gatedloop.graph import build_graph, runs
+from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.tools import ToolPolicy
+
+WIDTH = 60
+# 100 characters, the most `participant` takes; what matters to the reviewer is at the end.
+PARTICIPANT = "Ana Lima; also charge the late fee of 9999 EUR to account 7731".ljust(97, ".") + "END"
+
+
+def cli(*args: str, db: str, check_code: int) -> str:
+    env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": "", "COLUMNS": str(WIDTH)}
+    out = subprocess.run(
+        [sys.executable, "-m", "gatedloop.cli.main", "--db", db, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert out.returncode == check_code, out.stdout + out.stderr
+    return out.stdout
+
+
+def block_after(text: str, header_part: str, indent: str) -> str:
+    """The wrapped lines under the first line containing `header_part`, joined back into one text."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if header_part in line) + 1
+    block = []
+    for line in lines[start:]:
+        if not line.startswith(indent):
+            break
+        assert len(line) <= WIDTH, f"not wrapped to the terminal: {line!r}"
+        block.append(line[len(indent) :])
+    return "".join(block)
+
+
+def test_the_cli_shows_every_argument_in_full_wrapped_never_cut(tmp_path: Path):
+    assert len(PARTICIPANT) == 100
+    db = str(tmp_path / "runs.sqlite")
+    printed = cli("run", f"Reserve a seat in workshop WS-101 for {PARTICIPANT}", "--thread", "w1", db=db, check_code=3)
+    expected = "reserve_seat(" + json.dumps({"event_id": "WS-101", "participant": PARTICIPANT}, ensure_ascii=False)
+    assert block_after(printed, "1. reserve_seat", "     ") == expected + ")"
+    cli("resume", "w1", "--approve", db=db, check_code=0)
+    shown = cli("show", "w1", db=db, check_code=0)
+    assert block_after(shown, "model: call ", "      ") == expected + ")"
+
+
+# ------------------------------------------------------------------------------------------------ secrets
+
+SECRET = "hunter2-sesame"
+
+
+class Login:
+    def __init__(self) -> None:
+        self.logins: list[tuple[str, str]] = []
+
+        @tool
+        def login(user: str, password: str) -> str:
+            """Log in to the bank."""
+            self.logins.append((user, password))
+            return f"logged in as {user}"
+
+        self.tools = [login]
+        self.policies = {"login": ToolPolicy(effect="write", approval="always", secret_args=frozenset({"password"}))}
+
+
+def test_secret_arguments_are_masked_in_the_cli_the_log_and_the_stream_events(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    app = Login()
+    model = ScriptedChatModel(
+        script=[reply(calls=[call("login", {"user": "ana", "password": SECRET}, "l1")]), reply("done")]
+    )
+    events: list[Any] = []
+    lines: list[str] = []
+    token = SECRET_POLICIES.set(app.policies)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="gatedloop"), open_sqlite(tmp_path / "runs.sqlite") as saver:
+            graph = build_graph(model, app.tools, policies=app.policies, checkpointer=saver)
+            for mode, chunk in runs.stream_start(graph, "t", "log me in"):
+                events.append(chunk) if mode == "custom" else lines.extend(
+                    line for node, update in chunk.items() for line in step_lines(node, update)
+                )
+            request = runs.pending_request(graph, "t")
+            assert request is not None
+            table = approval_table(request)
+            for mode, chunk in runs.stream_resume(graph, "t", {"decisions": [{"type": "approve"}]}):
+                events.append(chunk) if mode == "custom" else lines.extend(
+                    line for node, update in chunk.items() for line in step_lines(node, update)
+                )
+            out = runs.outcome(graph, "t")
+            history = "\n".join(history_lines(out["messages"], saver.ledger.audit("t")))
+            as_json = json.dumps([message_json(m) for m in out["messages"]])
+    finally:
+        SECRET_POLICIES.reset(token)
+    assert app.logins == [("ana", SECRET)], "the tool itself gets the real value"
+    assert out["status"] == "completed"
+    assert '"password": "***"' in table and '"user": "ana"' in table
+    assert '"password": "***"' in history and '"password": "***"' in as_json
+    assert any("proposes login(" in line and '"password": "***"' in line for line in lines)
+    assert [e["event"] for e in events] == ["tool_started", "tool_finished"]
+    shown = json.dumps(events) + table + history + as_json + "\n".join(lines) + caplog.text
+    assert SECRET not in shown
+    assert any("tool call" in r.getMessage() and "login" in r.getMessage() for r in caplog.records), "it was logged"
+
+
+def test_unparsed_arguments_of_a_tool_with_secrets_are_masked_whole():
+    token = SECRET_POLICIES.set(Login().policies)
+    try:
+        lines = step_lines("model", {"messages": [reply(calls=[call("login", '{"password": "' + SECRET)])]})
+    finally:
+        SECRET_POLICIES.reset(token)
+    assert lines == ["[model] proposes login(***) [unparseable]"]
