@@ -9,9 +9,11 @@ tool arguments with Python's lenient `json.loads` before gatedloop sees them; th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +27,10 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.types import Command
 from openai_stub import Reply, ScriptedOpenAIServer, tool_call
+from pg_server import require_postgres
 from pydantic import SecretStr
 
-from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints import open_async_sqlite, open_sqlite
 from gatedloop.checkpoints.exact import InexactResume
 from gatedloop.graph import build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
@@ -189,10 +192,10 @@ NASTY_EDITS = {
 }
 
 
-def gated_payment(saver: Any, app: Payments) -> Any:
+def gated_payment(saver: Any, app: Payments, thread: str = "t") -> Any:
     model = ScriptedChatModel(script=[reply(calls=[call("pay", {"amount": 500, "to": "ana"}, "p1")]), reply("done")])
     graph = build_graph(model, app.tools, policies=app.policies, checkpointer=saver)
-    out = runs.start(graph, "t", "pay ana 500")
+    out = runs.start(graph, thread, "pay ana 500")
     assert "__interrupt__" in out
     return graph
 
@@ -335,3 +338,52 @@ def test_any_inexact_edit_runs_nothing_and_the_request_can_still_be_answered(pro
     out = runs.resume(graph, thread, APPROVE)
     assert out["status"] == "completed" and app.paid == [{"amount": 500.0, "to": "ana"}]
     assert not math.isnan(app.paid[0]["amount"])
+
+
+# ------------------------------------------------------------------------------- every saver, sync and async
+
+BACKENDS = ["sqlite", "sqlite-async", "postgres", "postgres-async"]
+
+
+async def _bare_edit_then_reject(open_saver: Any, app: Payments, thread: str) -> tuple[bool, dict[str, Any]]:
+    async with open_saver() as saver:
+        model = ScriptedChatModel(script=[reply(calls=[call("pay", {"amount": 500, "to": "ana"}, "p1")]), reply("ok")])
+        graph = build_graph(model, app.tools, policies=app.policies, checkpointer=saver)
+        cfg = runs.config_for(thread)
+        assert "__interrupt__" in await graph.ainvoke({"messages": [("user", "pay")]}, cfg, durability="sync")
+        refused = False
+        try:
+            await graph.ainvoke(Command(resume=edit({"amount": 500, "to": "x\ud800y"})), cfg, durability="sync")
+        except InexactResume:
+            refused = True
+        reject = Command(resume={"decisions": [{"type": "reject", "message": "no"}]})
+        return refused, await graph.ainvoke(reject, cfg, durability="sync")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_saver_refuses_to_store_an_inexact_resume_value(tmp_path: Path, backend: str):
+    """Each of gatedloop's savers refuses the write (`InexactResume`) instead of storing `x?y`, so the refused
+    edit can never come back from the checkpoint; the reviewer's next answer is the one applied."""
+    app = Payments()
+    thread = f"inexact-{uuid.uuid4().hex[:12]}"
+    if backend.startswith("postgres"):
+        url = require_postgres()
+        from gatedloop.checkpoints.postgres import open_async_postgres, open_postgres
+
+        sync_open, async_open = (lambda: open_postgres(url)), (lambda: open_async_postgres(url))
+    else:
+        path = tmp_path / "runs.sqlite"
+        sync_open, async_open = (lambda: open_sqlite(path)), (lambda: open_async_sqlite(path))
+    if backend.endswith("async"):
+        refused, out = asyncio.run(_bare_edit_then_reject(async_open, app, thread))
+    else:
+        with sync_open() as saver:
+            graph = gated_payment(saver, app, thread)
+            cfg = runs.config_for(thread)
+            with pytest.raises(InexactResume, match="Unicode"):
+                graph.invoke(Command(resume=edit({"amount": 500, "to": "x\ud800y"})), cfg)
+            refused = True
+            out = graph.invoke(Command(resume={"decisions": [{"type": "reject", "message": "no"}]}), cfg)
+    assert refused and app.ran == []
+    assert out["status"] == "completed"
+    assert answers(out["messages"])["p1"]["error"]["type"] == "rejected_by_reviewer"
