@@ -36,7 +36,7 @@ from gatedloop.graph import build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.tools import ToolPolicy
-from gatedloop.tools.arguments import MAX_DEPTH, argument_problem
+from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, text_nested_deeper_than
 
 APPROVE = {"decisions": [{"type": "approve"}]}
 
@@ -387,3 +387,36 @@ def test_every_saver_refuses_to_store_an_inexact_resume_value(tmp_path: Path, ba
     assert refused and app.ran == []
     assert out["status"] == "completed"
     assert answers(out["messages"])["p1"]["error"]["type"] == "rejected_by_reviewer"
+
+
+# ------------------------------------------------------------------------------------- depth of JSON text
+
+TRICKY = '[]{}"\\ab'
+TRICKY_TEXT = st.recursive(
+    st.one_of(st.integers(-9, 9), st.text(alphabet=TRICKY, max_size=6)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(alphabet=TRICKY, max_size=3), inner),
+    max_leaves=30,
+)
+
+
+def _depth(value: Any) -> int:
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth + 1)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=TRICKY_TEXT, limit=st.integers(0, 6))
+def test_the_depth_of_json_text_is_read_without_parsing_and_strings_do_not_count(value: Any, limit: int):
+    assert text_nested_deeper_than(json.dumps(value), limit) is (_depth(value) > limit)
+
+
+def test_unterminated_strings_full_of_escaped_quotes_are_read_in_one_pass():
+    """A backtracking string pattern took 45 s on this 64,001-character text; the scan reads it once."""
+    text = '"' + '\\"' * 32_000
+    assert text_nested_deeper_than(text, MAX_DEPTH) is False
+    assert text_nested_deeper_than(text + "]" + "[" * 33, MAX_DEPTH) is False  # inside the open string

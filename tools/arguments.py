@@ -153,17 +153,24 @@ def nested_deeper_than(value: Any, max_depth: int) -> bool:
 
 def text_nested_deeper_than(text: str, max_depth: int) -> bool:
     """The same for JSON text, without parsing it (json.loads recurses: deep text raises RecursionError).
-    Brackets inside strings do not count."""
-    depth = 0
-    for bracket in _BRACKETS.findall(_STRINGS.sub('""', text)):
-        depth += 1 if bracket in "[{" else -1
-        if depth > max_depth:
-            return True
+    One pass over quotes, escapes and brackets, so any text takes linear time; brackets inside strings do
+    not count. Where the text stops being JSON, json.loads stops too, so it never goes deeper than this."""
+    depth, in_string = 0, False
+    for token in _JSON_TOKENS.findall(text):
+        if token == '"':
+            in_string = not in_string
+        elif in_string or token[0] == "\\":
+            continue
+        elif token in "[{":
+            depth += 1
+            if depth > max_depth:
+                return True
+        else:
+            depth -= 1
     return False
 
 
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKETS = re.compile(r"[\[\]{}]")
+_JSON_TOKENS = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
 NOT_KEPT = "<arguments not kept: {problem}>"
 """Stands in for arguments that cannot be written as JSON text; reading it back gives the same refusal."""
 _NOT_KEPT = re.compile(r"^<arguments not kept: (.+)>$", re.DOTALL)
@@ -179,6 +186,8 @@ def storable_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=True, default=repr)
     except ValueError:  # an integer past Python's printable size (about 4,300 digits)
         return NOT_KEPT.format(problem="integers must fit in 64 bits")
+    except TypeError:  # keys JSON cannot have
+        return NOT_KEPT.format(problem="keys must be strings")
 
 
 def safe_text(text: str) -> str:
