@@ -33,7 +33,7 @@ from gatedloop.nodes.hitl import (
 )
 from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
 from gatedloop.tools import errors
-from gatedloop.tools.arguments import args_digest, digest
+from gatedloop.tools.arguments import args_digest, digest, storable_text
 from gatedloop.tools.policy import MASK, CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
 
@@ -209,7 +209,7 @@ def _audit_refused(
     """A refused answer is evidence too: who tried what, and why it was refused (kept once per distinct attempt,
     so a node re-run after a crash does not duplicate it)."""
     first = request["action_requests"][0]["tool_call_id"]
-    attempt = digest([request["request_id"], reviewer.user_id, error, json.dumps(answer, default=str)])[:8]
+    attempt = digest([request["request_id"], reviewer.user_id, error, storable_text(answer)])[:8]
     parts.ledger.record(
         thread_id,
         first,

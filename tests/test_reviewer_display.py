@@ -62,7 +62,8 @@ def test_the_cli_shows_every_argument_in_full_wrapped_never_cut(tmp_path: Path):
     printed = cli("run", f"Reserve a seat in workshop WS-101 for {PARTICIPANT}", "--thread", "w1", db=db, check_code=3)
     expected = "reserve_seat(" + json.dumps({"event_id": "WS-101", "participant": PARTICIPANT}, ensure_ascii=False)
     assert block_after(printed, "1. reserve_seat", "     ") == expected + ")"
-    cli("resume", "w1", "--approve", db=db, check_code=0)
+    request_id = printed.split("--request ")[1].split()[0]
+    cli("resume", "w1", "--request", request_id, "--approve", db=db, check_code=0)
     shown = cli("show", "w1", db=db, check_code=0)
     assert block_after(shown, "model: call ", "      ") == expected + ")"
 
