@@ -43,6 +43,7 @@ from gatedloop.cli.render import (
     history_lines,
     json_line,
     message_json,
+    shown_update,
     step_lines,
 )
 from gatedloop.cli.review import ask_reviewer
@@ -199,7 +200,7 @@ class Output:
                 if node == "__interrupt__":
                     continue  # the pending request is printed once, after the run, with the thread id
                 if self.as_json:
-                    self.record("step", node=node, update=update)
+                    self.record("step", node=node, update=shown_update(update))
                 else:
                     for line in step_lines(node, update):
                         self.say(line)

@@ -46,6 +46,14 @@ def call_text(name: str, args: Any) -> str:
     return f"{name}({visible(text)})"
 
 
+def shown_update(update: Any) -> Any:
+    """A node's state update for `--json`: the call plans' secret arguments masked (messages: `message_json`)."""
+    if not isinstance(update, dict) or not isinstance(update.get("calls"), list):
+        return update
+    plans = [c for c in update["calls"] if isinstance(c, dict)]
+    return {**update, "calls": [{**c, "args": shown_args(str(c.get("name")), c.get("args"))} for c in plans]}
+
+
 def shown_args(name: str, args: Any) -> Any:
     """`args` with the tool's `secret_args` masked; unparsed text of a tool with secrets is masked whole (nobody
     can tell which part of it is the secret)."""

@@ -19,7 +19,15 @@ import pytest
 from langchain_core.tools import tool
 
 from gatedloop.checkpoints import open_sqlite
-from gatedloop.cli.render import SECRET_POLICIES, approval_table, history_lines, message_json, step_lines
+from gatedloop.cli.render import (
+    SECRET_POLICIES,
+    approval_table,
+    history_lines,
+    json_line,
+    message_json,
+    shown_update,
+    step_lines,
+)
 from gatedloop.graph import build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import ToolPolicy
@@ -96,21 +104,27 @@ def test_secret_arguments_are_masked_in_the_cli_the_log_and_the_stream_events(
     )
     events: list[Any] = []
     lines: list[str] = []
+    json_lines: list[str] = []  # as `--json` prints each step
+
+    def record(mode: str, chunk: Any) -> None:
+        if mode == "custom":
+            events.append(chunk)
+            return
+        for node, update in chunk.items():
+            lines.extend(step_lines(node, update))
+            json_lines.append(json_line({"type": "step", "node": node, "update": shown_update(update)}))
+
     token = SECRET_POLICIES.set(app.policies)
     try:
         with caplog.at_level(logging.DEBUG, logger="gatedloop"), open_sqlite(tmp_path / "runs.sqlite") as saver:
             graph = build_graph(model, app.tools, policies=app.policies, checkpointer=saver)
             for mode, chunk in runs.stream_start(graph, "t", "log me in"):
-                events.append(chunk) if mode == "custom" else lines.extend(
-                    line for node, update in chunk.items() for line in step_lines(node, update)
-                )
+                record(mode, chunk)
             request = runs.pending_request(graph, "t")
             assert request is not None
             table = approval_table(request)
             for mode, chunk in runs.stream_resume(graph, "t", {"decisions": [{"type": "approve"}]}):
-                events.append(chunk) if mode == "custom" else lines.extend(
-                    line for node, update in chunk.items() for line in step_lines(node, update)
-                )
+                record(mode, chunk)
             out = runs.outcome(graph, "t")
             history = "\n".join(history_lines(out["messages"], saver.ledger.audit("t")))
             as_json = json.dumps([message_json(m) for m in out["messages"]])
@@ -120,9 +134,10 @@ def test_secret_arguments_are_masked_in_the_cli_the_log_and_the_stream_events(
     assert out["status"] == "completed"
     assert '"password": "***"' in table and '"user": "ana"' in table
     assert '"password": "***"' in history and '"password": "***"' in as_json
+    assert sum('"password": "***"' in line for line in json_lines) >= 2, "the message and the call plan"
     assert any("proposes login(" in line and '"password": "***"' in line for line in lines)
     assert [e["event"] for e in events] == ["tool_started", "tool_finished"]
-    shown = json.dumps(events) + table + history + as_json + "\n".join(lines) + caplog.text
+    shown = json.dumps(events) + table + history + as_json + "\n".join(lines + json_lines) + caplog.text
     assert SECRET not in shown
     assert any("tool call" in r.getMessage() and "login" in r.getMessage() for r in caplog.records), "it was logged"
 
