@@ -137,6 +137,25 @@ def idempotency_key(thread_id: str, call_id: str) -> str:
     return hashlib.sha256(f"gatedloop:{thread_id}:{call_id}".encode()).hexdigest()[:32]
 
 
+# What a copied thread carries from its source (`copy_thread` on the savers): each call's row as it
+# stands, with the key the write was started with, so a write done in the source is reported in the copy
+# and never run again, and the audit trail. Calls the copy starts later get keys of its own thread id.
+# Cancel requests stay with the source.
+LEDGER_COLUMNS_COPIED = "call_id, tool, args_digest, idempotency_key, state, result, claimed_at, finished_at, attempts, claimant"
+AUDIT_COLUMNS_COPIED = "call_id, event, actor, at, detail"
+
+
+def ledger_copy_statements(placeholder: str) -> tuple[str, ...]:
+    """INSERT ... SELECT statements copying a thread's ledger and audit rows; each takes (target, source)."""
+    p = placeholder
+    return (
+        f"INSERT INTO gatedloop_ledger (thread_id, {LEDGER_COLUMNS_COPIED}) "
+        f"SELECT {p}, {LEDGER_COLUMNS_COPIED} FROM gatedloop_ledger WHERE thread_id = {p}",
+        f"INSERT INTO gatedloop_audit (thread_id, {AUDIT_COLUMNS_COPIED}) "
+        f"SELECT {p}, {AUDIT_COLUMNS_COPIED} FROM gatedloop_audit WHERE thread_id = {p} ORDER BY seq",
+    )
+
+
 class Ledger(Protocol):
     """What the nodes need from a ledger; `SqliteLedger` here, `PostgresLedger` for Postgres.
 

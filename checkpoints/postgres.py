@@ -29,16 +29,19 @@ from typing import Any
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.postgres.base import _aexecute, _execute
 from psycopg import Connection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from gatedloop.checkpoints import postgres_ops
 from gatedloop.checkpoints.evidence import POSTGRES_SCHEMA as EVIDENCE_SCHEMA
 from gatedloop.checkpoints.evidence import EvidenceStore
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import LedgerEntry, Outcome, claimant_alive, idempotency_key
+from gatedloop.checkpoints.pruning import Statements, check_prune_args, run_on_loop
 
 URL_PREFIXES = ("postgresql://", "postgres://")
 
@@ -397,11 +400,66 @@ class _LedgerAndLease:
 
 
 class GatedPostgresSaver(ExactResumeWrites, _LedgerAndLease, PostgresSaver):
-    """LangGraph's `PostgresSaver` on a connection pool, plus the ledger and the lease."""
+    """LangGraph's `PostgresSaver` on a connection pool, plus the ledger and the lease, and the thread
+    operations LangGraph Server uses (see `postgres_ops`)."""
+
+    def _transact(self, statements: Statements[None]) -> None:
+        with self._cursor() as cur, cur.connection.transaction():
+            _execute(cur, statements)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (writes, blobs) of these runs; ledger and audit rows stay."""
+        self._transact(postgres_ops.delete_for_runs([str(r) for r in run_ids]))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, blob and write, and the ledger and audit rows, to a new thread id."""
+        self._transact(postgres_ops.copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`keep_latest`: each namespace's latest checkpoint and what it needs to load (DeltaChannel history),
+        one thread per transaction; `delete`: every checkpoint. Ledger and audit rows stay. As LangGraph's,
+        a concurrent change to a thread being pruned can raise `SerializationFailure`; retrying is safe."""
+        ids = check_prune_args(thread_ids, strategy)
+        if ids and strategy == "delete":
+            self._transact(postgres_ops.delete_threads(ids))
+            return
+        for thread_id in ids:
+            self._transact(postgres_ops.keep_latest(thread_id))
 
 
 class GatedAsyncPostgresSaver(ExactResumeWrites, _LedgerAndLease, AsyncPostgresSaver):
-    """LangGraph's `AsyncPostgresSaver`, plus the (synchronous, as the nodes call it) ledger and the lease."""
+    """LangGraph's `AsyncPostgresSaver`, plus the (synchronous, as the nodes call it) ledger and the lease,
+    and the thread operations LangGraph Server uses (see `postgres_ops`)."""
+
+    async def _atransact(self, statements: Statements[None]) -> None:
+        async with self._cursor() as cur, cur.connection.transaction():
+            await _aexecute(cur, statements)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """See `GatedPostgresSaver.delete_for_runs`."""
+        await self._atransact(postgres_ops.delete_for_runs([str(r) for r in run_ids]))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """See `GatedPostgresSaver.copy_thread`."""
+        await self._atransact(postgres_ops.copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """See `GatedPostgresSaver.prune`."""
+        ids = check_prune_args(thread_ids, strategy)
+        if ids and strategy == "delete":
+            await self._atransact(postgres_ops.delete_threads(ids))
+            return
+        for thread_id in ids:
+            await self._atransact(postgres_ops.keep_latest(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        run_on_loop(self.loop, self.adelete_for_runs(run_ids), type(self).__name__)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        run_on_loop(self.loop, self.acopy_thread(source_thread_id, target_thread_id), type(self).__name__)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        run_on_loop(self.loop, self.aprune(thread_ids, strategy=strategy), type(self).__name__)
 
 
 @contextmanager

@@ -1,23 +1,30 @@
 """Opening the SQLite checkpointer the way a multi-process deployment needs it.
 
 WAL so readers never block the writer, a busy timeout so a second process waits instead of failing with
-"database is locked", and the execution ledger in the same file, reachable as `saver.ledger`.
+"database is locked", and the execution ledger in the same file, reachable as `saver.ledger`. The savers add
+what LangGraph Server uses beyond LangGraph's SQLite savers: `delete_for_runs` (rollback), `copy_thread`
+(which copies the ledger rows too) and DeltaChannel-aware `prune` (see `sqlite_ops`).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import aiosqlite
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from gatedloop.checkpoints import sqlite_ops
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.history_memo import MemoizedHistoryAsync, MemoizedHistorySync
 from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger
+from gatedloop.checkpoints.pruning import Statements, check_prune_args, run_on_loop
+
+T = TypeVar("T")
 
 
 class GatedSqliteSaver(ExactResumeWrites, MemoizedHistorySync, SqliteSaver):
@@ -27,6 +34,29 @@ class GatedSqliteSaver(ExactResumeWrites, MemoizedHistorySync, SqliteSaver):
     ledger: SqliteLedger
     path: str
 
+    def _transact(self, statements: Statements[None]) -> None:
+        with self.lock:
+            self.setup()
+            sqlite_ops.run_sync(self.conn, statements)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) of these runs; ledger and audit rows stay."""
+        self._transact(sqlite_ops.delete_for_runs([str(r) for r in run_ids], self.serde))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write, and the ledger and audit rows, to a new thread id."""
+        self._transact(sqlite_ops.copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`keep_latest`: each namespace's latest checkpoint and what it needs to load (DeltaChannel history);
+        `delete`: every checkpoint. One transaction per thread; ledger and audit rows stay."""
+        ids = check_prune_args(thread_ids, strategy)
+        if ids and strategy == "delete":
+            self._transact(sqlite_ops.delete_threads(ids))
+            return
+        for thread_id in ids:
+            self._transact(sqlite_ops.keep_latest(thread_id, self.serde))
+
 
 class GatedAsyncSqliteSaver(ExactResumeWrites, MemoizedHistoryAsync, AsyncSqliteSaver):
     """LangGraph's `AsyncSqliteSaver`, plus the ledger that lives beside the checkpoints, a thread's history read
@@ -34,6 +64,41 @@ class GatedAsyncSqliteSaver(ExactResumeWrites, MemoizedHistoryAsync, AsyncSqlite
 
     ledger: SqliteLedger
     path: str
+
+    async def _atransact(self, statements: Statements[None]) -> None:
+        await self.setup()
+        async with self.lock:
+            await sqlite_ops.run_async(self.conn, statements)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) of these runs; ledger and audit rows stay."""
+        await self._atransact(sqlite_ops.delete_for_runs([str(r) for r in run_ids], self.serde))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write, and the ledger and audit rows, to a new thread id."""
+        await self._atransact(sqlite_ops.copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """See `GatedSqliteSaver.prune`."""
+        ids = check_prune_args(thread_ids, strategy)
+        if ids and strategy == "delete":
+            await self._atransact(sqlite_ops.delete_threads(ids))
+            return
+        for thread_id in ids:
+            await self._atransact(sqlite_ops.keep_latest(thread_id, self.serde))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._blocking(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._blocking(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._blocking(self.aprune(thread_ids, strategy=strategy))
+
+    def _blocking(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run on the saver's loop from another thread, as LangGraph's own sync bridges do."""
+        return run_on_loop(self.loop, coro, type(self).__name__)
 
 
 def _prepare(path: str | Path) -> str:
