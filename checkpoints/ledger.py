@@ -141,7 +141,9 @@ def idempotency_key(thread_id: str, call_id: str) -> str:
 # stands, with the key the write was started with, so a write done in the source is reported in the copy
 # and never run again, and the audit trail. Calls the copy starts later get keys of its own thread id.
 # Cancel requests stay with the source.
-LEDGER_COLUMNS_COPIED = "call_id, tool, args_digest, idempotency_key, state, result, claimed_at, finished_at, attempts, claimant"
+LEDGER_COLUMNS_COPIED = (
+    "call_id, tool, args_digest, idempotency_key, state, result, claimed_at, finished_at, attempts, claimant"
+)
 AUDIT_COLUMNS_COPIED = "call_id, event, actor, at, detail"
 
 

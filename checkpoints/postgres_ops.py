@@ -13,6 +13,7 @@ None of them deletes ledger, audit or cancel rows (see `sqlite_ops`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from langgraph.checkpoint.postgres.base import (
@@ -57,25 +58,31 @@ DELETE_CHECKPOINTS_SQL = """WITH deleted AS (
     DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = ANY(%s)
     RETURNING checkpoint -> 'channel_versions' AS versions
 )
-SELECT DISTINCT v.key AS channel, v.value AS version FROM deleted CROSS JOIN LATERAL jsonb_each_text(deleted.versions) AS v
+SELECT DISTINCT v.key AS channel, v.value AS version
+FROM deleted CROSS JOIN LATERAL jsonb_each_text(deleted.versions) AS v
 """
 
-COPY_SQL = (
-    """INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
-    SELECT %(target)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
-        CASE WHEN metadata ? 'thread_id' THEN jsonb_set(metadata, '{thread_id}', to_jsonb(%(target)s::text))
+COPY_CHECKPOINTS_SQL = """INSERT INTO checkpoints
+        (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
+    SELECT %s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
+        CASE WHEN metadata ? 'thread_id' THEN jsonb_set(metadata, '{thread_id}', to_jsonb(%s::text))
         ELSE metadata END
-    FROM checkpoints WHERE thread_id = %(source)s""",
-    """INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
-    SELECT %(target)s, checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs WHERE thread_id = %(source)s""",
-    """INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-    SELECT %(target)s, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob
-    FROM checkpoint_writes WHERE thread_id = %(source)s""",
-)
+    FROM checkpoints WHERE thread_id = %s"""
+
+COPY_BLOBS_SQL = """INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT %s, checkpoint_ns, channel, version, type, blob
+    FROM checkpoint_blobs WHERE thread_id = %s"""
+
+COPY_WRITES_SQL = """INSERT INTO checkpoint_writes
+        (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+    SELECT %s, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob
+    FROM checkpoint_writes WHERE thread_id = %s"""
 
 
 def _stored(row: dict[str, Any]) -> Stored:
-    return stored_from(row["checkpoint_id"], row["parent_checkpoint_id"], row["checkpoint"], row["metadata"], row["valued"])
+    return stored_from(
+        row["checkpoint_id"], row["parent_checkpoint_id"], row["checkpoint"], row["metadata"], row["valued"]
+    )
 
 
 def _load(thread_id: str, ns: str, checkpoint_id: str) -> Statements[Stored | None]:
@@ -149,8 +156,9 @@ def copy_thread(source: str, target: str) -> Statements[None]:
     )
     if taken:
         raise ValueError(f"thread {target!r} already has checkpoints or ledger rows; copy into a new thread id")
-    for statement in COPY_SQL:
-        yield statement, {"source": source, "target": target}, False
+    yield COPY_CHECKPOINTS_SQL, (target, target, source), False
+    yield COPY_BLOBS_SQL, (target, source), False
+    yield COPY_WRITES_SQL, (target, source), False
     for statement in ledger_copy_statements("%s"):
         yield statement, (target, source), False
 
@@ -172,11 +180,7 @@ def keep_latest(thread_id: str) -> Statements[None]:
         head = yield from _load(thread_id, ns, row["checkpoint_id"])
         assert head is not None
         heads[ns] = head
-        kept[ns] = yield from kept_chain(
-            head,
-            lambda cid, ns=ns: _load(thread_id, ns, cid),
-            lambda cid, ns=ns: _has_sends(thread_id, ns, cid),
-        )
+        kept[ns] = yield from kept_chain(head, partial(_load, thread_id, ns), partial(_has_sends, thread_id, ns))
     roots = sorted({str(h.root) for ns, h in heads.items() if ":" in ns and h.root})
     saved = yield (
         "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' AND checkpoint_id = ANY(%s)",

@@ -69,10 +69,7 @@ def stored_from(
 ) -> Stored:
     metadata = metadata or {}
     versioned = frozenset(checkpoint.get("channel_versions") or {})
-    if metadata.get(DELTA_JS_MARKER):
-        delta = versioned
-    else:
-        delta = frozenset(metadata.get(DELTA_COUNTERS) or {})
+    delta = versioned if metadata.get(DELTA_JS_MARKER) else frozenset(metadata.get(DELTA_COUNTERS) or {})
     parents = metadata.get("parents") or {}
     return Stored(
         checkpoint_id=checkpoint_id,
@@ -118,7 +115,9 @@ def kept_chain(head: Stored, load: Loader, has_sends: HasSends) -> Statements[li
     return kept
 
 
-def deleted_subgraph_calls(heads: Mapping[str, Stored], kept: Mapping[str, list[str]], saved_roots: set[str]) -> set[str]:
+def deleted_subgraph_calls(
+    heads: Mapping[str, Stored], kept: Mapping[str, list[str]], saved_roots: set[str]
+) -> set[str]:
     """Subgraph-call namespaces (a task id after ':') that go with a root checkpoint being deleted, as in
     LangGraph's Postgres prune; a call whose root is not saved (yet) keeps its latest checkpoint."""
     root_kept = set(kept.get("", ()))
@@ -138,7 +137,6 @@ def refuse_cut_history(survivors: Sequence[tuple[str, Stored]]) -> None:
             "deleting these runs would remove checkpoints that later checkpoints rebuild their DeltaChannel "
             f"values from ({', '.join(cut[:5])}); delete the later runs too, or prune the thread instead"
         )
-
 
 
 def run_on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], saver: str) -> T:

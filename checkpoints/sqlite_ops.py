@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import aiosqlite
@@ -146,17 +147,17 @@ def keep_latest(thread_id: str, serde: SerializerProtocol) -> Statements[None]:
         head = yield from _load(serde, thread_id, ns, head_id)
         assert head is not None
         heads[ns] = head
-        kept[ns] = yield from kept_chain(
-            head,
-            lambda cid, ns=ns: _load(serde, thread_id, ns, cid),
-            lambda cid, ns=ns: _has_sends(thread_id, ns, cid),
-        )
+        kept[ns] = yield from kept_chain(head, partial(_load, serde, thread_id, ns), partial(_has_sends, thread_id, ns))
     saved_roots: set[str] = set()
     for root in {h.root for ns, h in heads.items() if ":" in ns and h.root}:
-        found = yield "SELECT 1 FROM checkpoints WHERE thread_id=? AND checkpoint_ns='' AND checkpoint_id=?", (
-            thread_id,
-            root,
-        ), True
+        found = yield (
+            "SELECT 1 FROM checkpoints WHERE thread_id=? AND checkpoint_ns='' AND checkpoint_id=?",
+            (
+                thread_id,
+                root,
+            ),
+            True,
+        )
         if found:
             saved_roots.add(str(root))
     calls = deleted_subgraph_calls(heads, kept, saved_roots)
@@ -166,7 +167,11 @@ def keep_latest(thread_id: str, serde: SerializerProtocol) -> Statements[None]:
     for ns, ids in kept.items():
         if ns in calls:
             continue
-        rows = yield "SELECT checkpoint_id FROM checkpoints WHERE thread_id=? AND checkpoint_ns=?", (thread_id, ns), True
+        rows = yield (
+            "SELECT checkpoint_id FROM checkpoints WHERE thread_id=? AND checkpoint_ns=?",
+            (thread_id, ns),
+            True,
+        )
         unkept = [cid for (cid,) in rows if cid not in ids]
         for checkpoint_id in unkept:
             yield from _delete_checkpoint(thread_id, ns, checkpoint_id)

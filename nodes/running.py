@@ -18,7 +18,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from gatedloop.checkpoints.ledger import Ledger, idempotency_key
+from gatedloop.checkpoints.ledger import Ledger, LedgerEntry, idempotency_key
 from gatedloop.graph.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry
@@ -117,13 +117,21 @@ def _wait(future: Future[Any], timeout_s: float, plan: CallPlan) -> tuple[bool, 
 CANNOT_TELL = object()
 
 
-def reconcile(registry: ToolRegistry, thread_id: str, plan: CallPlan) -> Any:
+def key_of_record(entry: LedgerEntry | None, thread_id: str, call_id: str) -> str:
+    """The idempotency key a write was (or will be) started with: its ledger row's, else the thread's own.
+
+    They differ only in a copied thread (`copy_thread`), whose rows keep the key the source started the
+    write with: asking the system about, or re-running, a write begun before the copy must use that key."""
+    return entry.idempotency_key if entry is not None else idempotency_key(thread_id, call_id)
+
+
+def reconcile(registry: ToolRegistry, plan: CallPlan, key: str) -> Any:
     """The tool's own answer to 'did this write happen?': a result, None, or CANNOT_TELL."""
     policy = registry.policy(plan["name"])
     if policy.reconcile is None:
         return CANNOT_TELL
     try:
-        return policy.reconcile(dict(plan["args"]), idempotency_key(thread_id, plan["id"]))
+        return policy.reconcile(dict(plan["args"]), key)
     except Exception:
         log.warning("reconcile for %s (call %s) could not tell", plan["name"], plan["id"], exc_info=True)
         return CANNOT_TELL
@@ -141,24 +149,25 @@ def run_write(registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: Call
         reason: UnknownReason = "claimant_running" if ledger.claimant_alive(entry.claimant) else "claimant_died"
         return unknown(reason, entry.attempts)
     if getattr(ledger, "recreated", False):
-        known = reconcile(registry, thread_id, plan)
+        known = reconcile(registry, plan, entry.idempotency_key)
         if known is CANNOT_TELL:
             return unknown("ledger_lost", entry.attempts)
         if known is not None:
             outcome = _ok(known, max_chars)
             ledger.finish(thread_id, plan["id"], "done", outcome)
             return outcome
-    return start_write(registry, ledger, thread_id, plan, max_chars, entry.attempts)
+    return start_write(registry, ledger, thread_id, plan, max_chars, entry)
 
 
 def start_write(
-    registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int, attempts: int
+    registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int, entry: LedgerEntry
 ) -> Outcome:
-    """Run a write this process holds the claim for, and record its outcome in the ledger."""
+    """Run a write this process holds the claim (`entry`) for, and record its outcome in the ledger."""
     policy = registry.policy(plan["name"])
+    attempts = entry.attempts
     args = dict(plan["args"])
     if registry.takes_idempotency_key(plan["name"]):
-        args["idempotency_key"] = idempotency_key(thread_id, plan["id"])
+        args["idempotency_key"] = entry.idempotency_key
     started = time.monotonic()
     future = _POOL.submit(invoke_tool, registry.tools[plan["name"]], args)
     finished, result, exc = _wait(future, policy.timeout_s, plan)

@@ -15,7 +15,6 @@ from langgraph.func import task
 from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
 
-from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.graph.state import CallPlan
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.parts import LoopParts, call_context
@@ -23,6 +22,7 @@ from gatedloop.nodes.running import (
     CANNOT_TELL,
     Outcome,
     _ok,
+    key_of_record,
     reconcile,
     start_write,
     still_running_here,
@@ -54,7 +54,8 @@ def reconciled_outcome(parts: LoopParts, result: Any) -> Outcome:
     return _ok(result, parts.limits.max_result_chars)
 
 
-def unknown_request(thread_id: str, pending: list[tuple[CallPlan, Outcome]]) -> UnknownOutcomeRequest:
+def unknown_request(pending: list[tuple[CallPlan, Outcome, str]]) -> UnknownOutcomeRequest:
+    """The question for a person; each call with the idempotency key its write was started with."""
     return {
         "kind": "unknown_outcome",
         "calls": [
@@ -62,10 +63,10 @@ def unknown_request(thread_id: str, pending: list[tuple[CallPlan, Outcome]]) -> 
                 "tool_call_id": plan["id"],
                 "name": plan["name"],
                 "args": plan["args"],
-                "idempotency_key": idempotency_key(thread_id, plan["id"]),
+                "idempotency_key": key,
                 "reason": str(outcome.get("unknown", "unknown")),
             }
-            for plan, outcome in pending
+            for plan, outcome, key in pending
         ],
         "allowed_decisions": list(UNKNOWN_DECISIONS),
     }
@@ -98,7 +99,7 @@ def settle_unknown(
     entry = parts.ledger.get(thread_id, plan["id"])
     if entry is not None and entry.state != "claimed":
         return stored_outcome(entry.state, entry.result), entry.state == "abandoned"
-    answer = reconcile(parts.registry, thread_id, plan)
+    answer = reconcile(parts.registry, plan, key_of_record(entry, thread_id, plan["id"]))
     if answer is not CANNOT_TELL and answer is not None:
         return _settle(parts, thread_id, plan, reconciled_outcome(parts, answer), "reconciled"), False
     if answer is None and entry is not None and not _may_be_running(parts, thread_id, plan, entry.claimant):
@@ -128,18 +129,20 @@ def _may_be_running(parts: LoopParts, thread_id: str, plan: CallPlan, claimant: 
 def _rerun(parts: LoopParts, thread_id: str, plan: CallPlan, attempts: int) -> Outcome | None:
     """Start again a write known not to have happened; its recorded outcome if it finished meanwhile; None if
     another resumer took it first."""
-    if not parts.ledger.reclaim(thread_id, plan["id"], attempts):
-        entry = parts.ledger.get(thread_id, plan["id"])
+    won = parts.ledger.reclaim(thread_id, plan["id"], attempts)
+    entry = parts.ledger.get(thread_id, plan["id"])
+    if not won or entry is None:
         return stored_outcome(entry.state, entry.result) if entry and entry.state != "claimed" else None
     parts.ledger.record(thread_id, plan["id"], f"rerun_{attempts + 1}", {"attempt": attempts + 1})
-    return start_write(parts.registry, parts.ledger, thread_id, plan, parts.limits.max_result_chars, attempts + 1)
+    return start_write(parts.registry, parts.ledger, thread_id, plan, parts.limits.max_result_chars, entry)
 
 
 def _ask_person(
     parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, *, rerun: bool
 ) -> tuple[Outcome, bool]:
     """Interrupt until a valid answer: done (with its result), not_done (run it now) or abandon."""
-    request = unknown_request(thread_id, [(plan, outcome)])
+    key = key_of_record(parts.ledger.get(thread_id, plan["id"]), thread_id, plan["id"])
+    request = unknown_request([(plan, outcome, key)])
     error: str | None = None
     while True:
         answer = interrupt(request if error is None else {**request, "error": error})
