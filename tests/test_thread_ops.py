@@ -214,7 +214,7 @@ def test_keep_latest_keeps_what_the_delta_messages_need_and_a_fresh_process_goes
     assert loaded["loaded"] == conversation
     assert after["status"] == "completed"
     assert after["after"][: len(conversation)] == conversation
-    assert [m[2] for m in after["after"][len(conversation) :]][0] == LAST_QUESTION
+    assert after["after"][len(conversation)][2] == LAST_QUESTION
     assert after["after"][-1][2] == f"answer: {LAST_QUESTION.removeprefix('ask ')}"
 
 
