@@ -16,9 +16,10 @@ What it needs:
 * The graph itself is compiled with no checkpointer (the server refuses one that has its own).
 
 The server's own records (threads, runs, assistants) stay in its in-memory runtime (`.langgraph_api/` in
-its working directory); only checkpoints go to SQLite. `AsyncSqliteSaver` implements `adelete_thread` but
-not `adelete_for_runs` or `aprune`, so the server logs warnings: `multitask_strategy="rollback"` does not
-clean up a cancelled run's checkpoints and thread history pruning is unavailable.
+its working directory); only checkpoints go to SQLite. The saver implements every method the server looks
+for (`adelete_thread`, `adelete_for_runs` for `multitask_strategy="rollback"`, `acopy_thread` for
+`threads.copy`, `aprune`), so it starts without warnings. The in-memory runtime itself refuses
+`threads.prune(strategy="keep_latest")` (422) before it reaches the saver; `saver.prune` does it directly.
 """
 
 from __future__ import annotations
