@@ -101,7 +101,8 @@ def copy_thread(source: str, target: str) -> Statements[None]:
     if source == target:
         raise ValueError("copy_thread needs two different thread ids")
     taken = yield (
-        "SELECT 1 FROM checkpoints WHERE thread_id=? UNION ALL SELECT 1 FROM gatedloop_ledger WHERE thread_id=?",
+        "SELECT 1 FROM checkpoints WHERE thread_id=?"
+        " UNION ALL SELECT 1 FROM gatedloop_ledger WHERE thread_id=? LIMIT 1",
         (target, target),
         True,
     )

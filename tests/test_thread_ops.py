@@ -12,6 +12,7 @@ the async ones share their statements and are covered by tests/test_conformance.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -235,3 +236,33 @@ def test_prune_delete_removes_the_checkpoints_but_not_the_ledger(backend: Backen
         backend.saver.prune([other], strategy="keep_some")
     with pytest.raises(TypeError):
         backend.saver.prune(other)
+
+
+# --- the async savers' sync bridges -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_async_savers_sync_methods_run_on_their_loop_from_another_thread(kind: str, tmp_path: Path) -> None:
+    async def main() -> tuple[list[str], list[str]]:
+        if kind == "postgres":
+            from gatedloop.checkpoints.postgres import open_async_postgres
+
+            opened: Any = open_async_postgres(require_postgres())
+        else:
+            from gatedloop.checkpoints import open_async_sqlite
+
+            opened = open_async_sqlite(tmp_path / "async.sqlite")
+        async with opened as saver:
+            graph = build(saver, Effects(tmp_path / "effects.sqlite"), asking_responder)
+            source, copy = new_thread_id("src"), new_thread_id("copy")
+            await graph.ainvoke({"messages": [("user", "ask q")]}, cfg(source), durability="sync")
+            with pytest.raises(asyncio.InvalidStateError):
+                saver.copy_thread(source, copy)  # from the loop's own thread it would deadlock
+            await asyncio.to_thread(saver.copy_thread, source, copy)
+            await asyncio.to_thread(saver.prune, [copy])
+            await asyncio.to_thread(saver.delete_for_runs, [str(uuid.uuid4())])
+            values = [(await graph.aget_state(cfg(t))).values for t in (source, copy)]
+            return [summary(v["messages"]) for v in values]
+
+    original, copied = asyncio.run(main())
+    assert copied == original and len(original) == 4
