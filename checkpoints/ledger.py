@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from gatedloop.checkpoints.evidence import APPROVAL_COLUMNS, Answer, ApprovalRecord, CallRecord, EvidenceStore, NewCall
 from gatedloop.checkpoints.evidence import SQLITE_SCHEMA as EVIDENCE_SCHEMA
-from gatedloop.checkpoints.evidence import Answer, ApprovalRecord, CallRecord, EvidenceStore, NewCall
 
 Outcome = Literal["done", "failed", "abandoned"]
 ClaimState = Literal["claimed", "done", "failed", "abandoned"]
@@ -137,22 +137,35 @@ def idempotency_key(thread_id: str, call_id: str) -> str:
     return hashlib.sha256(f"gatedloop:{thread_id}:{call_id}".encode()).hexdigest()[:32]
 
 
-# What a copied thread carries from its source (`copy_thread` on the savers): each call's row as it
-# stands, with the key the write was started with, so a write done in the source is reported in the copy
-# and never run again, and the audit trail. Calls the copy starts later get keys of its own thread id.
-# Cancel requests stay with the source.
+# What a copied thread carries from its source (`copy_thread` on the savers):
+# - each started write's ledger row as it stands, with the key the write was started with, so a write done
+#   in the source is reported in the copy and never run again (calls the copy starts get keys of its own id);
+# - the call evidence (validation verdicts, the digest of each answer given), so the copied history is
+#   gatedloop's own and not "foreign";
+# - the approvals of writes started before the copy only: an approval authorizes one write, so a gated call
+#   not started yet is asked again in the copy (it would run there under a new key);
+# - the audit trail. Cancel requests stay with the source.
 LEDGER_COLUMNS_COPIED = (
     "call_id, tool, args_digest, idempotency_key, state, result, claimed_at, finished_at, attempts, claimant"
+)
+CALL_COLUMNS_COPIED = (
+    "call_id, tool, args_digest, verdict, requester, requested_at, answer_digest, answer_source, answered_at"
 )
 AUDIT_COLUMNS_COPIED = "call_id, event, actor, at, detail"
 
 
 def ledger_copy_statements(placeholder: str) -> tuple[str, ...]:
-    """INSERT ... SELECT statements copying a thread's ledger and audit rows; each takes (target, source)."""
+    """INSERT ... SELECT statements copying a thread's ledger, evidence and audit rows; each takes
+    (target, source)."""
     p = placeholder
     return (
         f"INSERT INTO gatedloop_ledger (thread_id, {LEDGER_COLUMNS_COPIED}) "
         f"SELECT {p}, {LEDGER_COLUMNS_COPIED} FROM gatedloop_ledger WHERE thread_id = {p}",
+        f"INSERT INTO gatedloop_calls (thread_id, {CALL_COLUMNS_COPIED}) "
+        f"SELECT {p}, {CALL_COLUMNS_COPIED} FROM gatedloop_calls WHERE thread_id = {p}",
+        f"INSERT INTO gatedloop_approvals (thread_id, {APPROVAL_COLUMNS}) "
+        f"SELECT {p}, {APPROVAL_COLUMNS} FROM gatedloop_approvals a WHERE a.thread_id = {p} AND EXISTS "
+        "(SELECT 1 FROM gatedloop_ledger l WHERE l.thread_id = a.thread_id AND l.call_id = a.call_id) ORDER BY seq",
         f"INSERT INTO gatedloop_audit (thread_id, {AUDIT_COLUMNS_COPIED}) "
         f"SELECT {p}, {AUDIT_COLUMNS_COPIED} FROM gatedloop_audit WHERE thread_id = {p} ORDER BY seq",
     )

@@ -147,6 +147,23 @@ def test_a_write_begun_before_the_copy_is_reconciled_with_the_key_it_was_started
     assert (row.state, row.idempotency_key) == ("done", idempotency_key(source, CALL))
 
 
+def test_an_approval_of_a_write_not_started_stays_with_the_source_and_the_copy_asks_again(backend: Backend) -> None:
+    """One approval authorizes one write: in the copy the same call would run again under a new key."""
+    source, copy = new_thread_id("src"), new_thread_id("copy")
+    graph = backend.graph()
+    paused_for_approval(backend, source)
+    graph.invoke(APPROVE, cfg(source), durability="sync", interrupt_before=["execute"])
+    assert graph.get_state(cfg(source)).next == ("execute",)
+
+    backend.saver.copy_thread(source, copy)
+    asked = graph.invoke(None, cfg(copy), durability="sync")
+    done = graph.invoke(None, cfg(source), durability="sync")
+
+    assert asked["__interrupt__"][0].value["kind"] == "approval"
+    assert done["status"] == "completed"
+    assert backend.effect_keys() == [idempotency_key(source, CALL)]
+
+
 def test_copy_into_a_thread_that_has_checkpoints_is_refused_and_changes_nothing(backend: Backend) -> None:
     source, other = new_thread_id("src"), new_thread_id("other")
     paused_for_approval(backend, source)
