@@ -30,7 +30,6 @@ from pg_server import new_thread_id, require_postgres
 from sample_app import Effects, build
 from thread_child import LAST_QUESTION, asking_responder, open_saver, summary
 
-import gatedloop.checkpoints.ledger as ledger_module
 from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.checkpoints.pruning import DeltaHistoryCut
 
@@ -130,11 +129,10 @@ def test_a_write_begun_before_the_copy_is_reconciled_with_the_key_it_was_started
     source, copy = new_thread_id("src"), new_thread_id("copy")
     paused_for_approval(backend, source)
     dead = f"{socket.gethostname()}:999999999:0"
-    for module in ("gatedloop.checkpoints.ledger", "gatedloop.checkpoints.postgres"):
-        monkeypatch.setattr(f"{module}.current_claimant", lambda: dead)
+    monkeypatch.setattr(type(backend.saver.ledger), "claimant", property(lambda self: dead))
     won, _ = backend.saver.ledger.claim(source, CALL, "book", "digest")
     monkeypatch.undo()
-    assert won and not ledger_module.claimant_alive(dead)
+    assert won and not backend.saver.ledger.claimant_alive(dead)
     backend.effects.add("book", {"item": "seat", "quantity": 1}, idempotency_key(source, CALL))
 
     backend.saver.copy_thread(source, copy)
