@@ -27,6 +27,7 @@ STOP_WORDS = {
     "cancelled": "stopped: cancelled on request",
     "loop_detected": "stopped: the model kept repeating the same call",
     "incomplete": "stopped: the model's responses were incomplete (cut off or malformed)",
+    "invalid_answer": "stopped: the model's final answer did not match the response format",
     "refused": "stopped: the model refused",
     "needs_attention": "stopped: a write's outcome is unknown and needs a person",
     "error": "stopped: an error (details with --debug)",

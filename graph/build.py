@@ -10,17 +10,20 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.base import BaseStore
+from pydantic import BaseModel
 
 from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
 from gatedloop.graph.limits import Limits
 from gatedloop.graph.models import bind_loop_tools
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
 from gatedloop.graph.state import GatedState, InputState, OutputState
+from gatedloop.nodes.answer_format import AnswerFormat
 from gatedloop.nodes.approve import make_approve_node
 from gatedloop.nodes.execute import make_execute_node
 from gatedloop.nodes.finalize import make_finalize_node
 from gatedloop.nodes.model import make_model_node
-from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.parts import LoopParts, SystemPrompt
 from gatedloop.nodes.validate import make_validate_node
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import ToolRegistry
@@ -34,19 +37,40 @@ def build_graph(
     limits: Limits | None = None,
     checkpointer: BaseCheckpointSaver | None = None,
     ledger: Ledger | None = None,
+    store: BaseStore | None = None,
+    system_prompt: SystemPrompt | None = None,
+    response_format: type[BaseModel] | Mapping[str, Any] | None = None,
     name: str = "gatedloop",
 ) -> CompiledStateGraph:
     """Compile the gated loop.
 
     The ledger defaults to the one inside a saver from `open_sqlite`; with another checkpointer (or none,
     as under `langgraph dev`) pass `ledger=` explicitly, else an in-memory ledger guards this process only.
+    `system_prompt` (a string, or a function of (state, context)) starts every model call and is never stored;
+    `response_format` (a pydantic model or JSON schema) makes the final answer a validated `structured_response`;
+    `store` is compiled into the graph and handed to tools (`ToolRuntime.store`, `InjectedStore`).
     """
     limits = limits or Limits()
     registry = ToolRegistry(tools, policies)
     if ledger is None:
         ledger = getattr(checkpointer, "ledger", None) or SqliteLedger(":memory:")
+    if system_prompt is not None and not (isinstance(system_prompt, str) or callable(system_prompt)):
+        raise TypeError("system_prompt must be a string or a function of (state, context)")
+    answer = AnswerFormat(response_format) if response_format is not None else None
+    if answer is not None and answer.name in registry:
+        raise ValueError(f"response_format's name {answer.name!r} is also a tool's name; give the schema a title")
+    bound = (
+        bind_loop_tools(model, [*registry.bindable(), answer.tool], tool_choice="any")
+        if answer is not None
+        else bind_loop_tools(model, registry.bindable())
+    )
     parts = LoopParts(
-        model=bind_loop_tools(model, registry.bindable()), registry=registry, limits=limits, ledger=ledger
+        model=bound,
+        registry=registry,
+        limits=limits,
+        ledger=ledger,
+        system_prompt=system_prompt,
+        answer_format=answer,
     )
 
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(
@@ -63,7 +87,7 @@ def build_graph(
     builder.add_conditional_edges("approve", after_approve, ["approve", "execute", "model"])
     builder.add_conditional_edges("execute", after_execute, ["approve", "model", "finalize"])
     builder.add_edge("finalize", END)
-    graph = builder.compile(checkpointer=checkpointer, name=name)
+    graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
     # max_concurrency sizes LangGraph's task executor: its default (cores + 4) would run a turn's reads in
     # rounds (8 reads of 200 ms took 450 ms on 2 cores instead of about 240).
     return graph.with_config(recursion_limit=limits.recursion_limit(), max_concurrency=limits.max_concurrency())

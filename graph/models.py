@@ -65,10 +65,12 @@ class ModelCannotBindTools(TypeError):
     """The chat model has no tool calling (`bind_tools` is LangChain's unimplemented default)."""
 
 
-def bind_loop_tools(model: BaseChatModel, tools: Sequence[BaseTool]) -> Runnable[Any, BaseMessage]:
+def bind_loop_tools(
+    model: BaseChatModel, tools: Sequence[BaseTool | dict[str, Any]], **kwargs: Any
+) -> Runnable[Any, BaseMessage]:
     """`model.bind_tools(tools)`, or one line saying what to use instead (LangChain's fakes cannot bind tools)."""
     try:
-        return model.bind_tools(tools)
+        return model.bind_tools(tools, **kwargs)
     except NotImplementedError:
         name = type(model).__name__
         raise ModelCannotBindTools(

@@ -23,6 +23,7 @@ Status = Literal[
     "cancelled",
     "loop_detected",
     "incomplete",
+    "invalid_answer",
     "refused",
     "needs_attention",
     "error",
@@ -233,6 +234,8 @@ class GatedState(TypedDict):
     answer: NotRequired[str | None]
     review_error: NotRequired[str | None]
     """Why the last answer to the pending approval request was refused (shown with the request again)."""
+    # The validated final answer (JSON) when build_graph(response_format=...) is set; None otherwise.
+    structured_response: NotRequired[Any]
 
 
 class InputState(TypedDict):
@@ -244,3 +247,4 @@ class OutputState(TypedDict):
     status: NotRequired[Status | None]
     answer: NotRequired[str | None]
     stop_detail: NotRequired[str | None]
+    structured_response: NotRequired[Any]

@@ -28,6 +28,7 @@ from gatedloop.nodes.admission import admit
 from gatedloop.nodes.answers import error_message, record_answers, result_message
 from gatedloop.nodes.parts import LoopParts, current_thread_id
 from gatedloop.nodes.running import Outcome, run_read, run_write
+from gatedloop.nodes.tool_env import ToolEnv
 from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, fingerprint
@@ -40,11 +41,11 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
     holding an executor thread while they wait for one, which deadlocks once enough threads run at once."""
     max_chars = parts.limits.max_result_chars
 
-    def read(plan: CallPlan) -> Outcome:
-        return _reported(plan, lambda: run_read(parts.registry, plan, max_chars))
+    def read(plan: CallPlan, env: ToolEnv) -> Outcome:
+        return _reported(plan, lambda: run_read(parts.registry, plan, max_chars, env))
 
-    def write(thread_id: str, plan: CallPlan) -> Outcome:
-        return _reported(plan, lambda: run_write(parts.registry, parts.ledger, thread_id, plan, max_chars))
+    def write(thread_id: str, plan: CallPlan, env: ToolEnv) -> Outcome:
+        return _reported(plan, lambda: run_write(parts.registry, parts.ledger, thread_id, plan, max_chars, env))
 
     # One LangGraph task per call: a finished call's result is kept in the checkpoint and never re-run.
     # (cast: langgraph's `task` overloads do not type-check a plain sync function under mypy.)
@@ -57,10 +58,11 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         turn = _Turn(parts, state, runtime)
         if turn.early is not None:
             return turn.early
+        env = ToolEnv.of(state, runtime)
         batch: list[CallPlan] = []
 
         def flush() -> None:
-            futures = [(plan, read_task(plan)) for plan in batch]
+            futures = [(plan, read_task(plan, env)) for plan in batch]
             for plan, future in futures:
                 turn.outcomes[plan["id"]] = future.result()
             batch.clear()
@@ -70,9 +72,11 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
                 batch.append(plan)
                 continue
             flush()
-            outcome = write_task(turn.thread_id, plan).result()
+            outcome = write_task(turn.thread_id, plan, env).result()
             turn.record_write(
-                plan, outcome, settle_task(turn.thread_id, plan, outcome, True).result() if _unknown(outcome) else None
+                plan,
+                outcome,
+                settle_task(turn.thread_id, plan, outcome, True, env).result() if _unknown(outcome) else None,
             )
         flush()
         return turn.update()
@@ -82,10 +86,11 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         turn = await asyncio.to_thread(_Turn, parts, state, runtime)
         if turn.early is not None:
             return turn.early
+        env = ToolEnv.of(state, runtime)
         batch: list[CallPlan] = []
 
         async def flush() -> None:
-            results = await asyncio.gather(*(read_task(plan) for plan in batch))
+            results = await asyncio.gather(*(read_task(plan, env) for plan in batch))
             turn.outcomes.update({plan["id"]: result for plan, result in zip(batch, results, strict=True)})
             batch.clear()
 
@@ -94,9 +99,11 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
                 batch.append(plan)
                 continue
             await flush()
-            outcome = await write_task(turn.thread_id, plan)
+            outcome = await write_task(turn.thread_id, plan, env)
             turn.record_write(
-                plan, outcome, await settle_task(turn.thread_id, plan, outcome, True) if _unknown(outcome) else None
+                plan,
+                outcome,
+                await settle_task(turn.thread_id, plan, outcome, True, env) if _unknown(outcome) else None,
             )
         await flush()
         return await asyncio.to_thread(turn.update)

@@ -7,6 +7,7 @@ any call still unanswered (which the other nodes never leave) gets its recorded 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -33,8 +34,11 @@ def make_finalize_node(parts: LoopParts):
         stop = state.get("stop")
         detail = state.get("stop_detail")
         last = messages[-1] if messages else None
+        structured = state.get("structured_response")
         if stop:
             status, answer = stop, None
+        elif structured is not None:
+            status, answer, detail = "completed", json.dumps(structured, ensure_ascii=False), None
         elif isinstance(last, AIMessage) and not last.tool_calls and not last.invalid_tool_calls:
             status, answer, detail = "completed", answer_text(last), None
         else:

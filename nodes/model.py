@@ -7,22 +7,25 @@ the conversation, the model is asked again per `Limits.model_retries`, then the 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.exceptions import ModelConnectionError
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.messages.tool import InvalidToolCall, ToolCall, invalid_tool_call
+from langgraph._internal._runnable import RunnableCallable  # as langgraph.prebuilt.ToolNode: sync + async twins
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
+from gatedloop.nodes.answers import record_answers
 from gatedloop.nodes.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.open_calls import close_open_calls
 from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
-from gatedloop.nodes.streamed_args import invoke_capturing
+from gatedloop.nodes.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
 
@@ -147,62 +150,131 @@ def _plan(call_id: str, name: Any, raw_args: Any) -> CallPlan:
     }
 
 
-def make_model_node(parts: LoopParts):
+def make_model_node(parts: LoopParts) -> RunnableCallable:
+    """Sync and async twins: under `ainvoke`/`astream` the model is awaited (`ainvoke`), never run in a thread."""
     settle_task = make_settle_task(parts)
 
     def model(state: GatedState, runtime: Runtime) -> dict[str, Any]:
-        thread_id = current_thread_id()
-        closed = close_open_calls(parts, settle_task, thread_id, state["messages"])
-        messages = closed.view
-        counters: RequestCounters | None = state.get("counters")
-        reset: dict[str, Any] = {"messages": closed.update} if closed.update else {}
-        if counters is None or (messages and isinstance(messages[-1], HumanMessage)):
-            counters = fresh_counters(parts.clock())
-            parts.ledger.clear_cancel(thread_id)
-            reset.update(status=None, answer=None, stop_detail=None, review_error=None)
-            if state.get("seen_reads"):
-                reset["seen_reads"] = Overwrite({})  # repeats are counted per request
-        else:
-            counters = {**counters}
-        if closed.left_open:
-            detail = "a write's outcome is unknown and was left to a person"
-            return {**reset, **_stop(counters, "needs_attention", detail)}
-        stop = parts.stop_before_work(thread_id, counters)
-        if stop:
-            return {**reset, **_stop(counters, *stop)}
-        earlier = earlier_call_ids(messages)
-        problem = ResponseProblem("error", "no model call was made")
-        for _attempt in range(parts.limits.model_retries + 1):
-            if counters["model_calls"] >= parts.limits.max_model_calls:
-                return {**reset, **_stop(counters, "step_limit", f"{parts.limits.max_model_calls} model calls made")}
-            counters["model_calls"] += 1
+        turn = _ModelTurn(parts, settle_task, state, runtime)
+        while (request := turn.next_request()) is not None:
             try:
-                raw = invoke_capturing(parts.model, messages)
+                raw = invoke_capturing(parts.model, request)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
-                log.warning("thread %s: model call failed: %s", thread_id, type(exc).__name__, exc_info=True)
-                if _never_connected(exc):
-                    problem = ResponseProblem("error", f"the model server could not be reached ({type(exc).__name__})")
-                else:
-                    kind = "incomplete" if _connection_lost(exc) else "error"
-                    problem = ResponseProblem(kind, f"the model call failed ({type(exc).__name__})")
-                counters["retries"] += 1
+                turn.failed(exc)
                 continue
-            counters["tokens"] += _tokens(raw)
-            try:
-                response = check_response(raw, earlier)
-            except ResponseProblem as exc:
-                log.warning("thread %s: discarded model response: %s", thread_id, exc.detail)
-                problem = exc
-                counters["retries"] += 1
-                continue
-            plans = initial_plans(response)
-            update = [*closed.update, response]
-            return {**reset, "messages": update, "calls": plans, "counters": counters, "stop": None}
-        return {**reset, **_stop(counters, problem.kind, problem.detail)}
+            turn.received(raw)
+        return turn.update()
 
-    return model
+    async def amodel(state: GatedState, runtime: Runtime) -> dict[str, Any]:
+        # Closing open calls and the cancel flag use the ledger (blocking SQLite): off the event loop.
+        turn = await asyncio.to_thread(_ModelTurn, parts, settle_task, state, runtime)
+        while (request := turn.next_request()) is not None:
+            try:
+                raw = await ainvoke_capturing(parts.model, request)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                turn.failed(exc)
+                continue
+            turn.received(raw)
+        return turn.update()
+
+    return RunnableCallable(model, amodel, name="model")
+
+
+class _ModelTurn:
+    """One `model` step: the attempts (retries included) and the update they lead to, shared by both twins.
+
+    A response that cannot be acted on never enters the history; the next attempt is asked again (with the
+    reason, when the problem is the answer's format, as messages sent with that attempt only).
+    """
+
+    def __init__(self, parts: LoopParts, settle_task: Any, state: GatedState, runtime: Runtime):
+        self.parts = parts
+        self.thread_id = current_thread_id()
+        self.closed = close_open_calls(parts, settle_task, self.thread_id, state["messages"])
+        messages = self.closed.view
+        counters: RequestCounters | None = state.get("counters")
+        self.reset: dict[str, Any] = {"messages": self.closed.update} if self.closed.update else {}
+        if counters is None or (messages and isinstance(messages[-1], HumanMessage)):
+            counters = fresh_counters(parts.clock())
+            parts.ledger.clear_cancel(self.thread_id)
+            self.reset.update(status=None, answer=None, stop_detail=None, review_error=None, structured_response=None)
+            if state.get("seen_reads"):
+                self.reset["seen_reads"] = Overwrite({})  # repeats are counted per request
+        else:
+            counters = {**counters}
+        self.counters = counters
+        self.messages = messages
+        self.earlier = earlier_call_ids(messages)
+        self.feedback: list[BaseMessage] = []
+        self.attempts_left = parts.limits.model_retries + 1
+        self.problem = ResponseProblem("error", "no model call was made")
+        self.result: dict[str, Any] | None = None
+        stop = parts.stop_before_work(self.thread_id, counters)
+        if self.closed.left_open:
+            detail = "a write's outcome is unknown and was left to a person"
+            self.result = {**self.reset, **_stop(counters, "needs_attention", detail)}
+        elif stop:
+            self.result = {**self.reset, **_stop(counters, *stop)}
+        else:
+            self.prompt = parts.prompt(state, runtime.context)
+
+    def next_request(self) -> list[BaseMessage] | None:
+        """The messages for the next attempt, or None when this step is decided."""
+        if self.result is not None:
+            return None
+        limit = self.parts.limits.max_model_calls
+        if self.attempts_left == 0:
+            self.result = {**self.reset, **_stop(self.counters, self.problem.kind, self.problem.detail)}
+            return None
+        if self.counters["model_calls"] >= limit:
+            self.result = {**self.reset, **_stop(self.counters, "step_limit", f"{limit} model calls made")}
+            return None
+        self.attempts_left -= 1
+        self.counters["model_calls"] += 1
+        return [*self.prompt, *self.messages, *self.feedback]
+
+    def failed(self, exc: Exception) -> None:
+        log.warning("thread %s: model call failed: %s", self.thread_id, type(exc).__name__, exc_info=True)
+        if _never_connected(exc):
+            self.problem = ResponseProblem("error", f"the model server could not be reached ({type(exc).__name__})")
+        else:
+            kind = "incomplete" if _connection_lost(exc) else "error"
+            self.problem = ResponseProblem(kind, f"the model call failed ({type(exc).__name__})")
+        self.counters["retries"] += 1
+
+    def received(self, raw: BaseMessage) -> None:
+        self.counters["tokens"] += _tokens(raw)
+        try:
+            response = check_response(raw, self.earlier)
+        except ResponseProblem as exc:
+            log.warning("thread %s: discarded model response: %s", self.thread_id, exc.detail)
+            self.problem = exc
+            self.counters["retries"] += 1
+            return
+        judged = self.parts.answer_format.judge(response) if self.parts.answer_format else None
+        if judged is not None and judged.problem is not None:
+            log.warning("thread %s: discarded final answer: %s", self.thread_id, judged.problem)
+            self.problem = ResponseProblem("invalid_answer", judged.problem)
+            self.feedback = list(judged.feedback)
+            self.counters["retries"] += 1
+            return
+        done = {**self.reset, "counters": self.counters, "stop": None}
+        if judged is not None:
+            final, ack = judged.feedback  # the answer-tool call and gatedloop's answer to it, recorded as any answer
+            record_answers(self.parts.ledger, self.thread_id, [cast(ToolMessage, ack)], "structured_response")
+            messages = [*self.closed.update, final, ack]
+            self.result = {**done, "messages": messages, "calls": [], "structured_response": judged.value}
+        else:
+            messages = [*self.closed.update, response]
+            self.result = {**done, "messages": messages, "calls": initial_plans(response)}
+
+    def update(self) -> dict[str, Any]:
+        assert self.result is not None
+        return self.result
 
 
 # What a response cut off in transit raises, by client: openai/anthropic APIConnectionError; httpx (Anthropic and

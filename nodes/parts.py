@@ -9,16 +9,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import LanguageModelInput
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import Runnable
 from langgraph.config import get_config
 
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.limits import Limits
 from gatedloop.graph.state import RequestCounters
+from gatedloop.nodes.answer_format import AnswerFormat
 from gatedloop.nodes.identity import caller_context
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import ToolRegistry
+
+SystemPrompt = str | Callable[[Any, Any], "str | SystemMessage | None"]
 
 
 @dataclass
@@ -28,6 +31,20 @@ class LoopParts:
     limits: Limits
     ledger: Ledger
     clock: Callable[[], float] = field(default=time.time)
+    system_prompt: SystemPrompt | None = None
+    answer_format: AnswerFormat | None = None
+
+    def prompt(self, state: Any, context: Any) -> list[BaseMessage]:
+        """The system message every model call starts with; built per call, never stored in the state."""
+        prompt = self.system_prompt
+        if prompt is None:
+            return []
+        text = prompt if isinstance(prompt, str) else prompt(state, context)
+        if text is None or isinstance(text, SystemMessage):
+            return [text] if text is not None else []
+        if not isinstance(text, str):
+            raise TypeError(f"system_prompt returned {type(text).__name__}; it must return a str or SystemMessage")
+        return [SystemMessage(text)] if text else []
 
     def stop_before_work(
         self, thread_id: str, counters: RequestCounters, *, tokens: bool = True

@@ -8,6 +8,7 @@ starts it. A write that timed out, lost its connection or whose claimant died is
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import time
@@ -15,11 +16,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Literal, NotRequired, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
 from gatedloop.checkpoints.ledger import Ledger, LedgerEntry, idempotency_key
 from gatedloop.graph.state import CallPlan
+from gatedloop.nodes.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry
 from gatedloop.tools.results import cap, to_json_text
@@ -46,10 +49,24 @@ class Outcome(TypedDict):
     reused: NotRequired[bool]
 
 
-def invoke_tool(tool: BaseTool, args: dict[str, Any]) -> Any:
+def invoke_tool(tool: BaseTool, tool_input: Any, config: RunnableConfig) -> Any:
     if getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None:
-        return asyncio.run(tool.ainvoke(args))
-    return tool.invoke(args)
+        return tool_output(tool.name, asyncio.run(tool.ainvoke(tool_input, config)))
+    return tool_output(tool.name, tool.invoke(tool_input, config))
+
+
+def submit(registry: ToolRegistry, plan: CallPlan, args: dict[str, Any], env: ToolEnv | None) -> Future[Any]:
+    """Start the tool in the pool with the run's config and injected arguments, in a copy of this context
+    (so `get_config`, `get_stream_writer` and `get_store` work inside the tool as they do in a node)."""
+    tool = registry.tools[plan["name"]]
+    config = tool_config(plan)
+    try:
+        prepared = tool_input(tool, registry.injections[plan["name"]], plan, args, env, config)
+    except Exception as exc:  # a missing store or state field: the tool's failure, logged, never a crash
+        failed: Future[Any] = Future()
+        failed.set_exception(exc)
+        return failed
+    return _POOL.submit(contextvars.copy_context().run, invoke_tool, tool, prepared, config)
 
 
 def _failure(exc: BaseException, name: str, call_id: str) -> Outcome:
@@ -69,11 +86,11 @@ def _ok(result: Any, max_chars: int) -> Outcome:
     return {"status": "ok", "content": cap(to_json_text(result), max_chars), "duration_ms": 0.0}
 
 
-def run_read(registry: ToolRegistry, plan: CallPlan, max_chars: int) -> Outcome:
+def run_read(registry: ToolRegistry, plan: CallPlan, max_chars: int, env: ToolEnv | None = None) -> Outcome:
     """A read: safe to repeat, so a timeout is simply a `timeout` error."""
     policy = registry.policy(plan["name"])
     started = time.monotonic()
-    future = _POOL.submit(invoke_tool, registry.tools[plan["name"]], plan["args"])
+    future = submit(registry, plan, plan["args"], env)
     finished, result, exc = _wait(future, policy.timeout_s, plan)
     if not finished:
         body = errors.error_json("timeout", errors.TIMEOUT.format(seconds=policy.timeout_s))
@@ -137,7 +154,9 @@ def reconcile(registry: ToolRegistry, plan: CallPlan, key: str) -> Any:
         return CANNOT_TELL
 
 
-def run_write(registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int) -> Outcome:
+def run_write(
+    registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int, env: ToolEnv | None = None
+) -> Outcome:
     """A write: claim, run once, record. A lost claim returns the stored result or `unknown`.
 
     After the ledger was lost and recreated, even a won claim may be a write that already happened, so the
@@ -156,11 +175,17 @@ def run_write(registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: Call
             outcome = _ok(known, max_chars)
             ledger.finish(thread_id, plan["id"], "done", outcome)
             return outcome
-    return start_write(registry, ledger, thread_id, plan, max_chars, entry)
+    return start_write(registry, ledger, thread_id, plan, max_chars, entry, env)
 
 
 def start_write(
-    registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int, entry: LedgerEntry
+    registry: ToolRegistry,
+    ledger: Ledger,
+    thread_id: str,
+    plan: CallPlan,
+    max_chars: int,
+    entry: LedgerEntry,
+    env: ToolEnv | None = None,
 ) -> Outcome:
     """Run a write this process holds the claim (`entry`) for, and record its outcome in the ledger."""
     policy = registry.policy(plan["name"])
@@ -169,7 +194,7 @@ def start_write(
     if registry.takes_idempotency_key(plan["name"]):
         args["idempotency_key"] = entry.idempotency_key
     started = time.monotonic()
-    future = _POOL.submit(invoke_tool, registry.tools[plan["name"]], args)
+    future = submit(registry, plan, args, env)
     finished, result, exc = _wait(future, policy.timeout_s, plan)
     if not finished:
         _IN_FLIGHT[(thread_id, plan["id"])] = future

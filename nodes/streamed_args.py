@@ -26,6 +26,8 @@ from gatedloop.tools.arguments import ArgumentsError, parse_arguments
 class ToolArgumentChunks(BaseCallbackHandler):
     """Collects the raw `tool_call_chunks` of a streamed response, in order."""
 
+    run_inline = True  # under ainvoke too: chunks must be collected in the order they arrive, not in a thread pool
+
     def __init__(self) -> None:
         self.chunks: list[dict[str, Any]] = []
 
@@ -64,14 +66,24 @@ class ToolArgumentChunks(BaseCallbackHandler):
 def invoke_capturing(model: Runnable[Any, BaseMessage], messages: Sequence[BaseMessage]) -> BaseMessage:
     """`model.invoke`, keeping the run's own callbacks (tracing, token streaming) and adding ours."""
     capture = ToolArgumentChunks()
+    response = model.invoke(list(messages), config={"callbacks": _with_capture(capture)})
+    return strict_arguments(response, capture.raw_arguments()) if capture.chunks else response
+
+
+async def ainvoke_capturing(model: Runnable[Any, BaseMessage], messages: Sequence[BaseMessage]) -> BaseMessage:
+    """`model.ainvoke`: the async twin, awaited on the run's event loop."""
+    capture = ToolArgumentChunks()
+    response = await model.ainvoke(list(messages), config={"callbacks": _with_capture(capture)})
+    return strict_arguments(response, capture.raw_arguments()) if capture.chunks else response
+
+
+def _with_capture(capture: ToolArgumentChunks) -> Any:
     parent = get_config().get("callbacks")
     if isinstance(parent, BaseCallbackManager):
         callbacks: Any = parent.copy()
         callbacks.add_handler(capture, inherit=False)
-    else:
-        callbacks = [*(parent or []), capture]
-    response = model.invoke(list(messages), config={"callbacks": callbacks})
-    return strict_arguments(response, capture.raw_arguments()) if capture.chunks else response
+        return callbacks
+    return [*(parent or []), capture]
 
 
 def strict_arguments(response: BaseMessage, raw: dict[str, str]) -> BaseMessage:

@@ -28,6 +28,7 @@ from gatedloop.nodes.running import (
     still_running_here,
     stored_outcome,
 )
+from gatedloop.nodes.tool_env import ToolEnv
 from gatedloop.tools import errors
 
 log = logging.getLogger("gatedloop.reconcile")
@@ -77,8 +78,10 @@ def make_settle_task(parts: LoopParts) -> Any:
     belong to that one call, and once settled it is not re-decided when the node runs again: an answer can never
     be applied to another call's question, whatever the ledger says by then."""
 
-    def settle(thread_id: str, plan: CallPlan, outcome: Outcome, rerun: bool) -> dict[str, Any]:
-        settled, left_open = settle_unknown(parts, thread_id, plan, outcome, rerun=rerun)
+    def settle(
+        thread_id: str, plan: CallPlan, outcome: Outcome, rerun: bool, env: ToolEnv | None = None
+    ) -> dict[str, Any]:
+        settled, left_open = settle_unknown(parts, thread_id, plan, outcome, rerun=rerun, env=env)
         return {"outcome": settled, "left_open": left_open}
 
     # (cast: langgraph's `task` overloads do not type-check a plain sync function under mypy.)
@@ -86,7 +89,13 @@ def make_settle_task(parts: LoopParts) -> Any:
 
 
 def settle_unknown(
-    parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, *, rerun: bool = True
+    parts: LoopParts,
+    thread_id: str,
+    plan: CallPlan,
+    outcome: Outcome,
+    *,
+    rerun: bool = True,
+    env: ToolEnv | None = None,
 ) -> tuple[Outcome, bool]:
     """The outcome to report for a write whose outcome was unknown, and whether it is still left open.
 
@@ -105,10 +114,10 @@ def settle_unknown(
     if answer is None and entry is not None and not _may_be_running(parts, thread_id, plan, entry.claimant):
         if not rerun:
             return _superseded(parts, thread_id, plan, "reconciled: not done"), False
-        rerun_outcome = _rerun(parts, thread_id, plan, entry.attempts)
+        rerun_outcome = _rerun(parts, thread_id, plan, entry.attempts, env)
         if rerun_outcome is not None:
             return rerun_outcome, False
-    return _ask_person(parts, thread_id, plan, outcome, rerun=rerun)
+    return _ask_person(parts, thread_id, plan, outcome, rerun=rerun, env=env)
 
 
 def _superseded(parts: LoopParts, thread_id: str, plan: CallPlan, how: str, who: str | None = None) -> Outcome:
@@ -126,7 +135,7 @@ def _may_be_running(parts: LoopParts, thread_id: str, plan: CallPlan, claimant: 
     return claimant != parts.ledger.claimant and parts.ledger.claimant_alive(claimant)
 
 
-def _rerun(parts: LoopParts, thread_id: str, plan: CallPlan, attempts: int) -> Outcome | None:
+def _rerun(parts: LoopParts, thread_id: str, plan: CallPlan, attempts: int, env: ToolEnv | None) -> Outcome | None:
     """Start again a write known not to have happened; its recorded outcome if it finished meanwhile; None if
     another resumer took it first."""
     won = parts.ledger.reclaim(thread_id, plan["id"], attempts)
@@ -134,11 +143,11 @@ def _rerun(parts: LoopParts, thread_id: str, plan: CallPlan, attempts: int) -> O
     if not won or entry is None:
         return stored_outcome(entry.state, entry.result) if entry and entry.state != "claimed" else None
     parts.ledger.record(thread_id, plan["id"], f"rerun_{attempts + 1}", {"attempt": attempts + 1})
-    return start_write(parts.registry, parts.ledger, thread_id, plan, parts.limits.max_result_chars, entry)
+    return start_write(parts.registry, parts.ledger, thread_id, plan, parts.limits.max_result_chars, entry, env)
 
 
 def _ask_person(
-    parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, *, rerun: bool
+    parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, *, rerun: bool, env: ToolEnv | None
 ) -> tuple[Outcome, bool]:
     """Interrupt until a valid answer: done (with its result), not_done (run it now) or abandon."""
     key = key_of_record(parts.ledger.get(thread_id, plan["id"]), thread_id, plan["id"])
@@ -167,7 +176,7 @@ def _ask_person(
             return stored_outcome(entry.state, entry.result), False
         if not rerun:
             return _superseded(parts, thread_id, plan, "marked not done", who), False
-        again = _rerun(parts, thread_id, plan, entry.attempts if entry else 1)
+        again = _rerun(parts, thread_id, plan, entry.attempts if entry else 1, env)
         return (again, False) if again is not None else (outcome, True)
     parts.ledger.finish(thread_id, plan["id"], "abandoned", outcome)
     return {**outcome, "status": "error"}, True

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import ArgumentsError, parse_arguments, safe_text
+from gatedloop.tools.injection import COMMAND_REFUSED, Injections, injections, returns_command
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 log = logging.getLogger("gatedloop.tools")
@@ -49,7 +50,10 @@ class ToolRegistry:
                 raise TypeError(f"tools must be LangChain tools (@tool or BaseTool), got {type(item).__name__}")
             if item.name in self.tools:
                 raise ValueError(f"two tools share the name {item.name!r}")
+            if returns_command(item):
+                raise ValueError(COMMAND_REFUSED.format(name=item.name))
             self.tools[item.name] = item
+        self.injections: dict[str, Injections] = {name: injections(tool) for name, tool in self.tools.items()}
         unknown = set(policies) - set(self.tools)
         if unknown:
             raise ValueError(f"policies name tools that do not exist: {sorted(unknown)}")

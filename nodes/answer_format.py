@@ -1,0 +1,125 @@
+"""`build_graph(..., response_format=...)`: the final answer as a validated structured value.
+
+Done the way LangChain's `create_agent` does with `ToolStrategy`: the schema is bound as one more tool, the model
+must call some tool each turn (`tool_choice="any"`), and its final answer is a call to that tool, validated against
+the schema. We chose the tool strategy over `ProviderStrategy` (the provider's native JSON mode) because it works
+with every tool-calling model LangChain ships, including the scripted and fake models agents are tested with,
+and its error channel is the one the loop already has: a ToolMessage the model reads on its retry.
+
+The value stored in `structured_response` is JSON (a pydantic model's `model_dump(mode="json")`), so any
+checkpointer stores it and any process (or LangGraph Server) can load it without importing the model class.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, ValidationError
+
+from gatedloop.tools.errors import error_json
+
+ANSWER_TOOL_DESCRIPTION = (
+    "Give your final answer with this tool, once and alone, after the other tools you needed have answered. "
+    "Its arguments are the answer."
+)
+ALONE = "Call {name} alone, once, as your final answer; other tool calls in the same turn were not run."
+ANSWER_WITH_TOOL = "Your final answer must be a call to {name} with arguments matching its schema, not text."
+INVALID = "The answer does not match the {name} schema: {detail}. Call {name} again with corrected arguments."
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A response checked against the answer format: a value to keep, or why not and what to tell the model."""
+
+    value: Any = None
+    problem: str | None = None
+    feedback: tuple[BaseMessage, ...] = ()
+
+
+class AnswerFormat:
+    """The final answer's schema, bound to the model as one more tool."""
+
+    def __init__(self, schema: type[BaseModel] | Mapping[str, Any]):
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            self.model: type[BaseModel] | None = schema
+            self._validator: Any = None
+            tool = convert_to_openai_tool(schema)
+        elif isinstance(schema, Mapping):
+            import jsonschema  # only JSON-schema answers need it
+
+            try:
+                jsonschema.validators.validator_for(schema).check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                raise ValueError(f"response_format is not a valid JSON schema: {exc.message}") from None
+            if schema.get("type") != "object":
+                raise ValueError('response_format (a JSON schema) must describe an object ("type": "object")')
+            self.model = None
+            self._validator = jsonschema.validators.validator_for(schema)(schema)
+            name = str(schema.get("title") or "final_answer")
+            parameters = {k: v for k, v in schema.items() if k not in ("title", "description")}
+            tool = {"type": "function", "function": {"name": name, "parameters": parameters}}
+        else:
+            raise TypeError(
+                f"response_format must be a pydantic model class or a JSON schema dict, not {type(schema).__name__}"
+            )
+        tool["function"]["description"] = ANSWER_TOOL_DESCRIPTION
+        self.tool: dict[str, Any] = tool
+        self.name: str = tool["function"]["name"]
+
+    def parse(self, args: Any) -> Any:
+        """The validated answer as JSON; raises ValueError with a readable reason."""
+        if self.model is not None:
+            try:
+                return self.model.model_validate(args).model_dump(mode="json")
+            except ValidationError as exc:
+                raise ValueError("; ".join(_describe(e) for e in exc.errors()[:5])) from None
+        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.path))
+        if errors:
+            raise ValueError("; ".join(f"{'.'.join(map(str, e.path)) or 'answer'}: {e.message}" for e in errors[:5]))
+        return args
+
+    def judge(self, response: AIMessage) -> Judged | None:
+        """None: the response is an ordinary turn (tool calls to run). Otherwise the final answer, or a problem."""
+        calls = [*response.tool_calls, *response.invalid_tool_calls]
+        answers = [c for c in calls if c.get("name") == self.name]
+        if calls and not answers:
+            return None
+        if not calls:
+            problem = ANSWER_WITH_TOOL.format(name=self.name)
+            return Judged(problem=problem, feedback=(response, HumanMessage(problem)))
+        if len(calls) > 1:
+            problem = ALONE.format(name=self.name)
+            return Judged(problem=problem, feedback=(response, *(_answer(c, problem, error=True) for c in calls)))
+        call = answers[0]
+        try:
+            value = self.parse(call.get("args") if isinstance(call.get("args"), dict) else _loads(call.get("args")))
+        except ValueError as exc:
+            problem = INVALID.format(name=self.name, detail=exc)
+            return Judged(problem=problem, feedback=(response, _answer(call, problem, error=True)))
+        return Judged(value=value, feedback=(response, _answer(call, "Returning structured response.", error=False)))
+
+
+def _answer(call: Any, text: str, *, error: bool) -> ToolMessage:
+    call_id = call.get("id") or ""
+    if error:
+        return ToolMessage(
+            error_json("invalid_arguments", text), tool_call_id=call_id, name=call.get("name"), status="error"
+        )
+    return ToolMessage(text, tool_call_id=call_id, name=call.get("name"), id=f"tool-{call_id}")
+
+
+def _loads(raw: Any) -> Any:
+    try:
+        return json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError as exc:
+        raise ValueError(f"the arguments are not JSON ({exc})") from None
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    where = ".".join(str(p) for p in error.get("loc", ())) or "answer"
+    return f"{where}: {error.get('msg', 'invalid')}"
