@@ -7,13 +7,14 @@ answer against the pending request before it reaches the graph (`InvalidDecision
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command, Interrupt, StreamMode
+from langgraph.types import Command, Interrupt, StateSnapshot, StreamMode
 
 from gatedloop.checkpoints.lease import thread_lease
 from gatedloop.checkpoints.ledger import Ledger
@@ -102,20 +103,24 @@ def stream_resume(
     config = config_for(thread_id)
     with lease_for(graph, thread_id, wait_s):
         pending = graph.get_state(config).interrupts  # one load: rebuilding a long thread is the costly part
-        request = _request_of(pending)
-        if request is not None:
-            if answer is None:
-                raise InvalidDecision("the thread is waiting for an answer; none was given")
-            check_answer(request, answer)
-            # Keyed by interrupt id, so the answer reaches exactly the question it answers, even when a crash
-            # left another interrupt of the same node answered but unfinished.
-            payload: Any = Command(resume={pending[0].id: answer})
-        elif answer is not None:
-            raise InvalidDecision(f"thread {thread_id!r} is not waiting for an answer")
-        else:
-            payload = None
+        payload = _resume_payload(thread_id, pending, answer)
         events = graph.stream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
         yield from cast(Iterator[tuple[str, Any]], events)
+
+
+def _resume_payload(thread_id: str, pending: Sequence[Interrupt], answer: Any) -> Command | None:
+    """The answer addressed to the pending interrupt, checked first (InvalidDecision, nothing changed)."""
+    request = _request_of(pending)
+    if request is not None:
+        if answer is None:
+            raise InvalidDecision("the thread is waiting for an answer; none was given")
+        check_answer(request, answer)
+        # Keyed by interrupt id, so the answer reaches exactly the question it answers, even when a crash
+        # left another interrupt of the same node answered but unfinished.
+        return Command(resume={pending[0].id: answer})
+    if answer is not None:
+        raise InvalidDecision(f"thread {thread_id!r} is not waiting for an answer")
+    return None
 
 
 def start(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, text: str, **kwargs: Any) -> dict[str, Any]:
@@ -130,7 +135,10 @@ def resume(
 ) -> dict[str, Any]:
     for _ in stream_resume(graph, thread_id, answer, **kwargs):
         pass
-    result = outcome(graph, thread_id)
+    return _raise_if_refused(outcome(graph, thread_id))
+
+
+def _raise_if_refused(result: dict[str, Any]) -> dict[str, Any]:
     pending = result.get("__interrupt__")
     if pending and isinstance(pending[0].value, dict) and pending[0].value.get("error"):
         raise InvalidDecision(pending[0].value["error"])
@@ -138,7 +146,10 @@ def resume(
 
 
 def outcome(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> dict[str, Any]:
-    snapshot = graph.get_state(config_for(thread_id))
+    return _values(graph.get_state(config_for(thread_id)))
+
+
+def _values(snapshot: StateSnapshot) -> dict[str, Any]:
     values = dict(snapshot.values or {})
     if snapshot.interrupts:
         values["__interrupt__"] = list(snapshot.interrupts)
@@ -148,3 +159,85 @@ def outcome(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> di
 def cancel(thread_id: str, *, ledger: Ledger) -> None:
     """Ask a thread to stop at its next node boundary (status `cancelled`); a running write finishes first."""
     ledger.request_cancel(validate_thread_id(thread_id))
+
+
+# Async twins, for graphs run on an async checkpointer (`open_async_sqlite`, `open_async_postgres`) under
+# asyncio: the same checks, lease and durability; the model and tools are awaited on the caller's event loop.
+
+
+@asynccontextmanager
+async def _alease(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, wait_s: float) -> AsyncIterator[None]:
+    """The same lease as `lease_for`; taking and releasing it may block (file lock, Postgres), so not on the loop."""
+    lease = lease_for(graph, thread_id, wait_s)
+    await asyncio.to_thread(lease.__enter__)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(lease.__exit__, None, None, None)
+
+
+async def apending_request(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> dict[str, Any] | None:
+    """Async twin of `pending_request`."""
+    return _request_of((await graph.aget_state(config_for(thread_id))).interrupts)
+
+
+async def astream_start(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    thread_id: str,
+    text: str,
+    *,
+    context: CallContext | None = None,
+    wait_s: float = 0.0,
+) -> AsyncIterator[tuple[str, Any]]:
+    """Async twin of `stream_start`."""
+    config = config_for(thread_id)
+    async with _alease(graph, thread_id, wait_s):
+        events = graph.astream(
+            {"messages": [("user", text)]}, config, context=context, stream_mode=STREAM_MODES, durability="sync"
+        )
+        async for event in cast(AsyncIterator[tuple[str, Any]], events):
+            yield event
+
+
+async def astream_resume(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    thread_id: str,
+    answer: Any = None,
+    *,
+    context: CallContext | None = None,
+    wait_s: float = 0.0,
+) -> AsyncIterator[tuple[str, Any]]:
+    """Async twin of `stream_resume`."""
+    config = config_for(thread_id)
+    async with _alease(graph, thread_id, wait_s):
+        payload = _resume_payload(thread_id, (await graph.aget_state(config)).interrupts, answer)
+        events = graph.astream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
+        async for event in cast(AsyncIterator[tuple[str, Any]], events):
+            yield event
+
+
+async def astart(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, text: str, **kwargs: Any
+) -> dict[str, Any]:
+    """Async twin of `start`."""
+    async for _ in astream_start(graph, thread_id, text, **kwargs):
+        pass
+    return await aoutcome(graph, thread_id)
+
+
+async def aresume(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, answer: Any = None, **kwargs: Any
+) -> dict[str, Any]:
+    """Async twin of `resume`."""
+    async for _ in astream_resume(graph, thread_id, answer, **kwargs):
+        pass
+    return _raise_if_refused(await aoutcome(graph, thread_id))
+
+
+async def aoutcome(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> dict[str, Any]:
+    return _values(await graph.aget_state(config_for(thread_id)))
+
+
+async def acancel(thread_id: str, *, ledger: Ledger) -> None:
+    """Async twin of `cancel` (the ledger is blocking storage: written off the event loop)."""
+    await asyncio.to_thread(cancel, thread_id, ledger=ledger)

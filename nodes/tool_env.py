@@ -57,16 +57,11 @@ def tool_config(plan: CallPlan) -> RunnableConfig:
     tags = [f"tool_call_id:{plan['id']}", f"effect:{plan['effect']}", f"decision:{decision}"]
     if reviewer:
         tags.append(f"reviewer:{reviewer}")
-    config = {k: v for k, v in get_config().items() if k != "run_id"}  # the task's own run id is not the tool's
-    return cast(
-        RunnableConfig,
-        {
-            **config,
-            "run_name": plan["name"],
-            "tags": [*config.get("tags", []), *tags],
-            "metadata": {**config.get("metadata", {}), **metadata},
-        },
-    )
+    config: dict[str, Any] = {k: v for k, v in get_config().items() if k != "run_id"}  # the task's run id
+    config["run_name"] = plan["name"]
+    config["tags"] = [*(config.get("tags") or []), *tags]
+    config["metadata"] = {**(config.get("metadata") or {}), **metadata}
+    return cast(RunnableConfig, config)
 
 
 def tool_input(
