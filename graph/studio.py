@@ -8,21 +8,37 @@ same file by default, as with `open_sqlite`; `GATEDLOOP_LEDGER` names another fi
 `POSTGRES_URI`, whose checkpoints the server keeps itself). The demo tools keep their data in `demo-data.sqlite`
 beside a SQLite ledger, or in `GATEDLOOP_DEMO_DATA` (default `.gatedloop/demo-data.sqlite`) with Postgres.
 The model comes from `GATEDLOOP_MODEL` (the offline demo without an API key).
+
+`graph` is a graph factory (langgraph-api calls it per run with the assistant's config and the run's context):
+an assistant chooses its model, limits, demo tools and system prompt with the keys of `AssistantSettings`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.graph.state import CompiledStateGraph
+from pydantic import ValidationError
 
 from gatedloop.checkpoints.devserver import DB_ENV, studio_db_path
 from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
 from gatedloop.graph.build import build_graph
+from gatedloop.graph.limits import Limits
 from gatedloop.graph.models import load_model
 from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
 from gatedloop.tools.policy import ToolPolicy
+
+if TYPE_CHECKING:  # resolved by langgraph-api from the annotation's name; the SDK is the server's dependency
+    from langgraph_sdk.runtime import ServerRuntime
 
 LEDGER_ENV = "GATEDLOOP_LEDGER"
 DEMO_DATA_ENV = "GATEDLOOP_DEMO_DATA"
@@ -47,15 +63,102 @@ def studio_ledger() -> tuple[Ledger, Path]:
     return SqliteLedger(ledger_path), ledger_path.with_name("demo-data.sqlite")
 
 
-def make_studio_tools() -> tuple[list[BaseTool], dict[str, ToolPolicy], Ledger]:
-    """The demo tools (data beside the ledger), their policies, and the ledger."""
+ASSISTANT_KEYS = ("model", "limits", "tools", "system_prompt")
+
+
+class AssistantConfigError(ValueError):
+    """An assistant's configuration names something that does not exist or breaks a limit."""
+
+
+@dataclass(frozen=True)
+class AssistantSettings:
+    """What one assistant of the served graph may choose (documented keys, see the README).
+
+    - `model`: as `GATEDLOOP_MODEL` (`demo`, a ChatOpenAI model name, or `provider:model`); default: the env's.
+    - `limits`: a dict of `Limits` fields, e.g. `{"max_model_calls": 4}`; unknown fields are refused.
+    - `tools`: the demo tools this assistant may use (names); default: all of them.
+    - `system_prompt`: a string every model call starts with.
+    """
+
+    model: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    tools: tuple[str, ...] | None = None
+    system_prompt: str | None = None
+
+
+def assistant_settings(config: Mapping[str, Any] | None, context: Any = None) -> AssistantSettings:
+    """Read the documented keys from the assistant's `config["configurable"]` and its `context` (context wins)."""
+    found: dict[str, Any] = {}
+    for source in ((config or {}).get("configurable") or {}, context if isinstance(context, Mapping) else {}):
+        found.update({key: source[key] for key in ASSISTANT_KEYS if source.get(key) is not None})
+    try:
+        limits = Limits.model_validate(found.get("limits") or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise AssistantConfigError(f"assistant `limits` is invalid: {where}: {first['msg']}") from None
+    tools = found.get("tools")
+    if tools is not None and (isinstance(tools, str) or not all(isinstance(t, str) for t in tools)):
+        raise AssistantConfigError("assistant `tools` must be a list of tool names")
+    model, prompt = found.get("model"), found.get("system_prompt")
+    if model is not None and not isinstance(model, str):
+        raise AssistantConfigError("assistant `model` must be a string such as 'demo' or 'openai:gpt-4o-mini'")
+    if prompt is not None and not isinstance(prompt, str):
+        raise AssistantConfigError("assistant `system_prompt` must be a string")
+    return AssistantSettings(model, limits, tuple(tools) if tools is not None else None, prompt)
+
+
+@lru_cache(maxsize=1)
+def _shared() -> tuple[Ledger, DemoStore]:
+    """One ledger and one demo data store per server process, whichever assistant runs."""
     ledger, demo_data = studio_ledger()
     demo_data.parent.mkdir(parents=True, exist_ok=True)
-    store = DemoStore(demo_data)
+    return ledger, DemoStore(demo_data)
+
+
+def make_studio_tools() -> tuple[list[BaseTool], dict[str, ToolPolicy], Ledger]:
+    """The demo tools (data beside the ledger), their policies, and the ledger."""
+    ledger, store = _shared()
     return build_demo_tools(store), demo_policies(store), ledger
 
 
 tools, policies, _ledger = make_studio_tools()
 """Kept for the approval inbox served beside this graph (`gatedloop.inbox.server`): argument schemas, who may
 approve."""
-graph = build_graph(load_model(), tools, policies=policies, ledger=_ledger, name="gatedloop")
+
+
+@lru_cache(maxsize=16)
+def _model(spec: str | None) -> BaseChatModel:
+    return load_model(spec)
+
+
+def make_studio_graph(settings: AssistantSettings | None = None) -> CompiledStateGraph:
+    settings = settings or AssistantSettings()
+    ledger, store = _shared()
+    tools = build_demo_tools(store)
+    policies = demo_policies(store)
+    if settings.tools is not None:
+        unknown = sorted(set(settings.tools) - {t.name for t in tools})
+        if unknown:
+            raise AssistantConfigError(
+                f"assistant `tools` names unknown tools {unknown}; available: {sorted(t.name for t in tools)}"
+            )
+        tools = [t for t in tools if t.name in settings.tools]
+        policies = {name: policy for name, policy in policies.items() if name in settings.tools}
+    return build_graph(
+        _model(settings.model),
+        tools,
+        policies=policies,
+        limits=settings.limits,
+        ledger=ledger,
+        system_prompt=settings.system_prompt,
+        name="gatedloop",
+    )
+
+
+async def graph(config: RunnableConfig, runtime: ServerRuntime) -> CompiledStateGraph:
+    """The graph factory LangGraph Server calls for each run (and each read), with the assistant's config and the
+    run's context, so two assistants of this one graph can use different models, limits and tools. Building opens
+    SQLite files and may load a model client: off the server's event loop."""
+    settings = assistant_settings(config, getattr(runtime, "context", None))
+    return await asyncio.to_thread(make_studio_graph, settings)

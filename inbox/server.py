@@ -44,7 +44,7 @@ def open_studio_backend() -> Iterator[InboxBackend]:
     from gatedloop.graph import studio
 
     with _storage() as (saver, listing):
-        graph = studio.graph.copy(update={"checkpointer": saver})
+        graph = studio.make_studio_graph().copy(update={"checkpointer": saver})  # `studio.graph` is a factory
         pending = PendingRequests(graph, saver.ledger, listing, studio.tools, studio.policies)
         yield InboxBackend(graph, saver.ledger, pending)
 

@@ -1,0 +1,135 @@
+"""Per-assistant configuration of the served graph, and Agent Chat UI's "Mark as resolved", under real `langgraph dev`.
+
+`gatedloop.graph.studio:graph` is a graph factory: langgraph-api calls it per run with the assistant's config and
+the run's context, so two assistants of the one graph differ in model, limits, tools and system prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from devserver import run_dev_server
+from invariants import assert_each_call_answered_once
+from langchain_core.messages import ToolMessage, messages_from_dict
+from langgraph_sdk import get_sync_client
+
+from gatedloop.graph.studio import AssistantConfigError, assistant_settings
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).parent.parent
+GRAPH = "gatedloop"
+WORKSHOP = "Reserve a seat in workshop WS-101 for {who}"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    folder = tmp_path_factory.mktemp("assistants")
+    env = {
+        "GATEDLOOP_MODEL": "demo",
+        "GATEDLOOP_DB": str(folder / "studio.sqlite"),
+        "GATEDLOOP_LEDGER": None,
+        "OPENAI_API_KEY": None,
+    }
+    with run_dev_server(ROOT, env=env, workdir=folder / "server", config_overrides={"env": None}) as url:
+        yield get_sync_client(url=url, api_key=None, timeout=60)
+
+
+def run(client: Any, assistant_id: str, text: str) -> tuple[str, dict[str, Any]]:
+    thread_id = client.threads.create()["thread_id"]
+    out = client.runs.wait(thread_id, assistant_id, input={"messages": [{"role": "user", "content": text}]})
+    return thread_id, out
+
+
+def tool_messages(values: dict[str, Any]) -> list[ToolMessage]:
+    messages = messages_from_dict([{"type": m["type"], "data": m} for m in values["messages"]])
+    return [m for m in messages if isinstance(m, ToolMessage)]
+
+
+def test_two_assistants_of_one_graph_differ_in_limits_and_tools(client: Any) -> None:
+    tight = client.assistants.create(GRAPH, config={"configurable": {"limits": {"max_model_calls": 1}}}, name="tight")
+    reads = client.assistants.create(GRAPH, context={"tools": ["get_weather", "calculator"]}, name="reads-only")
+
+    # The default assistant: pauses for approval, then completes.
+    thread, out = run(client, GRAPH, WORKSHOP.format(who="Ana"))
+    assert out["__interrupt__"][0]["value"]["action_requests"][0]["name"] == "reserve_seat"
+    done = client.runs.wait(thread, GRAPH, command={"resume": {"decisions": [{"type": "approve"}]}})
+    assert done["status"] == "completed"
+
+    # One model call allowed: after the approved write, the loop stops for its limit instead of answering.
+    thread, out = run(client, tight["assistant_id"], WORKSHOP.format(who="Bo"))
+    assert "__interrupt__" in out
+    stopped = client.runs.wait(thread, tight["assistant_id"], command={"resume": {"decisions": [{"type": "approve"}]}})
+    assert stopped["status"] == "step_limit" and stopped["answer"] is None
+
+    # No reserve_seat for this assistant: the call is refused before anyone is asked, nothing is booked.
+    _, out = run(client, reads["assistant_id"], WORKSHOP.format(who="Cy"))
+    assert "__interrupt__" not in out
+    [refused] = [m for m in tool_messages(out) if m.name == "reserve_seat"]
+    assert json.loads(refused.content)["error"]["type"] == "unknown_tool"
+    assert "get_weather, calculator" in json.loads(refused.content)["error"]["message"]
+    assert_each_call_answered_once(messages_from_dict([{"type": m["type"], "data": m} for m in out["messages"]]))
+
+
+def test_an_assistant_choosing_a_model_or_limits_that_do_not_exist_gets_a_clear_error(client: Any) -> None:
+    bad_model = client.assistants.create(GRAPH, context={"model": "nosuchprovider:m1"}, name="bad-model")
+    bad_limits = client.assistants.create(GRAPH, config={"configurable": {"limits": {"max_modle_calls": 3}}})
+    for assistant, words in ((bad_model, "nosuchprovider:m1"), (bad_limits, "max_modle_calls")):
+        thread_id = client.threads.create()["thread_id"]
+        run_ = client.runs.create(
+            thread_id, assistant["assistant_id"], input={"messages": [{"role": "user", "content": "hi"}]}
+        )
+        client.runs.join(thread_id, run_["run_id"])
+        assert client.runs.get(thread_id, run_["run_id"])["status"] == "error"
+        assert client.threads.get(thread_id)["status"] == "error"
+        assert words in json.dumps(client.threads.get(thread_id).get("error") or client.threads.get(thread_id))
+
+
+def test_agent_chat_ui_mark_as_resolved_is_dropped_by_langgraph_and_the_request_stays(client: Any) -> None:
+    """What Agent Chat UI's "Mark as resolved" sends. LangGraph drops it before any node runs ("wrote to unknown
+    channel branch:to:__end__"), so no graph can end the thread on it; the README says what to use instead."""
+    thread, out = run(client, GRAPH, WORKSHOP.format(who="Di"))
+    request = out["__interrupt__"][0]["value"]
+    client.runs.wait(thread, GRAPH, command={"goto": "__end__"})
+    state = client.threads.get_state(thread)
+    assert client.threads.get(thread)["status"] == "interrupted"
+    assert state["interrupts"][0]["value"] == request and state["next"] == ["approve"]
+    assert tool_messages(state["values"]) == []
+    # What to use instead: reject, with a reason; the call is answered and the thread ends.
+    reject = {"decisions": [{"type": "reject", "message": "resolved elsewhere"}]}
+    done = client.runs.wait(thread, GRAPH, command={"resume": reject})
+    assert done["status"] == "completed" and client.threads.get(thread)["status"] == "idle"
+    [answer] = tool_messages(done)
+    assert json.loads(answer.content)["error"]["type"] == "rejected_by_reviewer"
+
+
+@pytest.mark.parametrize(
+    ("config", "context", "error"),
+    [
+        ({"configurable": {"limits": {"max_model_calls": 0}}}, None, "limits.*max_model_calls"),
+        (None, {"tools": "get_weather"}, "list of tool names"),
+        (None, {"model": 3}, "`model` must be a string"),
+    ],
+)
+def test_assistant_settings_are_checked(config: Any, context: Any, error: str) -> None:
+    with pytest.raises(AssistantConfigError, match=error):
+        assistant_settings(config, context)
+
+
+def test_context_wins_over_config_and_unknown_tools_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gatedloop.graph import studio
+
+    monkeypatch.setenv("GATEDLOOP_DB", str(tmp_path / "studio.sqlite"))
+    monkeypatch.delenv("GATEDLOOP_LEDGER", raising=False)
+    studio._shared.cache_clear()
+    monkeypatch.setattr(studio, "_shared", studio._shared.__wrapped__)
+    settings = assistant_settings(
+        {"configurable": {"model": "demo", "system_prompt": "a"}}, {"system_prompt": "b", "tools": ["calculator"]}
+    )
+    assert (settings.model, settings.system_prompt, settings.tools) == ("demo", "b", ("calculator",))
+    with pytest.raises(AssistantConfigError, match=r"unknown tools \['nope'\]"):
+        studio.make_studio_graph(assistant_settings(None, {"tools": ["nope"]}))
