@@ -19,7 +19,13 @@ from nbclient import NotebookClient
 pytestmark = pytest.mark.slow
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-EXPECTED = ("01_quickstart.ipynb", "02_approvals.ipynb", "03_durability.ipynb", "04_studio.ipynb")
+EXPECTED = (
+    "01_quickstart.ipynb",
+    "02_approvals.ipynb",
+    "03_durability.ipynb",
+    "04_studio.ipynb",
+    "05_migrating_from_create_agent.ipynb",
+)
 CELL_TIMEOUT_S = 120
 NOTEBOOK_BUDGET_S = 120  # each is meant to take well under a minute; this only catches a runaway
 

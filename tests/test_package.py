@@ -48,8 +48,12 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
 
 
-def test_langgraph_json_names_a_graph_without_a_checkpointer():
+def test_langgraph_json_names_a_graph_factory_without_a_checkpointer():
+    import asyncio
+    from types import SimpleNamespace
+
     config = json.loads((ROOT / "langgraph.json").read_text())
     module, _, attr = config["graphs"]["gatedloop"].partition(":")
-    graph = getattr(__import__(module, fromlist=[attr]), attr)
+    factory = getattr(__import__(module, fromlist=[attr]), attr)
+    graph = asyncio.run(factory({"configurable": {}}, SimpleNamespace(context=None)))  # as langgraph-api calls it
     assert graph.checkpointer is None
