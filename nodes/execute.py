@@ -58,7 +58,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         turn = _Turn(parts, state, runtime)
         if turn.early is not None:
             return turn.early
-        env = ToolEnv.of(state, runtime)
+        env = ToolEnv.of(state, runtime, parts.registry.bindable())
         batch: list[CallPlan] = []
 
         def flush() -> None:
@@ -86,7 +86,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         turn = await asyncio.to_thread(_Turn, parts, state, runtime)
         if turn.early is not None:
             return turn.early
-        env = ToolEnv.of(state, runtime)
+        env = ToolEnv.of(state, runtime, parts.registry.bindable())
         batch: list[CallPlan] = []
 
         async def flush() -> None:

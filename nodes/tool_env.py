@@ -8,6 +8,7 @@ the decision and the reviewer.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -38,10 +39,11 @@ class ToolEnv:
     context: Any
     store: BaseStore | None
     stream_writer: StreamWriter
+    tools: tuple[BaseTool, ...] = ()
 
     @classmethod
-    def of(cls, state: Any, runtime: Runtime) -> ToolEnv:
-        return cls(state, runtime.context, runtime.store, runtime.stream_writer)
+    def of(cls, state: Any, runtime: Runtime, tools: Sequence[BaseTool]) -> ToolEnv:
+        return cls(state, runtime.context, runtime.store, runtime.stream_writer, tuple(tools))
 
 
 def tool_config(plan: CallPlan) -> RunnableConfig:
@@ -97,7 +99,7 @@ def tool_input(
             stream_writer=env.stream_writer,
             tool_call_id=plan["id"],
             store=env.store,
-            tools=[],
+            tools=list(env.tools),
         )
     full = {**args, **injected}
     if wanted.tool_call_id:

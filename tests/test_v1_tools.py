@@ -50,6 +50,7 @@ def save_note(text: str, runtime: ToolRuntime) -> str:
             "saved": runtime.tool_call_id,
             "user": context.user_id,
             "messages_seen": len(runtime.state["messages"]),
+            "tools": sorted(t.name for t in runtime.tools),
             "tags": [t for t in runtime.config.get("tags", []) if t.startswith(("tool_call_id:", "decision:"))],
         }
     )
@@ -116,7 +117,13 @@ def test_tool_runtime_and_injected_args_are_given_and_never_shown_to_the_model(d
     assert got["m1"].content == "got 4" and got["m1"].status == "success"
     note = json.loads(got["n1"].content)
     # The tool runs with the resuming call's context; state is the run's state; its config names this call.
-    assert note == {"saved": "n1", "user": "bo", "messages_seen": 5, "tags": ["tool_call_id:n1", "decision:approve"]}
+    assert note == {
+        "saved": "n1",
+        "user": "bo",
+        "messages_seen": 5,
+        "tools": ["answer_with_message", "echo_ids", "save_note"],
+        "tags": ["tool_call_id:n1", "decision:approve"],
+    }
     assert store.get(("notes", "bo"), "n1").value == {"text": "hello"}
     assert ("custom", {"event": "note_saved", "call": "n1"}) in chunks
     shown = {t["function"]["name"]: set(t["function"]["parameters"]["properties"]) for t in model.shown}
