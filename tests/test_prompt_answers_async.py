@@ -102,6 +102,21 @@ def test_a_valid_structured_answer_lands_in_structured_response(db):
     assert_each_call_answered_once(out["messages"])
 
 
+def test_the_next_request_keeps_the_answer_calls_answer_as_gatedloops_own(db):
+    model = Recording(
+        script=[answer({"city": "Oslo", "temp_c": 21}, "a1"), answer({"city": "Rome", "temp_c": 25}, "a2")]
+    )
+    with open_sqlite(db) as saver:
+        graph = build_graph(model, [lookup], policies=READ, checkpointer=saver, response_format=Forecast)
+        graph.invoke({"messages": [("user", "Oslo?")]}, CFG)
+        out = graph.invoke({"messages": [("user", "and Rome?")]}, CFG)
+    assert out["status"] == "completed" and out["structured_response"] == {"city": "Rome", "temp_c": 25}
+    shown = [m for m in model.requests[1] if isinstance(m, ToolMessage)]
+    assert [(m.tool_call_id, m.content) for m in shown] == [("a1", "Returning structured response.")]
+    assert [m.tool_call_id for m in out["messages"] if isinstance(m, ToolMessage)] == ["a1", "a2"]
+    assert_each_call_answered_once(out["messages"])
+
+
 def test_an_invalid_answer_is_retried_with_the_reason_and_never_stored(db):
     model = Recording(
         script=[answer({"city": "Oslo", "temp_c": 999}, "bad1"), answer({"city": "Oslo", "temp_c": 5}, "a2")]
