@@ -1,7 +1,7 @@
 """N worker processes on one PostgreSQL, threads side by side, workers SIGKILLed during writes and restarted.
 
     .venv/bin/python -m bench.workers [--workers 4] [--threads 200] [--turns 2] [--kills 12] [--scaling 1,2,4]
-    .venv/bin/python -m bench.workers --quick          # CI size: 3 workers, 16 threads, 3 kills, no scaling
+    .venv/bin/python -m bench.workers --quick          # CI size: 3 workers, 32 threads, 3 kills, no scaling
 
 The database is the one `.ci/start_postgres.sh` starts (`GATEDLOOP_TEST_PG_URL`, or `--url`). Each run gets
 its own thread ids, so runs never meet. A turn = a user message -> the model proposes one write (`reserve`,
@@ -240,8 +240,18 @@ def phase_of(phase_dir: str, pid: int) -> str:
         return "starting"
 
 
-def run(url: str, workers: int, threads: int, turns: int, kills: int, seed: int, timeout_s: float) -> dict[str, Any]:
-    """One run: `workers` processes on `threads` threads of `turns` turns, with `kills` SIGKILLs; checked after."""
+def run(
+    url: str,
+    workers: int,
+    threads: int,
+    turns: int,
+    kills: int,
+    seed: int,
+    timeout_s: float,
+    kill_gap_s: tuple[float, float] = (0.5, 2.0),
+) -> dict[str, Any]:
+    """One run: `workers` processes on `threads` threads of `turns` turns, with `kills` SIGKILLs (the first at the
+    first write seen after 1.5-3 s, the next `kill_gap_s` apart); checked after."""
     run_id = f"w{uuid.uuid4().hex[:8]}"
     thread_ids = [f"{run_id}-{i:04d}" for i in range(threads)]
     shared = Shared(url, run_id)
@@ -273,7 +283,7 @@ def run(url: str, workers: int, threads: int, turns: int, kills: int, seed: int,
                     victim.wait()
                     procs[procs.index(victim)] = spawn(url, run_id, turns, phase_dir)
                     kills_left -= 1
-                    next_kill = time.perf_counter() + rng.uniform(0.5, 2.0)
+                    next_kill = time.perf_counter() + rng.uniform(*kill_gap_s)
                     continue
             time.sleep(0.005 if kills_left else 0.05)
         wall = time.perf_counter() - started
@@ -372,16 +382,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--scaling", default="1,2,4", help="worker counts for the no-kill throughput runs ('' = none)")
     parser.add_argument("--timeout-s", type=float, default=900.0)
-    parser.add_argument("--quick", action="store_true", help="CI size: 3 workers, 16 threads, 3 kills, no scaling")
+    parser.add_argument("--quick", action="store_true", help="CI size: 3 workers, 32 threads, 3 kills, no scaling")
     parser.add_argument("--out", default=None, help="also write the JSON summary here")
     args = parser.parse_args(argv)
     if not args.url:
         parser.error(f"no database: pass --url or set {URL_ENV} (.ci/start_postgres.sh prints it)")
-    if args.quick:
-        args.workers, args.threads, args.kills, args.scaling = 3, 16, 3, ""
+    kill_gap_s = (0.5, 2.0)
+    if args.quick:  # kills close together, and enough work that they land before it is done on a fast machine
+        args.workers, args.threads, args.kills, args.scaling = 3, 32, 3, ""
+        kill_gap_s = (0.1, 0.4)
     summary: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
     log(f"{args.workers} workers, {args.threads} threads x {args.turns} turns, {args.kills} kills")
-    summary["with_kills"] = run(args.url, args.workers, args.threads, args.turns, args.kills, args.seed, args.timeout_s)
+    summary["with_kills"] = run(
+        args.url, args.workers, args.threads, args.turns, args.kills, args.seed, args.timeout_s, kill_gap_s
+    )
     log(json.dumps(summary["with_kills"]))
     summary["scaling"] = []
     for count in [int(n) for n in args.scaling.split(",") if n.strip()]:
