@@ -71,7 +71,9 @@ def responder(messages: list[BaseMessage]) -> AIMessage:
     return reply(calls=planned)
 
 
-def build(saver: Any, effects: Effects, **policy_overrides: Any) -> Any:
+def build(saver: Any, effects: Effects, *, ledger: Any = None, **policy_overrides: Any) -> Any:
+    """`saver`: a checkpointer from `open_sqlite` (its ledger is used), or None with `ledger=` (under
+    `langgraph dev`, which supplies the checkpointer; see tests/gate_server_app.py)."""
     return build_graph(
         ScriptedChatModel(responder=responder),
         make_tools(effects),
@@ -80,6 +82,8 @@ def build(saver: Any, effects: Effects, **policy_overrides: Any) -> Any:
             "balance": ToolPolicy(effect="read", approval="never"),
         },
         checkpointer=saver,
+        ledger=ledger,
+        name="gate_app",
     )
 
 
