@@ -122,7 +122,7 @@ def start_payment(server: Server) -> str:
     out = client.runs.wait(thread_id, GRAPH, input={"messages": [user]}, context=ANA)
     [interrupt] = out["__interrupt__"]
     [action] = interrupt["value"]["action_requests"]
-    assert (action["tool_call_id"], action["args"], action["approvers"]) == ("c1", LEGIT, ["finance"])
+    assert (action["tool_call_id"], action["args"]) == ("c1", LEGIT)
     return thread_id
 
 
@@ -224,6 +224,17 @@ def test_the_attacker_covers_every_node_and_every_state_key_the_served_graph_has
     schemas = server.client.assistants.get_schemas(assistant["assistant_id"])
     assert set(schemas["state_schema"]["properties"]) == STATE_KEYS
     assert set(FORGED_KEYS) == STATE_KEYS
+
+
+def test_the_served_payment_needs_a_finance_approver_and_the_requester_cannot_approve(server: Server) -> None:
+    """The policy the attacker faces, as the approval request shows it."""
+    thread_id = start_payment(server)
+    [action] = server.client.threads.get_state(thread_id)["interrupts"][0]["value"]["action_requests"]
+    assert (action["approvers"], action["requested_by"], action["approved_by"]) == (["finance"], "ana", [])
+    before = len(server.payments())
+    out = approve_as(server, thread_id, {"user_id": "ana", "roles": ["finance"]})
+    assert "requester may not decide her own call" in out["__interrupt__"][0]["value"]["error"]
+    assert len(server.payments()) == before
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
