@@ -1,10 +1,12 @@
-"""Evidence kept outside the graph state: which calls were validated, who decided what, which answer each got.
+"""Evidence kept outside the graph state: which calls a model proposed, which were validated, who decided what,
+which answer each got.
 
 Anything in the state can be rewritten (`update_state`, LangGraph Server's state API, a bug), so the gate does
-not trust it. `validate` registers each call it accepted (tool, exact-argument digest, requester, verdict),
-`approve` records each accepted decision (reviewer identity from the runtime context, never from the answer),
-and every node that answers a call records the digest of that answer. `execute` runs a call only against these
-rows, and a `ToolMessage` whose digest is not recorded is foreign and dropped.
+not trust it. `model` records the calls each model response proposed (`validate` accepts no other), `validate`
+registers each call it accepted (tool, exact-argument digest, requester, verdict), `approve` records each
+accepted decision (reviewer identity from the runtime context, never from the answer), and every node that
+answers a call records the digest of that answer. `execute` runs a call only against these rows, and a
+`ToolMessage` whose digest is not recorded is foreign and dropped.
 
 One description for both backends: the queries are written once with `?` placeholders; each ledger supplies
 `_run(query, params)` (SQLite inside its write transaction, Postgres as one autocommitted statement).
@@ -33,6 +35,14 @@ CREATE TABLE IF NOT EXISTS gatedloop_calls (
     answer_digest TEXT,
     answer_source TEXT,
     answered_at REAL,
+    PRIMARY KEY (thread_id, call_id)
+);
+CREATE TABLE IF NOT EXISTS gatedloop_proposals (
+    thread_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    args_digest TEXT NOT NULL,
+    proposed_at REAL NOT NULL,
     PRIMARY KEY (thread_id, call_id)
 );
 CREATE TABLE IF NOT EXISTS gatedloop_approvals (
@@ -116,6 +126,15 @@ class ApprovalRecord:
 
 
 @dataclass(frozen=True)
+class Proposal:
+    """One call of a model response, as the `model` node received it."""
+
+    call_id: str
+    tool: str
+    args_digest: str
+
+
+@dataclass(frozen=True)
 class NewCall:
     call_id: str
     tool: str
@@ -145,6 +164,32 @@ class EvidenceStore:
     def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Several writes in one transaction (one commit per node, not one per call)."""
         raise NotImplementedError
+
+    def record_proposals(self, thread_id: str, proposals: Iterable[Proposal]) -> None:
+        """The calls a model response proposed. A `model` node run again after a crash (its response never reached
+        a checkpoint) replaces them: the response that enters the history is the last one recorded."""
+        now = time.time()
+        self._run_batch(
+            [
+                (
+                    "INSERT INTO gatedloop_proposals (thread_id, call_id, tool, args_digest, proposed_at)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (thread_id, call_id) DO UPDATE SET tool=excluded.tool,"
+                    " args_digest=excluded.args_digest, proposed_at=excluded.proposed_at",
+                    (thread_id, p.call_id, p.tool, p.args_digest, now),
+                )
+                for p in proposals
+            ]
+        )
+
+    def proposals(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, Proposal]:
+        if not call_ids:
+            return {}
+        rows = self._run(
+            "SELECT call_id, tool, args_digest FROM gatedloop_proposals WHERE thread_id=? AND call_id IN"
+            f" ({_placeholders(len(call_ids))})",
+            (thread_id, *call_ids),
+        )
+        return {row[0]: Proposal(*row) for row in rows}
 
     def register_calls(self, thread_id: str, calls: Iterable[NewCall]) -> dict[str, CallRecord]:
         """Record calls as validated; a call id registered before keeps its first record (returned as is)."""

@@ -25,6 +25,7 @@ from gatedloop.nodes.answers import record_answers
 from gatedloop.nodes.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.open_calls import close_open_calls
 from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
+from gatedloop.nodes.proposals import record_proposals
 from gatedloop.nodes.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
@@ -178,7 +179,7 @@ def make_model_node(parts: LoopParts) -> RunnableCallable:
             except Exception as exc:
                 turn.failed(exc)
                 continue
-            turn.received(raw)
+            await asyncio.to_thread(turn.received, raw)  # records proposals/answers in the ledger: blocking SQLite
         return turn.update()
 
     return RunnableCallable(model, amodel, name="model")
@@ -269,8 +270,10 @@ class _ModelTurn:
             messages = [*self.closed.update, final, ack]
             self.result = {**done, "messages": messages, "calls": [], "structured_response": judged.value}
         else:
+            plans = initial_plans(response)
+            record_proposals(self.parts.ledger, self.thread_id, plans)
             messages = [*self.closed.update, response]
-            self.result = {**done, "messages": messages, "calls": initial_plans(response)}
+            self.result = {**done, "messages": messages, "calls": plans}
 
     def update(self) -> dict[str, Any]:
         assert self.result is not None

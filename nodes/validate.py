@@ -4,9 +4,10 @@ Per call, in order: the turn's call cap, the whitelist (exact name), the argumen
 and business checks, then the tool-call budgets. A refused call is answered here with a structured
 error and never reaches `approve` or `execute`. Nothing here raises on bad model output.
 
-Each call is registered in the ledger (tool, exact-argument digest, requester, verdict): the evidence
-`approve` and `execute` check instead of the state. A call id registered before keeps its first record, so
-arguments changed in the state and sent through `validate` again are refused, not re-validated.
+A call no model response proposed (nodes/proposals.py) is refused first. Each call is registered in the ledger
+(tool, exact-argument digest, requester, verdict): the evidence `approve` and `execute` check instead of the
+state. A call id registered before keeps its first record, so arguments changed in the state and sent through
+`validate` again are refused, not re-validated.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gatedloop.checkpoints.evidence import NewCall, Requester
 from gatedloop.graph.state import CallPlan, GatedState
 from gatedloop.nodes.answers import error_message, record_answers
 from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
+from gatedloop.nodes.proposals import NOT_PROPOSED, unproposed
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext
@@ -40,8 +42,12 @@ def make_validate_node(parts: LoopParts):
         planned_total = counters["tool_calls"]
         planned_per_tool = dict(counters["per_tool"])
         requester = Requester(context.user_id, context.roles, dict(context.extra))
-        for index, plan in enumerate(state.get("calls") or []):
-            refusal = _turn_refusal(parts, plan, index, planned_total, planned_per_tool, stop)
+        calls = state.get("calls") or []
+        forged = unproposed(parts.ledger, thread_id, calls)
+        for index, plan in enumerate(calls):
+            refusal = (
+                errors.ToolFailure(NOT_PROPOSED, error_type="permission_denied") if plan["id"] in forged else None
+            ) or _turn_refusal(parts, plan, index, planned_total, planned_per_tool, stop)
             checked = refusal or parts.registry.check_call(plan["name"], _raw(plan["args"]), context)
             if not isinstance(checked, CheckedCall):
                 plans.append({**plan, "verdict": "answered"})
