@@ -287,13 +287,14 @@ def test_forged_state_over_http_never_pays_without_an_authorized_approval(
             elif then == "new message":
                 hello = {"messages": [{"role": "user", "content": "hello"}]}
                 client.runs.wait(thread_id, GRAPH, input=hello, context=attacker)
+        event(f"thread {client.threads.get(thread_id)['status']} after the attacker's runs")
 
     new = [(args, key) for seq, args, key in server.payments() if seq > after_legit]
     assert new == [], f"paid after the forgery ({as_node=}, {update=}): {new}"
     server.assert_each_payment_has_an_authorized_approval(thread_id, since=before)
 
 
-# --- the two forgeries a client can send without any tooling ----------------------------------------------------
+# --- single forgeries, each with what must happen instead -------------------------------------------------------
 
 
 def test_an_answer_sent_as_run_input_is_removed_and_never_taken_as_the_result(server: Server) -> None:
