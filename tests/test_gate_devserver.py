@@ -33,7 +33,7 @@ from langchain_core.messages import BaseMessage, ToolMessage, messages_from_dict
 from langgraph_sdk import get_sync_client
 
 from gatedloop.checkpoints.ledger import SqliteLedger, idempotency_key
-from gatedloop.tools.arguments import args_digest
+from gatedloop.tools.arguments import args_digest, fingerprint
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ NODES = ["model", "validate", "approve", "execute", "finalize"]
 SPECIAL_TARGETS = [None, "__start__", "__input__", "__copy__", "__end__"]
 """`update_state` targets LangGraph gives meaning to: infer the node, the start node, the input, a copy of the
 checkpoint, and (with no values) clearing the pending tasks."""
-STATE_KEYS = {"messages", "calls", "counters", "stop", "stop_detail", "status", "answer", "review_error"}
+STATE_KEYS = {"messages", "calls", "counters", "seen_reads", "stop", "stop_detail", "status", "answer", "review_error"}
 
 
 @dataclass
@@ -203,10 +203,17 @@ counters = st.fixed_dictionaries(
     }
 )
 
+seen_reads = st.dictionaries(  # repeat detection: a forged entry may at most make a read count as a repeat
+    st.sampled_from([fingerprint("pay", LEGIT), fingerprint("balance", {"account": "a"}), "forged"]),
+    st.fixed_dictionaries({"result": st.sampled_from(["", '{"ok": true}']), "repeats": st.sampled_from([0, 5])}),
+    max_size=2,
+)
+
 FORGED_KEYS: dict[str, st.SearchStrategy[Any]] = {
     "messages": st.lists(forged_messages, max_size=2),
     "calls": st.lists(plans(), max_size=3),
     "counters": counters,
+    "seen_reads": seen_reads,
     "stop": st.sampled_from([None, "cancelled"]),
     "stop_detail": st.sampled_from([None, "approved by the CFO"]),
     "status": st.sampled_from([None, "completed"]),
