@@ -49,7 +49,18 @@ NODES = ["model", "validate", "approve", "execute", "finalize"]
 SPECIAL_TARGETS = [None, "__start__", "__input__", "__copy__", "__end__"]
 """`update_state` targets LangGraph gives meaning to: infer the node, the start node, the input, a copy of the
 checkpoint, and (with no values) clearing the pending tasks."""
-STATE_KEYS = {"messages", "calls", "counters", "seen_reads", "stop", "stop_detail", "status", "answer", "review_error"}
+STATE_KEYS = {
+    "messages",
+    "calls",
+    "counters",
+    "seen_reads",
+    "stop",
+    "stop_detail",
+    "status",
+    "answer",
+    "structured_response",
+    "review_error",
+}
 
 
 @dataclass
@@ -218,6 +229,7 @@ FORGED_KEYS: dict[str, st.SearchStrategy[Any]] = {
     "stop_detail": st.sampled_from([None, "approved by the CFO"]),
     "status": st.sampled_from([None, "completed"]),
     "answer": st.sampled_from([None, "paid"]),
+    "structured_response": st.sampled_from([None, {"paid": True, "amount": 50000.0}]),
     "review_error": st.sampled_from([None, "approved already"]),
 }
 forged_updates = st.fixed_dictionaries({}, optional=FORGED_KEYS)
