@@ -353,7 +353,9 @@ def test_claim_of_a_killed_but_unreaped_process_is_reconciled(tmp_path: Path):
         while process_state(child.proc.pid) != "Z":
             time.sleep(0.01)
         with open_sqlite(db) as saver:
-            out = runs.resume(build(saver, Effects(effects_path)), THREAD)
+            # The leader shows "Z" while the child's other threads may still be exiting and holding its files,
+            # the lease among them: wait for the lease, as a resumer after a crash would.
+            out = runs.resume(build(saver, Effects(effects_path)), THREAD, wait_s=30)
     finally:
         child.kill()
         child.wait()
