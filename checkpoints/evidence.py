@@ -243,22 +243,28 @@ class EvidenceStore:
         )
         return {call_id: digest for call_id, digest in rows}
 
-    def record_approval(self, thread_id: str, record: ApprovalRecord) -> None:
-        """Kept once per (call, arguments, reviewer, decision): a replayed answer does not count twice."""
-        self._run(
-            "INSERT INTO gatedloop_approvals (thread_id, call_id, tool, args_digest, reviewer, roles, decision, at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (thread_id, call_id, args_digest, reviewer, decision) DO NOTHING",
-            (
-                thread_id,
-                record.call_id,
-                record.tool,
-                record.args_digest,
-                record.reviewer,
-                json.dumps(sorted(record.roles)),
-                record.decision,
-                record.at,
-            ),
+    def record_approvals(self, thread_id: str, records: Sequence[ApprovalRecord]) -> None:
+        """One answer's decisions, in one transaction. Each is kept once per (call, arguments, reviewer,
+        decision): a replayed answer does not count twice."""
+        self._run_batch(
+            [
+                (
+                    "INSERT INTO gatedloop_approvals (thread_id, call_id, tool, args_digest, reviewer, roles,"
+                    " decision, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (thread_id, call_id, args_digest, reviewer, decision) DO NOTHING",
+                    (
+                        thread_id,
+                        r.call_id,
+                        r.tool,
+                        r.args_digest,
+                        r.reviewer,
+                        json.dumps(sorted(r.roles)),
+                        r.decision,
+                        r.at,
+                    ),
+                )
+                for r in records
+            ]
         )
 
     def approvals(self, thread_id: str, call_ids: Sequence[str]) -> list[ApprovalRecord]:

@@ -125,20 +125,20 @@ def make_approve_node(parts: LoopParts):
         for call_id in gated_ids:
             plan = plans[call_id]
             admission = admit(parts.registry, plan, records.get(call_id), approvals)
-            if admission.action == "refuse":
+            if admission.action == "refuse":  # tampered or never validated: depends on validate's rows only
                 answers.append(error_message(call_id, plan["name"], admission.error_type, admission.reason))
                 plans[call_id] = {**plan, "verdict": "answered"}
-            elif admission.action == "skip":
-                plans[call_id] = {**plan, "verdict": "answered"}
-            elif admission.action == "run":  # approved before a crash cut this node short
-                plans[call_id] = {**admission.plan, "verdict": "run"}
-            elif expired(parts.registry.policy(plan["name"]), records[call_id], now):
-                answers.append(error_message(call_id, plan["name"], "approval_expired", EXPIRED))
-                plans[call_id] = {**plan, "verdict": "answered"}
-                parts.ledger.record(thread_id, call_id, "approval_expired", {"tool": plan["name"]})
             else:
-                gated.append(admission.plan)
-        if not gated:
+                # Everything else stays in the request, even a call this node's own earlier run already decided
+                # (a crash between its ledger writes and its checkpoint): the request a resumed node rebuilds
+                # must be the one the pending answer was given to. Re-applying a decision is idempotent.
+                gated.append({**admission.plan, "verdict": "ask"} if admission.action != "skip" else plan)
+        live = [p for p in gated if not _expired(parts, p, records, now)]
+        if not live:
+            for plan in gated:
+                answers.append(error_message(plan["id"], plan["name"], "approval_expired", EXPIRED))
+                plans[plan["id"]] = {**plan, "verdict": "answered"}
+                parts.ledger.record(thread_id, plan["id"], "approval_expired", {"tool": plan["name"]})
             return _update(parts, state, thread_id, list(plans.values()), answers, error=None)
         request = approval_request(parts, gated, records, approvals, state.get("review_error"))
         answer = interrupt(request)
@@ -152,15 +152,25 @@ def make_approve_node(parts: LoopParts):
         except InvalidDecision as exc:
             _audit_refused(parts, thread_id, request, reviewer, answer, str(exc))
             return _update(parts, state, thread_id, list(plans.values()), answers, error=str(exc))
+        fresh = [
+            applied[p["id"]][2]
+            for p in live
+            if not any(_same(a, applied[p["id"]][2]) for a in approvals if a.call_id == p["id"])
+        ]
+        parts.ledger.record_approvals(thread_id, fresh)  # one transaction: a crash keeps all or none of them
         for plan in gated:
+            if plan not in live:
+                answers.append(error_message(plan["id"], plan["name"], "approval_expired", EXPIRED))
+                plans[plan["id"]] = {**plan, "verdict": "answered"}
+                parts.ledger.record(thread_id, plan["id"], "approval_expired", {"tool": plan["name"]})
+                continue
             new_plan, message, approval = applied[plan["id"]]
             plans[plan["id"]] = new_plan
             if message is not None:
                 answers.append(message)
             earlier = [a for a in approvals if a.call_id == plan["id"]]
-            if any(_same(a, approval) for a in earlier):
+            if approval not in fresh:
                 continue  # this reviewer already gave this decision on these arguments: it counts once
-            parts.ledger.record_approval(thread_id, approval)
             note = decisions[plan["id"]].get("note")
             parts.ledger.record(
                 thread_id,
@@ -197,6 +207,10 @@ def _update(
             counters["paused_at"] = None
         update["counters"] = counters
     return {**update, **record_answers(parts.ledger, thread_id, answers, "approve")}
+
+
+def _expired(parts: LoopParts, plan: CallPlan, records: dict[str, CallRecord], now: float) -> bool:
+    return expired(parts.registry.policy(plan["name"]), records[plan["id"]], now)
 
 
 def _same(a: ApprovalRecord, b: ApprovalRecord) -> bool:

@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
 from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints.evidence import ApprovalRecord
 from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.graph import runs
 from gatedloop.nodes.hitl import InvalidDecision
@@ -294,3 +295,18 @@ def assert_model_saw_each_call_answered_directly(conversation) -> None:
         if isinstance(message, AIMessage) and message.tool_calls:
             following = conversation[index + 1 : index + 1 + len(message.tool_calls)]
             assert [getattr(m, "tool_call_id", None) for m in following] == [c["id"] for c in message.tool_calls]
+
+
+def test_an_answer_resumed_after_a_crash_mid_decision_meets_the_request_it_was_given_to(db):
+    """A crash after `approve` recorded some of an answer's decisions but before its checkpoint: the node runs
+    again with the same pending answer, so it must rebuild the same request (not drop the decided call)."""
+    with open_sqlite(db) as saver:
+        graph, out = start(saver, "pay 500 to bo as c1, 700 to cy as c2")
+        request = out["__interrupt__"][0].value
+        digest = request["action_requests"][0]["args_digest"]
+        saver.ledger.record_approvals(
+            T, [ApprovalRecord("c1", "pay", digest, "bo", frozenset({"finance"}), "approve", 1.0)]
+        )
+        out = runs.resume(graph, T, {"decisions": [{"type": "approve"}, {"type": "approve"}]}, context=BO)
+        assert sorted(paid(saver)) == [(500.0, "bo"), (700.0, "cy")]
+        assert out["status"] == "completed"
