@@ -122,10 +122,19 @@ class _Walk:
         return out
 
 
-class MemoizedHistorySync:
-    """Mixin for a synchronous saver: `get_delta_channel_history` through the memo."""
+class _MemoOwner:
+    """The saver's one memo, made on first use (the savers' own __init__ is LangGraph's)."""
 
     _history_memo: HistoryMemo
+
+    def _memo(self) -> HistoryMemo:
+        if not hasattr(self, "_history_memo"):
+            self._history_memo = HistoryMemo()
+        return self._history_memo
+
+
+class MemoizedHistorySync(_MemoOwner):
+    """Mixin for a synchronous saver: `get_delta_channel_history` through the memo."""
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -154,16 +163,9 @@ class MemoizedHistorySync:
                 return walk.extend(base)
         return None
 
-    def _memo(self) -> HistoryMemo:
-        if not hasattr(self, "_history_memo"):
-            self._history_memo = HistoryMemo()
-        return self._history_memo
 
-
-class MemoizedHistoryAsync:
+class MemoizedHistoryAsync(_MemoOwner):
     """Mixin for an async saver: `aget_delta_channel_history` through the memo."""
-
-    _history_memo: HistoryMemo
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -192,8 +194,3 @@ class MemoizedHistoryAsync:
             if base is not None:
                 return walk.extend(base)
         return None
-
-    def _memo(self) -> HistoryMemo:
-        if not hasattr(self, "_history_memo"):
-            self._history_memo = HistoryMemo()
-        return self._history_memo

@@ -136,9 +136,7 @@ def make_approve_node(parts: LoopParts):
         live = [p for p in gated if not _expired(parts, p, records, now)]
         if not live:
             for plan in gated:
-                answers.append(error_message(plan["id"], plan["name"], "approval_expired", EXPIRED))
-                plans[plan["id"]] = {**plan, "verdict": "answered"}
-                parts.ledger.record(thread_id, plan["id"], "approval_expired", {"tool": plan["name"]})
+                plans[plan["id"]] = _expire(parts, thread_id, plan, answers)
             return _update(parts, state, thread_id, list(plans.values()), answers, error=None)
         request = approval_request(parts, gated, records, approvals, state.get("review_error"))
         answer = interrupt(request)
@@ -160,9 +158,7 @@ def make_approve_node(parts: LoopParts):
         parts.ledger.record_approvals(thread_id, fresh)  # one transaction: a crash keeps all or none of them
         for plan in gated:
             if plan not in live:
-                answers.append(error_message(plan["id"], plan["name"], "approval_expired", EXPIRED))
-                plans[plan["id"]] = {**plan, "verdict": "answered"}
-                parts.ledger.record(thread_id, plan["id"], "approval_expired", {"tool": plan["name"]})
+                plans[plan["id"]] = _expire(parts, thread_id, plan, answers)
                 continue
             new_plan, message, approval = applied[plan["id"]]
             plans[plan["id"]] = new_plan
@@ -207,6 +203,13 @@ def _update(
             counters["paused_at"] = None
         update["counters"] = counters
     return {**update, **record_answers(parts.ledger, thread_id, answers, "approve")}
+
+
+def _expire(parts: LoopParts, thread_id: str, plan: CallPlan, answers: list[ToolMessage]) -> CallPlan:
+    """Answer a call nobody approved in time; the model is told."""
+    answers.append(error_message(plan["id"], plan["name"], "approval_expired", EXPIRED))
+    parts.ledger.record(thread_id, plan["id"], "approval_expired", {"tool": plan["name"]})
+    return {**plan, "verdict": "answered"}
 
 
 def _expired(parts: LoopParts, plan: CallPlan, records: dict[str, CallRecord], now: float) -> bool:
