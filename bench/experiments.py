@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # empty `messages` writes, the ledger at synchronous=NORMAL, a turn-wide task executor, the callback no-op).
 VARIANTS: dict[str, str] = {
     "baseline": "gatedloop as it is",
-    "snapshot": "DeltaChannel(fold_messages, snapshot_frequency=1000) (graph/state.py)",
+    "snapshot": "DeltaChannel(fold_messages, snapshot_frequency=1000) (nodes/state.py)",
     "cancel": "clear_cancel deletes only when a cancel row exists (checkpoints/ledger.py, nodes/model.py)",
     "versions": "compact channel versions in GatedSqliteSaver.get_next_version (checkpoints/sqlite.py)",
 }
@@ -39,7 +39,7 @@ COMBOS = {"proposed": ["cancel", "versions"], "proposed_with_snapshot": ["cancel
 
 
 def _state_module() -> Any:
-    """graph/state.py's annotations are strings (`from __future__ import annotations`): LangGraph evaluates
+    """nodes/state.py's annotations are strings (`from __future__ import annotations`): LangGraph evaluates
     `DeltaChannel(fold_messages)` anew from this module's globals when a graph is built, so the patches
     replace those globals (patching a channel instance from `get_type_hints` would change nothing)."""
     from gatedloop.graph import state

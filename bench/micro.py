@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.micro [--messages 1600] [--writes 100] [--commits 300]
 
 - `fold`: replaying `--writes` message writes onto a history of `--messages` messages (what every invoke of
-  a long thread does when it loads `messages` from its DeltaChannel), with the reducer in graph/state.py and
+  a long thread does when it loads `messages` from its DeltaChannel), with the reducer in nodes/state.py and
   with the one it replaced (add_messages applied write by write, which rebuilds an id index per write).
 - `callback`: LangChain's fallback for a callback handler without `on_chat_model_start`: it renders the
   whole history with `get_buffer_string` on every model call.
@@ -60,7 +60,7 @@ def best_of(fn: Any, repeat: int = 7) -> float:
 
 
 def bench_fold(n: int, k: int) -> dict[str, float]:
-    from gatedloop.graph.state import fold_messages
+    from gatedloop.nodes.state import fold_messages
 
     base = history(n)
     writes = [[m] for m in history(k * 4)[:k]]

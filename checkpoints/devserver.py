@@ -11,7 +11,7 @@ What it needs:
   the server enters this async context manager once per event-loop thread and closes it on shutdown.
 * `GATEDLOOP_DB`: the SQLite file (default `.gatedloop/studio.sqlite`, relative to the server's working
   directory; the parent folder is created), or a `postgresql://` URL: then checkpoints go to Postgres through
-  `open_async_postgres` (needs the `postgres` extra). `gatedloop.graph.studio` puts its execution ledger in the same
+  `open_async_postgres` (needs the `postgres` extra). `gatedloop.demo.studio` puts its execution ledger in the same
   file by default, so checkpoints, ledger and audit trail live together as with `open_sqlite`.
 * The graph itself is compiled with no checkpointer (the server refuses one that has its own).
 

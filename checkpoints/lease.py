@@ -2,8 +2,9 @@
 
 An advisory `flock` is released by the kernel when its holder exits, however it exits, so a thread whose
 process was killed is resumable at once by the next process, with no expiry to wait out. Locks are per
-open file, so two resumers in one process exclude each other too. (SQLite is a one-host database; the
-Postgres backend would use advisory locks, which the server releases when a session dies.)
+open file, so two resumers in one process exclude each other too. This is the SQLite savers' lease (a one-host
+database); the Postgres savers take a session advisory lock instead (`checkpoints/postgres.py`), which the server
+releases when the session dies.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from gatedloop.cli.render import approval_table, step_lines
+from gatedloop.cli.app import open_app
+from gatedloop.demo import DEMO_QUESTIONS
 from gatedloop.graph import runs
-from gatedloop.graph.demo import DEMO_QUESTIONS
+from gatedloop.graph.display import approval_table, step_lines
 from gatedloop.tools import CallContext
 
 REVIEWER = "demo-reviewer"
@@ -27,8 +28,6 @@ def _banner(text: str) -> None:
 
 def run_demo(db: str | None = None) -> int:
     os.environ["GATEDLOOP_MODEL"] = "demo"
-    from gatedloop.cli.main import open_app
-
     db = (
         db if db and db != "gatedloop.sqlite" else str(Path(tempfile.mkdtemp(prefix="gatedloop-demo-")) / "demo.sqlite")
     )

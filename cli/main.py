@@ -14,16 +14,12 @@ import sqlite3
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from pathlib import Path
+from contextlib import contextmanager
 from typing import Any, NoReturn
-from urllib.parse import urlsplit, urlunsplit
 
 from langgraph.graph.state import CompiledStateGraph
 
-from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.lease import ThreadBusy
-from gatedloop.checkpoints.sqlite import open_sqlite_readonly
 from gatedloop.checkpoints.threads import (
     InvalidThreadId,
     ThreadSummary,
@@ -36,8 +32,30 @@ from gatedloop.checkpoints.threads import (
     unsettled_writes,
     validate_thread_id,
 )
-from gatedloop.cli.render import (
-    SECRET_POLICIES,
+from gatedloop.cli.app import (
+    EXIT_BUSY,
+    EXIT_CODES,
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_PAUSED,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    CliError,
+    DatabaseUnavailable,
+    demo_store,
+    is_postgres,
+    open_app,
+    open_saver,
+    shown_db,
+    writable_hint,
+)
+from gatedloop.cli.review import ask_reviewer
+from gatedloop.demo import build_demo_tools, choose_model, demo_policies
+from gatedloop.demo.model import describe_choice
+from gatedloop.graph import build_graph, runs
+from gatedloop.graph.display import (
     STOP_WORDS,
     approval_table,
     history_lines,
@@ -46,132 +64,13 @@ from gatedloop.cli.render import (
     shown_update,
     step_lines,
 )
-from gatedloop.cli.review import ask_reviewer
-from gatedloop.graph import build_graph, runs
-from gatedloop.graph.demo import demo_model
-from gatedloop.graph.models import ModelConfigError, describe_choice, load_model
+from gatedloop.graph.models import ModelConfigError
 from gatedloop.nodes.hitl import InvalidDecision, pending_summary
-from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
 from gatedloop.tools.policy import CallContext
 
-EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED, EXIT_NOT_FOUND, EXIT_BUSY, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
-EXIT_INTERRUPTED = 130
-EXIT_CODES = {
-    EXIT_COMPLETED: "completed (or the command did what it said)",
-    EXIT_FAILED: "failed: the run stopped without an answer, or the database or model could not be used",
-    EXIT_USAGE: "usage: a bad option, argument, thread id or JSON, or a model that is not configured",
-    EXIT_PAUSED: "paused: the thread waits for a person (answer with gatedloop resume)",
-    EXIT_NOT_FOUND: "not found: no such thread, or no database at --db",
-    EXIT_BUSY: "busy: another process is running the thread or holds the database",
-    EXIT_REFUSED: "refused: the answer was not accepted (malformed, not allowed, cancelled, or nothing pending)",
-    EXIT_INTERRUPTED: "interrupted by Ctrl-C while running; resume goes on from the last saved step",
-}
 DEFAULT_DB = "gatedloop.sqlite"
-POSTGRES_PREFIXES = ("postgresql://", "postgres://")
-DEMO_DATA_ENV = "GATEDLOOP_DEMO_DATA"
 DECISION_FLAGS = ("approve", "reject", "edit", "respond", "done", "not_done", "abandon")
 ANSWER_HINT = "--approve, --reject [REASON], --edit JSON or --respond TEXT"
-
-
-class CliError(Exception):
-    """A failure the user can act on: printed as one line, exits with `code`."""
-
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
-
-
-class DatabaseUnavailable(RuntimeError):
-    """The database named by --db / GATEDLOOP_DB cannot be opened."""
-
-
-def is_postgres(db: str) -> bool:
-    return db.startswith(POSTGRES_PREFIXES)
-
-
-def shown_db(db: str) -> str:
-    """The database as printed: a Postgres URL without its password."""
-    if not is_postgres(db):
-        return db
-    parts = urlsplit(db)
-    if parts.password is None:
-        return db
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def demo_data_path(db: str) -> Path:
-    """The demo tools' data: beside a SQLite database; for Postgres, `GATEDLOOP_DEMO_DATA` or the working folder."""
-    if is_postgres(db):
-        return Path(os.environ.get(DEMO_DATA_ENV) or "gatedloop.demo-data.sqlite")
-    path = Path(db)
-    return path.with_name(f"{path.stem}.demo-data.sqlite")
-
-
-@contextmanager
-def open_saver(db: str, *, read_only: bool = False) -> Iterator[Any]:
-    """`open_sqlite(db)` (read-only: `open_sqlite_readonly`), or `open_postgres(db)` for a `postgresql://` URL."""
-    if not is_postgres(db):
-        if read_only and not Path(db).is_file():
-            raise CliError(f"no database at {db}: check --db (or GATEDLOOP_DB)", EXIT_NOT_FOUND)
-        with ExitStack() as stack:
-            try:
-                saver = stack.enter_context(open_sqlite_readonly(db) if read_only else open_sqlite(db))
-            except sqlite3.OperationalError as exc:
-                raise DatabaseUnavailable(f"cannot open the database {db}: {exc}{_writable_hint(exc)}") from exc
-            yield saver
-        return
-    try:
-        from psycopg import OperationalError
-
-        from gatedloop.checkpoints.postgres import open_postgres
-    except ImportError as exc:
-        raise DatabaseUnavailable(
-            f"{shown_db(db)} needs the postgres extra: pip install 'gatedloop[postgres]'"
-        ) from exc
-    with ExitStack() as stack:
-        try:
-            pg_saver = stack.enter_context(open_postgres(db))
-        except OperationalError as exc:
-            raise DatabaseUnavailable(f"cannot open {shown_db(db)}: {str(exc).strip().splitlines()[0]}") from exc
-        yield pg_saver
-
-
-def _writable_hint(exc: sqlite3.OperationalError) -> str:
-    text = str(exc)
-    if "unable to open" in text or "readonly" in text:
-        return " (the file and its folder must be writable; threads and show also read a read-only copy)"
-    return ""
-
-
-def demo_store(db: str) -> DemoStore:
-    path = demo_data_path(db)
-    try:
-        return DemoStore(path)
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc):
-            raise CliError(
-                f"the demo tools' data file {path} is busy (another process holds it); try again", EXIT_BUSY
-            ) from exc
-        raise DatabaseUnavailable(f"cannot open the demo tools' data file {path} (beside --db): {exc}") from exc
-
-
-@contextmanager
-def open_app(db: str, *, with_model: bool = True, read_only: bool = False) -> Iterator[tuple[CompiledStateGraph, Any]]:
-    """The CLI's graph: the configured model, the demo tools (data beside the database), SQLite or Postgres
-    checkpoints. Commands that only read or flag threads (`with_model=False`) get the offline model and leave the
-    tools' data file alone: reading state never calls either, so they need no API key and touch no data file."""
-    model = load_model() if with_model else demo_model()
-    with open_saver(db, read_only=read_only) as saver:
-        store = demo_store(db) if with_model else DemoStore(demo_data_path(db), prepare=False)
-        policies = demo_policies(store)
-        shown_with = SECRET_POLICIES.set(policies)  # what the CLI prints masks these tools' secret arguments
-        try:
-            graph = build_graph(model, build_demo_tools(store), policies=policies, checkpointer=saver)
-            yield graph, saver
-        finally:
-            SECRET_POLICIES.reset(shown_with)
 
 
 class Output:
@@ -471,11 +370,11 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         with open_saver(args.db) as saver:
             store = demo_store(args.db)
             tools, policies = build_demo_tools(store), demo_policies(store)
-            graph = build_graph(load_model(), tools, policies=policies, checkpointer=saver)
+            graph = build_graph(choose_model(), tools, policies=policies, checkpointer=saver)
             listing = saver.thread_ids if is_postgres(args.db) else (lambda: thread_ids(args.db))
             yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, listing, tools, policies))
 
-    load_model()  # a model that is not configured is a one-line error now, not at the first answer
+    choose_model()  # a model that is not configured is a one-line error now, not at the first answer
     app = create_app(open_backend, Sessions(config, fixed))
     print(f"gatedloop inbox on http://{args.host}:{args.port}/inbox  (db: {shown_db(args.db)})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="debug" if args.debug else "warning")
@@ -614,7 +513,7 @@ def explain(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
             EXIT_BUSY,
         )
     if isinstance(exc, sqlite3.OperationalError):
-        return f"the database {args.db} failed: {exc}{_writable_hint(exc)}", EXIT_FAILED
+        return f"the database {args.db} failed: {exc}{writable_hint(exc)}", EXIT_FAILED
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted", EXIT_INTERRUPTED
     first = (str(exc).strip().splitlines() or [""])[0][:300]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gatedloop.cli.render import approval_table
+from gatedloop.graph.display import approval_table
 
 PROMPT = "  {index}. {name}: [a]pprove / [e]dit / [r]eject / re[s]pond? "
 

@@ -14,16 +14,16 @@ from langgraph.store.base import BaseStore
 from pydantic import BaseModel
 
 from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
-from gatedloop.graph.limits import Limits
 from gatedloop.graph.models import bind_loop_tools
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
-from gatedloop.graph.state import GatedState, InputState, OutputState
 from gatedloop.nodes.answer_format import AnswerFormat
 from gatedloop.nodes.approve import make_approve_node
 from gatedloop.nodes.execute import make_execute_node
 from gatedloop.nodes.finalize import make_finalize_node
+from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.model import make_model_node
 from gatedloop.nodes.parts import LoopParts, SystemPrompt
+from gatedloop.nodes.state import GatedState, InputState, OutputState
 from gatedloop.nodes.validate import make_validate_node
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import ToolRegistry

@@ -1,4 +1,4 @@
-"""Choosing the model: `GATEDLOOP_MODEL` names it; with no API key the offline demo model is used."""
+"""Loading the model `GATEDLOOP_MODEL` names, and binding the loop's tools to it."""
 
 from __future__ import annotations
 
@@ -12,34 +12,33 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+DEMO_SPEC = "demo"
+"""`GATEDLOOP_MODEL=demo` asks for the offline demo model, which only the entry points above the core can build."""
 
 
 class ModelConfigError(ValueError):
     pass
 
 
-def describe_choice(spec: str | None = None) -> str:
-    spec = _spec(spec)
-    if spec == "demo":
-        return "demo (scripted, offline; set GATEDLOOP_MODEL and OPENAI_API_KEY for a real model)"
-    return spec
-
-
-def _spec(spec: str | None) -> str:
+def configured_spec(spec: str | None = None) -> str | None:
+    """The model asked for: `spec`, else `GATEDLOOP_MODEL`, else ChatOpenAI's default when `OPENAI_API_KEY` is set;
+    None when nothing is configured (the caller decides what that means: the CLI and Studio play the demo)."""
     spec = (spec or os.environ.get("GATEDLOOP_MODEL") or "").strip()
     if spec:
         return spec
-    return DEFAULT_OPENAI_MODEL if os.environ.get("OPENAI_API_KEY") else "demo"
+    return DEFAULT_OPENAI_MODEL if os.environ.get("OPENAI_API_KEY") else None
 
 
 def load_model(spec: str | None = None) -> BaseChatModel:
-    """`demo`; a bare name for ChatOpenAI (honours OPENAI_API_KEY, OPENAI_BASE_URL); or `provider:model`."""
-    spec = _spec(spec)
-    if spec == "demo":
-        from gatedloop.graph.demo import demo_model
-
-        return demo_model()
-    provider, _, name = spec.partition(":")
+    """A bare name for ChatOpenAI (honours OPENAI_API_KEY, OPENAI_BASE_URL), or `provider:model` through LangChain's
+    `init_chat_model`. The offline demo model is not a provider: `gatedloop.demo.choose_model` plays it."""
+    chosen = configured_spec(spec)
+    if chosen is None or chosen == DEMO_SPEC:
+        raise ModelConfigError(
+            "no model configured: set GATEDLOOP_MODEL (a ChatOpenAI model name or provider:model) and its API key; "
+            "the offline demo model is gatedloop.demo.choose_model / demo_model"
+        )
+    provider, _, name = chosen.partition(":")
     if not name or provider == "openai":
         from langchain_openai import ChatOpenAI
         from openai import OpenAIError
@@ -48,17 +47,19 @@ def load_model(spec: str | None = None) -> BaseChatModel:
             return ChatOpenAI(model=name or provider, stream_usage=True)
         except OpenAIError as exc:  # raised at construction when no API key is configured
             raise ModelConfigError(
-                f"GATEDLOOP_MODEL={spec!r} needs OPENAI_API_KEY (or unset GATEDLOOP_MODEL / set it to demo for the "
+                f"GATEDLOOP_MODEL={chosen!r} needs OPENAI_API_KEY (or unset GATEDLOOP_MODEL / set it to demo for the "
                 "offline model)"
             ) from exc
     try:
         from langchain.chat_models import init_chat_model
     except ImportError as exc:
-        raise ModelConfigError(f"GATEDLOOP_MODEL={spec!r} needs `pip install langchain langchain-{provider}`") from exc
+        raise ModelConfigError(
+            f"GATEDLOOP_MODEL={chosen!r} needs `pip install langchain langchain-{provider}`"
+        ) from exc
     try:
-        return init_chat_model(spec)
+        return init_chat_model(chosen)
     except (ImportError, ValueError) as exc:
-        raise ModelConfigError(f"cannot load model {spec!r}: {exc}") from exc
+        raise ModelConfigError(f"cannot load model {chosen!r}: {exc}") from exc
 
 
 class ModelCannotBindTools(TypeError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
-from gatedloop.graph.state import CallPlan
+from gatedloop.nodes.state import CallPlan
 
 Next = Literal["model", "validate", "approve", "execute", "finalize"]
 

@@ -3,8 +3,8 @@
 Served two ways from the same Starlette app (`create_app`): standalone by `gatedloop inbox --db ...`, and inside
 LangGraph Server / `langgraph dev` as a custom route (`http.app` in `langgraph.json` names
 `gatedloop.inbox.server:app`). Answers go through `gatedloop.graph.runs.resume` with the reviewer's `CallContext`,
-the same checked path as the CLI. This is a user interface beside `cli/`: it imports the graph and the CLI's
-wording (`gatedloop.cli.render`), never the reverse (the CLI's `inbox` command imports it lazily).
+the same checked path as the CLI. A user interface above the graph and the demo, below the CLI: it imports the
+graph and its wording (`gatedloop.graph.display`); the CLI's `inbox` command imports it, never the reverse.
 """
 
 from gatedloop.inbox.app import InboxBackend, create_app

@@ -22,8 +22,8 @@ from starlette.templating import Jinja2Templates
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import describe_thread
-from gatedloop.cli.render import STOP_WORDS, history_lines
 from gatedloop.graph import runs
+from gatedloop.graph.display import STOP_WORDS, history_lines
 from gatedloop.inbox.forms import FormError, parse_edit
 from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
 from gatedloop.inbox.pending import PendingRequests, PendingView, age_text

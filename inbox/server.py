@@ -1,6 +1,6 @@
 """The inbox inside LangGraph Server / `langgraph dev`: `"http": {"app": "gatedloop.inbox.server:app"}`.
 
-It reads and answers the threads of the graph the server serves (`gatedloop.graph.studio`), on the same storage:
+It reads and answers the threads of the graph the server serves (`gatedloop.demo.studio`), on the same storage:
 `GATEDLOOP_DB` (a SQLite file, default `.gatedloop/studio.sqlite`, or a `postgresql://` URL: on LangGraph Server the
 database of `POSTGRES_URI`). Answers run `runs.resume` in the server's process with the reviewer's identity; the
 server's own thread list (its runtime) does not see that run, the checkpoints do (Studio shows the new state).
@@ -41,7 +41,7 @@ def _storage() -> Iterator[tuple[Any, Any]]:
 
 @contextmanager
 def open_studio_backend() -> Iterator[InboxBackend]:
-    from gatedloop.graph import studio
+    from gatedloop.demo import studio
 
     with _storage() as (saver, listing):
         graph = studio.make_studio_graph().copy(update={"checkpointer": saver})  # `studio.graph` is a factory

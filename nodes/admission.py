@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
-from gatedloop.graph.state import CallPlan
+from gatedloop.nodes.state import CallPlan
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.errors import ErrorType
 from gatedloop.tools.policy import CallContext, ToolPolicy

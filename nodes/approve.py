@@ -20,7 +20,6 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
-from gatedloop.graph.state import CallPlan, GatedState, RequestCounters, Verdict
 from gatedloop.nodes.admission import admit, approvers_so_far, expired, expires_at, requester_context
 from gatedloop.nodes.answers import error_message, record_answers, result_message
 from gatedloop.nodes.hitl import (
@@ -32,6 +31,7 @@ from gatedloop.nodes.hitl import (
     check_answer,
 )
 from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
+from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, Verdict
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest, digest, storable_text
 from gatedloop.tools.policy import MASK, CallContext

@@ -23,11 +23,11 @@ from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
 
-from gatedloop.graph.state import CallPlan, GatedState, RequestCounters, SeenRead
 from gatedloop.nodes.admission import admit
 from gatedloop.nodes.answers import error_message, record_answers, result_message
 from gatedloop.nodes.parts import LoopParts, current_thread_id
 from gatedloop.nodes.running import Outcome, run_read, run_write
+from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead
 from gatedloop.nodes.tool_env import ToolEnv
 from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools import errors

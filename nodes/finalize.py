@@ -13,10 +13,10 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.graph.state import GatedState
 from gatedloop.nodes.answers import check_history, error_message, outcome_message, record_answers
 from gatedloop.nodes.parts import LoopParts, current_thread_id
 from gatedloop.nodes.running import stored_outcome
+from gatedloop.nodes.state import GatedState
 from gatedloop.tools import errors
 
 

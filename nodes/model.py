@@ -20,12 +20,12 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
-from gatedloop.graph.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.answers import record_answers
 from gatedloop.nodes.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.open_calls import close_open_calls
 from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
 from gatedloop.nodes.proposals import record_proposals
+from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text

@@ -18,7 +18,6 @@ from typing import Any
 from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
 
 from gatedloop.checkpoints.evidence import Answer
-from gatedloop.graph.state import CallPlan
 from gatedloop.nodes.answers import (
     OpenCall,
     answer_digest,
@@ -30,6 +29,7 @@ from gatedloop.nodes.answers import (
 )
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.running import stored_outcome, unknown
+from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 
 log = logging.getLogger("gatedloop.model")

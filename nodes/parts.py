@@ -14,10 +14,10 @@ from langchain_core.runnables import Runnable
 from langgraph.config import get_config
 
 from gatedloop.checkpoints.ledger import Ledger
-from gatedloop.graph.limits import Limits
-from gatedloop.graph.state import RequestCounters
 from gatedloop.nodes.answer_format import AnswerFormat
 from gatedloop.nodes.identity import caller_context
+from gatedloop.nodes.limits import Limits
+from gatedloop.nodes.state import RequestCounters
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import ToolRegistry
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from gatedloop.checkpoints.evidence import Proposal
 from gatedloop.checkpoints.ledger import Ledger
-from gatedloop.graph.state import CallPlan
+from gatedloop.nodes.state import CallPlan
 from gatedloop.tools.arguments import args_digest
 
 NOT_PROPOSED = "Not run: no model response proposed this call."

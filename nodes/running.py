@@ -21,7 +21,7 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
 from gatedloop.checkpoints.ledger import Ledger, LedgerEntry, idempotency_key
-from gatedloop.graph.state import CallPlan
+from gatedloop.nodes.state import CallPlan
 from gatedloop.nodes.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry

@@ -21,7 +21,7 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Command, StreamWriter
 
-from gatedloop.graph.state import CallPlan
+from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.injection import Injections
 

@@ -15,7 +15,6 @@ from langgraph.func import task
 from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
 
-from gatedloop.graph.state import CallPlan
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.parts import LoopParts, call_context
 from gatedloop.nodes.running import (
@@ -28,6 +27,7 @@ from gatedloop.nodes.running import (
     still_running_here,
     stored_outcome,
 )
+from gatedloop.nodes.state import CallPlan
 from gatedloop.nodes.tool_env import ToolEnv
 from gatedloop.tools import errors
 

@@ -18,10 +18,10 @@ from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import NewCall, Requester
-from gatedloop.graph.state import CallPlan, GatedState
 from gatedloop.nodes.answers import error_message, record_answers
 from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
 from gatedloop.nodes.proposals import NOT_PROPOSED, unproposed
+from gatedloop.nodes.state import CallPlan, GatedState
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext

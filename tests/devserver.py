@@ -16,7 +16,7 @@ Behaviour (all checked against langgraph-cli 0.4.40 / langgraph-api 0.16.7):
   ``dependencies``, an ``env`` file) relative to its cwd as well.  So the harness writes a copy
   of ``<project_dir>/langgraph.json`` into the scratch dir with those paths made absolute
   (relative to ``project_dir``) and passes that copy with ``--config``.  Module-style specs
-  (``"gatedloop.graph.studio:graph"``) are passed through unchanged.
+  (``"gatedloop.demo.studio:graph"``) are passed through unchanged.
 * Outbound network is switched off: CLI analytics (``LANGGRAPH_CLI_NO_ANALYTICS=1``), the PyPI
   version check (``LANGGRAPH_NO_VERSION_CHECK=true``), LangSmith tracing (``LANGSMITH_TRACING=false``
   and friends) and the LangSmith metadata loop / tracing auto-enable, which start when a

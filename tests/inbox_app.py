@@ -17,9 +17,9 @@ from typing import Any
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.threads import thread_ids
+from gatedloop.demo import DemoStore, build_demo_tools, demo_policies
+from gatedloop.demo.model import demo_model
 from gatedloop.graph import build_graph
-from gatedloop.graph.demo import demo_model
-from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
 
 EVENTS_ROLE = "events"
 

@@ -1,6 +1,6 @@
 """Per-assistant configuration of the served graph, and Agent Chat UI's "Mark as resolved", under real `langgraph dev`.
 
-`gatedloop.graph.studio:graph` is a graph factory: langgraph-api calls it per run with the assistant's config and
+`gatedloop.demo.studio:graph` is a graph factory: langgraph-api calls it per run with the assistant's config and
 the run's context, so two assistants of the one graph differ in model, limits, tools and system prompt.
 """
 
@@ -17,7 +17,7 @@ from invariants import assert_each_call_answered_once
 from langchain_core.messages import ToolMessage, messages_from_dict
 from langgraph_sdk import get_sync_client
 
-from gatedloop.graph.studio import AssistantConfigError, assistant_settings
+from gatedloop.demo.studio import AssistantConfigError, assistant_settings
 
 pytestmark = pytest.mark.slow
 
@@ -121,7 +121,7 @@ def test_assistant_settings_are_checked(config: Any, context: Any, error: str) -
 
 
 def test_context_wins_over_config_and_unknown_tools_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gatedloop.graph import studio
+    from gatedloop.demo import studio
 
     monkeypatch.setenv("GATEDLOOP_DB", str(tmp_path / "studio.sqlite"))
     monkeypatch.delenv("GATEDLOOP_LEDGER", raising=False)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
-from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies, safe_eval
+from gatedloop.demo import DemoStore, build_demo_tools, demo_policies, safe_eval
 from gatedloop.tools.errors import ToolFailure
 from gatedloop.tools.policy import CallContext
 
@@ -267,7 +267,7 @@ def test_threads_never_oversell(tools: dict[str, BaseTool], store: DemoStore) ->
 
 _PROCESS_SCRIPT = """
 import sys
-from gatedloop.tools.demo import DemoStore
+from gatedloop.demo import DemoStore
 from gatedloop.tools.errors import ToolFailure
 store = DemoStore(sys.argv[1])
 try:

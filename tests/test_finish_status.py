@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk
 
-import gatedloop.graph  # noqa: F401  (nodes import gatedloop.graph.state: load the package first)
+import gatedloop.graph  # noqa: F401  (nodes import gatedloop.nodes.state: load the package first)
 from gatedloop.nodes.finish import collapse_repeats, finish_status
 from gatedloop.nodes.model import ResponseProblem, check_response
 

@@ -402,8 +402,8 @@ def test_thread_ids_are_validated(bad):
 
 
 def test_statuses_are_distinct_and_documented():
-    from gatedloop.cli.render import STOP_WORDS
     from gatedloop.graph import STATUSES
+    from gatedloop.graph.display import STOP_WORDS
 
     assert set(STATUSES) == set(STOP_WORDS)
     readme = (Path(__file__).parent.parent / "README.md").read_text()

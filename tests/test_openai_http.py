@@ -20,8 +20,8 @@ from openai_stub import Reply, ScriptedOpenAIServer, tool_call
 from pydantic import SecretStr
 
 from gatedloop.checkpoints import open_sqlite
+from gatedloop.demo import DemoStore, build_demo_tools, demo_policies
 from gatedloop.graph import Limits, build_graph
-from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
 
 THREAD = "t"
 CFG = {"configurable": {"thread_id": THREAD}}

@@ -26,7 +26,7 @@ def test_no_bare_top_level_modules_are_importable(tmp_path):
 
 
 def test_readme_diagram_matches_the_compiled_graph():
-    from gatedloop.graph.studio import make_studio_graph
+    from gatedloop.demo.studio import make_studio_graph
 
     graph = make_studio_graph()
     drawn = graph.get_graph().draw_mermaid()

@@ -19,7 +19,8 @@ import pytest
 from langchain_core.tools import tool
 
 from gatedloop.checkpoints import open_sqlite
-from gatedloop.cli.render import (
+from gatedloop.graph import build_graph, runs
+from gatedloop.graph.display import (
     SECRET_POLICIES,
     approval_table,
     history_lines,
@@ -28,7 +29,6 @@ from gatedloop.cli.render import (
     shown_update,
     step_lines,
 )
-from gatedloop.graph import build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import ToolPolicy
 

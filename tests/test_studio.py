@@ -207,7 +207,7 @@ def start_workshop(server: Server, participant: str) -> tuple[str, dict[str, Any
 
 def test_repo_config_serves_the_demo_graph_on_the_sqlite_checkpointer(studio: Server) -> None:
     config = json.loads((ROOT / "langgraph.json").read_text())
-    assert config["graphs"] == {GRAPH: "gatedloop.graph.studio:graph"}
+    assert config["graphs"] == {GRAPH: "gatedloop.demo.studio:graph"}
     assert config["checkpointer"] == {"path": CHECKPOINTER}
     assert [a["graph_id"] for a in studio.client.assistants.search(graph_id=GRAPH)] == [GRAPH]
     log = (studio.workdir / "langgraph-dev.log").read_text()

@@ -1,4 +1,5 @@
-"""Plain-text and JSON rendering of steps, approval requests, stop reasons and a thread's history."""
+"""How a thread is shown to a person, in plain text and JSON: steps, approval requests, stop reasons, a thread's
+history, with secret arguments masked. Shared by the two user interfaces above the graph, the CLI and the inbox."""
 
 from __future__ import annotations
 

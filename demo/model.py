@@ -11,8 +11,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from gatedloop.graph.models import DEMO_SPEC, configured_spec, load_model
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 
 DEMO_QUESTIONS = {
@@ -182,3 +184,17 @@ def demo_responder(messages: list[BaseMessage]) -> AIMessage:
 
 def demo_model() -> ScriptedChatModel:
     return ScriptedChatModel(responder=demo_responder)
+
+
+def choose_model(spec: str | None = None) -> BaseChatModel:
+    """The configured model (`gatedloop.graph.models.load_model`), or this offline demo when none is configured or
+    `GATEDLOOP_MODEL=demo`: what the CLI and the Studio graph use."""
+    chosen = configured_spec(spec)
+    return demo_model() if chosen in (None, DEMO_SPEC) else load_model(chosen)
+
+
+def describe_choice(spec: str | None = None) -> str:
+    chosen = configured_spec(spec)
+    if chosen in (None, DEMO_SPEC):
+        return "demo (scripted, offline; set GATEDLOOP_MODEL and OPENAI_API_KEY for a real model)"
+    return str(chosen)

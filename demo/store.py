@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import ToolFailure
+from gatedloop.tools.errors import ToolFailure
 
 BUSY_TIMEOUT_S = 10.0
 WORKDAY = ("09:00", "18:00")

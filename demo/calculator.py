@@ -11,7 +11,7 @@ import math
 import operator
 from collections.abc import Callable
 
-from ..errors import ToolFailure
+from gatedloop.tools.errors import ToolFailure
 
 Number = int | float
 

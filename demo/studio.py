@@ -31,10 +31,10 @@ from pydantic import ValidationError
 
 from gatedloop.checkpoints.devserver import DB_ENV, studio_db_path
 from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
+from gatedloop.demo import DemoStore, build_demo_tools, demo_policies
+from gatedloop.demo.model import choose_model
 from gatedloop.graph.build import build_graph
-from gatedloop.graph.limits import Limits
-from gatedloop.graph.models import load_model
-from gatedloop.tools.demo import DemoStore, build_demo_tools, demo_policies
+from gatedloop.nodes.limits import Limits
 from gatedloop.tools.policy import ToolPolicy
 
 if TYPE_CHECKING:  # resolved by langgraph-api from the annotation's name; the SDK is the server's dependency
@@ -129,7 +129,7 @@ approve."""
 
 @lru_cache(maxsize=16)
 def _model(spec: str | None) -> BaseChatModel:
-    return load_model(spec)
+    return choose_model(spec)
 
 
 def make_studio_graph(settings: AssistantSettings | None = None) -> CompiledStateGraph:

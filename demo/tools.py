@@ -11,10 +11,10 @@ from typing import Annotated, Any
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import AfterValidator, Field
 
-from ..errors import ToolFailure
-from ..policy import CallContext, ToolPolicy
-from .calculator import MAX_LENGTH, safe_eval
-from .store import NOT_FOUND, WORKSHOP_FULL, DemoStore
+from gatedloop.demo.calculator import MAX_LENGTH, safe_eval
+from gatedloop.demo.store import NOT_FOUND, WORKSHOP_FULL, DemoStore
+from gatedloop.tools.errors import ToolFailure
+from gatedloop.tools.policy import CallContext, ToolPolicy
 
 READ_TIMEOUT_S = 10.0
 WRITE_TIMEOUT_S = 15.0

@@ -1,0 +1,86 @@
+"""Imports flow one way: tools, checkpoints <- nodes <- graph <- demo <- inbox <- cli (README "Architecture").
+
+Two checks. Every module is imported first, alone, in a fresh interpreter: an import cycle fails there even when
+the suite's own import order hides it (as `import gatedloop.nodes.validate` once failed while every test passed).
+And every `gatedloop` import in the source, function-local and `TYPE_CHECKING` ones included, points to the same
+package or a lower layer.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = {"tools": 0, "checkpoints": 1, "nodes": 2, "graph": 3, "demo": 4, "inbox": 5, "cli": 6}
+
+
+def package_dirs() -> dict[str, Path]:
+    """`gatedloop.<package>` -> its folder, from pyproject's package-dir (the layout's one source of truth)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {name: ROOT / folder for name, folder in config["tool"]["setuptools"]["package-dir"].items()}
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the installed package -> its file."""
+    found: dict[str, Path] = {}
+    for package, folder in package_dirs().items():
+        for path in sorted(folder.glob("*.py")):
+            found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    return found
+
+
+def layer(module: str) -> int:
+    return LAYERS[module.split(".")[1]]
+
+
+def gatedloop_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import of a gatedloop module anywhere in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("gatedloop.")]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gatedloop."):
+            found.append((node.lineno, str(node.module)))
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            found.append((node.lineno, f"<relative import level {node.level}>"))
+    return found
+
+
+def test_every_package_has_a_layer():
+    assert {name.split(".")[1] for name in package_dirs()} == set(LAYERS)
+
+
+def test_imports_point_to_the_same_package_or_a_lower_layer():
+    upward = []
+    for module, path in modules().items():
+        for line, target in gatedloop_imports(path):
+            if not target.startswith("gatedloop.") or layer(target) > layer(module):
+                upward.append(f"{path.relative_to(ROOT)}:{line} ({module}) imports {target}")
+    assert not upward, "imports that flow upward:\n" + "\n".join(upward)
+
+
+def _import_alone(module: str) -> str | None:
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import importlib, sys; importlib.import_module(sys.argv[1])", module],
+        cwd=ROOT.parent,  # not the repo root, so the folders there cannot stand in for the installed package
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode == 0:
+        return None
+    return f"{module}: {(done.stderr.strip().splitlines() or ['exit ' + str(done.returncode)])[-1]}"
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter():
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        failures = [failure for failure in pool.map(_import_alone, sorted(modules())) if failure]
+    assert not failures, "modules that cannot be imported first:\n" + "\n".join(failures)
