@@ -36,7 +36,7 @@ from gatedloop.checkpoints.evidence import (
 )
 from gatedloop.checkpoints.evidence import SQLITE_SCHEMA as EVIDENCE_SCHEMA
 
-Outcome = Literal["done", "failed", "abandoned"]
+FinishedState = Literal["done", "failed", "abandoned"]  # a finished row; `running.finished_state` maps outcomes
 ClaimState = Literal["claimed", "done", "failed", "abandoned"]
 
 SCHEMA = """
@@ -191,7 +191,7 @@ class Ledger(Protocol):
     def claimant_alive(self, claimant: str) -> bool: ...
     def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]: ...
     def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool: ...
-    def finish(self, thread_id: str, call_id: str, outcome: Outcome, result: Any) -> None: ...
+    def finish(self, thread_id: str, call_id: str, outcome: FinishedState, result: Any) -> None: ...
     def get(self, thread_id: str, call_id: str) -> LedgerEntry | None: ...
     def entries(self, thread_id: str) -> list[LedgerEntry]: ...
     def record(
@@ -315,7 +315,7 @@ class SqliteLedger(EvidenceStore):
             )
             return cur.rowcount == 1
 
-    def finish(self, thread_id: str, call_id: str, outcome: Outcome, result: Any) -> None:
+    def finish(self, thread_id: str, call_id: str, outcome: FinishedState, result: Any) -> None:
         """Record the outcome once; a second finish of the same call is ignored."""
         with self._tx() as conn:
             conn.execute(

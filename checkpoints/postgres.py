@@ -40,7 +40,7 @@ from gatedloop.checkpoints.evidence import POSTGRES_SCHEMA as EVIDENCE_SCHEMA
 from gatedloop.checkpoints.evidence import EvidenceStore
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.lease import ThreadBusy
-from gatedloop.checkpoints.ledger import LedgerEntry, Outcome, claimant_alive, idempotency_key
+from gatedloop.checkpoints.ledger import FinishedState, LedgerEntry, claimant_alive, idempotency_key
 from gatedloop.checkpoints.pruning import Statements, check_prune_args, run_on_loop
 
 URL_PREFIXES = ("postgresql://", "postgres://")
@@ -326,7 +326,7 @@ class PostgresLedger(EvidenceStore):
             == 1
         )
 
-    def finish(self, thread_id: str, call_id: str, outcome: Outcome, result: Any) -> None:
+    def finish(self, thread_id: str, call_id: str, outcome: FinishedState, result: Any) -> None:
         """Record the outcome once; a second finish of the same call is ignored."""
         self._count(
             "UPDATE gatedloop_ledger SET state=%s, result=%s, finished_at=%s "

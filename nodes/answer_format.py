@@ -21,6 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
+from gatedloop.nodes.answers import tool_message
 from gatedloop.tools.errors import error_json
 
 ANSWER_TOOL_DESCRIPTION = (
@@ -107,10 +108,8 @@ class AnswerFormat:
 def _answer(call: Any, text: str, *, error: bool) -> ToolMessage:
     call_id = call.get("id") or ""
     if error:
-        return ToolMessage(
-            error_json("invalid_arguments", text), tool_call_id=call_id, name=call.get("name"), status="error"
-        )
-    return ToolMessage(text, tool_call_id=call_id, name=call.get("name"), id=f"tool-{call_id}")
+        return tool_message(call_id, call.get("name"), "error", error_json("invalid_arguments", text))
+    return tool_message(call_id, call.get("name"), "ok", text)
 
 
 def _loads(raw: Any) -> Any:

@@ -13,25 +13,31 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolMessage
 
 from gatedloop.checkpoints.evidence import Answer
 from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.nodes.running import OutcomeStatus
 from gatedloop.tools.arguments import digest
 from gatedloop.tools.errors import ErrorType, error_json
 
 
+def tool_message(call_id: str, name: str | None, status: OutcomeStatus, content: str) -> ToolMessage:
+    """Every answer gatedloop gives a call. The one place our outcome status meets LangChain's
+    `ToolMessage.status`: `ok` is `success`; `error` and `unknown` are `error`."""
+    langchain_status: Literal["success", "error"] = "success" if status == "ok" else "error"
+    return ToolMessage(content=content, tool_call_id=call_id, name=name, status=langchain_status, id=f"tool-{call_id}")
+
+
 def error_message(call_id: str, name: str, error_type: ErrorType, message: str) -> ToolMessage:
     """The one answer a call gets when it is not run or fails."""
-    return ToolMessage(
-        content=error_json(error_type, message), tool_call_id=call_id, name=name, status="error", id=f"tool-{call_id}"
-    )
+    return tool_message(call_id, name, "error", error_json(error_type, message))
 
 
 def result_message(call_id: str, name: str, content: str) -> ToolMessage:
-    return ToolMessage(content=content, tool_call_id=call_id, name=name, status="success", id=f"tool-{call_id}")
+    return tool_message(call_id, name, "ok", content)
 
 
 def answer_digest(message: ToolMessage) -> str:
@@ -105,10 +111,3 @@ def model_view(messages: Sequence[BaseMessage], foreign: Sequence[ToolMessage] =
                 if answer is not None:
                     view.append(answer)
     return view
-
-
-def outcome_message(call_id: str, name: str, status: str, content: str) -> ToolMessage:
-    """The answer for a run call: a result, or its structured failure."""
-    if status == "ok":
-        return result_message(call_id, name, content)
-    return ToolMessage(content=content, tool_call_id=call_id, name=name, status="error", id=f"tool-{call_id}")

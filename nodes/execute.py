@@ -24,7 +24,7 @@ from langgraph.func import task
 from langgraph.runtime import Runtime
 
 from gatedloop.nodes.admission import admit
-from gatedloop.nodes.answers import error_message, record_answers, result_message
+from gatedloop.nodes.answers import error_message, record_answers, result_message, tool_message
 from gatedloop.nodes.parts import LoopParts, current_thread_id
 from gatedloop.nodes.running import Outcome, run_read, run_write
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead
@@ -258,9 +258,7 @@ def _repeat_count(before: dict[str, SeenRead], seen: dict[str, SeenRead], plan: 
 
 def _message(plan: CallPlan, outcome: Outcome, content: str) -> ToolMessage:
     if outcome["status"] != "ok":
-        return ToolMessage(
-            content=content, tool_call_id=plan["id"], name=plan["name"], status="error", id=f"tool-{plan['id']}"
-        )
+        return tool_message(plan["id"], plan["name"], outcome["status"], content)
     if plan.get("edited"):
         content = json.dumps(
             {

@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.answers import check_history, error_message, outcome_message, record_answers
+from gatedloop.nodes.answers import check_history, error_message, record_answers, tool_message
 from gatedloop.nodes.parts import LoopParts, current_thread_id
 from gatedloop.nodes.running import stored_outcome
 from gatedloop.nodes.state import GatedState
@@ -49,7 +49,7 @@ def make_finalize_node(parts: LoopParts):
             entry = parts.ledger.get(thread_id, call.id)
             if entry is not None and entry.state != "claimed":
                 outcome = stored_outcome(entry.state, entry.result)
-                leftovers.append(outcome_message(call.id, call.name, outcome["status"], outcome["content"]))
+                leftovers.append(tool_message(call.id, call.name, outcome["status"], outcome["content"]))
                 continue
             reason = errors.NOT_RUN_STOPPED.format(reason=detail or status)
             leftovers.append(error_message(call.id, call.name, "budget_exhausted", reason))

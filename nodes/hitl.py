@@ -11,9 +11,9 @@ never authority: who answers is the runtime context of the call that resumes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from gatedloop.tools.policy import ALL_DECISIONS
+from gatedloop.tools.policy import ALL_DECISIONS, DecisionType
 
 # Mirrors of langchain.agents.middleware.human_in_the_loop's TypedDicts (same keys), declared here so the
 # runtime does not need the `langchain` package for five dict shapes.
@@ -27,7 +27,7 @@ class ActionRequest(TypedDict):
 
 class ReviewConfig(TypedDict):
     action_name: str
-    allowed_decisions: list[str]
+    allowed_decisions: list[DecisionType]
 
 
 class GatedActionRequest(ActionRequest):
@@ -54,7 +54,10 @@ class InvalidDecision(ValueError):
 
 
 class Decision(TypedDict):
-    type: str
+    """One reviewer's checked answer for one gated call (LangChain's `Decision`, as one TypedDict); `type` is one
+    of the tool's allowed `DecisionType`s and `note` is the answer's `reviewer` string, never authority."""
+
+    type: DecisionType
     message: NotRequired[str]
     edited_action: NotRequired[dict[str, Any]]
     note: NotRequired[str]
@@ -152,7 +155,7 @@ def _check_one(
             raise InvalidDecision(f'{where}: edit needs "edited_action": {{"name", "args": {{...}}}}')
         if edited.get("name", action["name"]) != action["name"]:
             raise InvalidDecision(f"{where}: an edit cannot change the tool ({edited.get('name')!r})")
-    result: Decision = {"type": kind}
+    result: Decision = {"type": cast(DecisionType, kind)}
     who = decision.get("reviewer", note)
     if isinstance(who, str) and who:
         result["note"] = who

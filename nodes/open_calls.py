@@ -24,8 +24,8 @@ from gatedloop.nodes.answers import (
     check_history,
     error_message,
     model_view,
-    outcome_message,
     record_answers,
+    tool_message,
 )
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.running import stored_outcome, unknown
@@ -92,7 +92,7 @@ def _close(parts: LoopParts, settle_task: Any, thread_id: str, call: OpenCall) -
         return error_message(call.id, call.name, "superseded", errors.SUPERSEDED), False
     if entry.state != "claimed":
         outcome = stored_outcome(entry.state, entry.result)
-        return outcome_message(call.id, call.name, outcome["status"], outcome["content"]), False
+        return tool_message(call.id, call.name, outcome["status"], outcome["content"]), False
     plan: CallPlan = {
         "id": call.id,
         "name": call.name,
@@ -103,5 +103,4 @@ def _close(parts: LoopParts, settle_task: Any, thread_id: str, call: OpenCall) -
     }
     settled = settle_task(thread_id, plan, unknown("claimant_died", entry.attempts), False).result()
     outcome = settled["outcome"]
-    status = "ok" if outcome["status"] == "ok" else "error"
-    return outcome_message(call.id, call.name, status, outcome["content"]), bool(settled["left_open"])
+    return tool_message(call.id, call.name, outcome["status"], outcome["content"]), bool(settled["left_open"])

@@ -2,7 +2,7 @@
 
 Each returns an `Outcome` (plain JSON, since LangGraph stores task results in the checkpoint). A write
 is claimed in the ledger before it starts and finished after; whoever does not win the claim never
-starts it. A write that timed out, lost its connection or whose claimant died is `unknown`, not failed.
+starts it. A write that timed out, lost its connection or whose claimant died is `unknown`, not an error.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from gatedloop.checkpoints.ledger import Ledger, LedgerEntry, idempotency_key
+from gatedloop.checkpoints.ledger import FinishedState, Ledger, LedgerEntry, idempotency_key
 from gatedloop.nodes.state import CallPlan
 from gatedloop.nodes.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.tools import errors
@@ -39,8 +39,17 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutEr
 _IN_FLIGHT: dict[tuple[str, str], Future[Any]] = {}
 
 
+OutcomeStatus = Literal["ok", "error", "unknown"]
+"""Success and failure in gatedloop's own words (as the model's `{"ok": ...}` body): `ok`, `error`, or `unknown`
+for a write that may or may not have happened. Mapped to LangChain's `ToolMessage.status` only in
+`answers.tool_message`, and to the ledger's row state only in `finished_state`."""
+
+
 class Outcome(TypedDict):
-    status: Literal["ok", "error", "unknown"]
+    """What running one call produced. Stored as JSON in the checkpoint (task results) and in the ledger row's
+    `result`, so its keys and values are kept as written."""
+
+    status: OutcomeStatus
     content: str
     duration_ms: float
     error_type: NotRequired[str]
@@ -173,7 +182,7 @@ def run_write(
             return unknown("ledger_lost", entry.attempts)
         if known is not None:
             outcome = _ok(known, max_chars)
-            ledger.finish(thread_id, plan["id"], "done", outcome)
+            ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
             return outcome
     return start_write(registry, ledger, thread_id, plan, max_chars, entry, env)
 
@@ -205,7 +214,7 @@ def start_write(
         return unknown("connection_lost", attempts, time.monotonic() - started)
     outcome = _failure(exc, plan["name"], plan["id"]) if exc is not None else _ok(result, max_chars)
     outcome["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
-    ledger.finish(thread_id, plan["id"], "done" if outcome["status"] == "ok" else "failed", outcome)
+    ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
     return outcome
 
 
@@ -214,7 +223,15 @@ def _record_late(ledger: Ledger, thread_id: str, plan: CallPlan, future: Future[
     _IN_FLIGHT.pop((thread_id, plan["id"]), None)
     exc = future.exception()
     outcome = _failure(exc, plan["name"], plan["id"]) if exc else _ok(future.result(), max_chars)
-    ledger.finish(thread_id, plan["id"], "done" if outcome["status"] == "ok" else "failed", outcome)
+    ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
+
+
+def finished_state(outcome: Outcome) -> FinishedState:
+    """The ledger row state that records an outcome: `done` for `ok`, `failed` otherwise.
+
+    The ledger keeps its own spelling because its rows are persisted (`state` column, checked by the schema);
+    `abandoned` is a person's choice, written by `unknown`, never derived from an outcome."""
+    return "done" if outcome["status"] == "ok" else "failed"
 
 
 def still_running_here(thread_id: str, call_id: str) -> bool:

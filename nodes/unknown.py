@@ -21,6 +21,7 @@ from gatedloop.nodes.running import (
     CANNOT_TELL,
     Outcome,
     _ok,
+    finished_state,
     key_of_record,
     reconcile,
     start_write,
@@ -33,7 +34,8 @@ from gatedloop.tools import errors
 
 log = logging.getLogger("gatedloop.reconcile")
 
-UNKNOWN_DECISIONS = ("done", "not_done", "abandon")
+UnknownDecisionType = Literal["done", "not_done", "abandon"]
+UNKNOWN_DECISIONS: tuple[UnknownDecisionType, ...] = ("done", "not_done", "abandon")
 
 
 class UnknownCall(TypedDict):
@@ -47,7 +49,7 @@ class UnknownCall(TypedDict):
 class UnknownOutcomeRequest(TypedDict):
     kind: Literal["unknown_outcome"]
     calls: list[UnknownCall]
-    allowed_decisions: list[str]
+    allowed_decisions: list[UnknownDecisionType]
     error: NotRequired[str]
 
 
@@ -124,7 +126,7 @@ def _superseded(parts: LoopParts, thread_id: str, plan: CallPlan, how: str, who:
     """A write known not to have happened, that nobody will run now: closed in the ledger as not run."""
     body = errors.error_json("superseded", errors.SUPERSEDED)
     outcome: Outcome = {"status": "error", "content": body, "error_type": "superseded", "duration_ms": 0.0}
-    parts.ledger.finish(thread_id, plan["id"], "failed", outcome)
+    parts.ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
     parts.ledger.record(thread_id, plan["id"], "superseded", {"how": how}, who)
     return outcome
 
@@ -190,7 +192,7 @@ def _claimant(parts: LoopParts, thread_id: str, plan: CallPlan) -> str:
 def _settle(
     parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, how: str, who: str | None = None
 ) -> Outcome:
-    parts.ledger.finish(thread_id, plan["id"], "done", outcome)
+    parts.ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
     parts.ledger.record(thread_id, plan["id"], how, {"result_chars": len(outcome["content"])}, who)
     return outcome
 

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Effect = Literal["read", "write"]
-Decision = Literal["approve", "edit", "reject", "respond"]
-ALL_DECISIONS: tuple[Decision, ...] = ("approve", "edit", "reject", "respond")
+DecisionType = Literal["approve", "edit", "reject", "respond"]
+"""What a reviewer may answer for a gated call (LangChain's `DecisionType`); the checked answer itself is
+`gatedloop.nodes.hitl.Decision`."""
+ALL_DECISIONS: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class ToolPolicy:
 
     effect: Effect = "write"
     approval: Literal["never", "always"] | ApprovalPredicate = "always"
-    allowed_decisions: tuple[Decision, ...] = ALL_DECISIONS
+    allowed_decisions: tuple[DecisionType, ...] = ALL_DECISIONS
     timeout_s: float = 30.0
     validator: Validator | None = None
     roles: frozenset[str] | None = None
