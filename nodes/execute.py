@@ -160,7 +160,8 @@ class _Turn:
         stop = self.parts.stop_before_work(self.thread_id, self.counters, tokens=False)
         if stop:
             reason = errors.NOT_RUN_STOPPED.format(reason=stop[1])
-            not_run = [error_message(c["id"], c["name"], "budget_exhausted", reason) for c in self.runnable]
+            label = errors.not_run_label(stop[0])
+            not_run = [error_message(c["id"], c["name"], label, reason) for c in self.runnable]
             update = {"calls": _answered(self.calls), "stop": stop[0], "stop_detail": stop[1]}
             return {**update, **self._answers([*self.refused, *not_run])}
         return None

@@ -319,9 +319,77 @@ def test_cancel_stops_a_paused_thread_at_the_next_node_without_running_anything(
         runs.cancel("g1", ledger=saver.ledger)
         out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CFG)
     assert out["status"] == "cancelled" and recorder.calls == []
-    assert err(answers(out)["w1"])["type"] == "budget_exhausted"
+    assert err(answers(out)["w1"])["type"] == "cancelled"
     assert model.calls == 1
     assert_each_call_answered_once(out["messages"])
+
+
+def _stopper(stop: str, saver) -> Any:
+    """What stops the request: a cancel request, or time past a 0.05 s deadline (a sleep, never a measurement)."""
+    if stop == "cancelled":
+        return lambda: runs.cancel("g1", ledger=saver.ledger)
+    return lambda: time.sleep(0.1)
+
+
+@pytest.mark.parametrize("stop", ["cancelled", "deadline"])
+def test_calls_validate_leaves_unrun_are_labelled_with_the_stop(db, stop):
+    """The request stops while the model answers: `validate` answers the proposed call with the stop's name."""
+
+    class Stopping(ScriptedChatModel):
+        def next_reply(self, messages):
+            stopper()
+            return super().next_reply(messages)
+
+    recorder = Recorder()
+    with open_sqlite(db) as saver:
+        stopper = _stopper(stop, saver)
+        model = Stopping(script=[reply(calls=[call("search", {"query": "x"}, "s1")])])
+        graph = build_graph(
+            model, recorder.tools, policies={"search": READ}, limits=Limits(deadline_s=0.05), checkpointer=saver
+        )
+        out = graph.invoke({"messages": [("user", "go")]}, CFG)
+    assert out["status"] == stop and recorder.calls == []
+    assert err(answers(out)["s1"])["type"] == stop
+    assert_each_call_answered_once(out["messages"])
+
+
+@pytest.mark.parametrize("stop", ["cancelled", "deadline"])
+def test_calls_execute_leaves_unrun_are_labelled_with_the_stop(db, stop):
+    """The request stops after `validate` accepted the call (its validator is where it happens): `execute`
+    answers it with the stop's name and runs nothing."""
+    with open_sqlite(db) as saver:
+        stopper = _stopper(stop, saver)
+        policy = ToolPolicy(effect="read", approval="never", validator=lambda args, ctx: stopper())
+        graph, model, recorder = make(
+            saver,
+            [reply(calls=[call("search", {"query": "x"}, "s1")])],
+            policies={"search": policy},
+            limits=Limits(deadline_s=0.05),
+        )
+        out = graph.invoke({"messages": [("user", "go")]}, CFG)
+    assert out["status"] == stop and recorder.calls == []
+    assert err(answers(out)["s1"])["type"] == stop
+    model.assert_complete()
+
+
+@pytest.mark.parametrize(
+    ("stop", "label"),
+    [("cancelled", "cancelled"), ("deadline", "deadline"), ("step_limit", "budget_exhausted"), ("error", "stopped")],
+)
+def test_calls_finalize_finds_unrun_are_labelled_with_the_stop(db, stop, label):
+    """`finalize`'s last line: a call still open when the request ends (here: a stop written into the state while
+    the call waits for approval) is answered with the stop's label, never as a budget it did not use."""
+    with open_sqlite(db) as saver:
+        graph, _, recorder = make(saver, [reply(calls=[call("transfer", {"amount": 1, "to": "a"}, "w1")])])
+        graph.invoke({"messages": [("user", "go")]}, CFG)
+        graph.update_state(CFG, {"stop": stop, "stop_detail": "stopped for the test"}, as_node="validate")
+        out = graph.invoke(None, CFG)
+    assert out["status"] == stop and recorder.calls == []
+    assert err(answers(out)["w1"]) == {
+        "type": label,
+        "message": "Not run: the loop stopped (stopped for the test) before this call.",
+        "retryable": False,
+    }
 
 
 def test_a_repeated_read_gets_duplicate_call_then_the_loop_stops(db):

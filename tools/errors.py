@@ -19,6 +19,9 @@ ErrorType = Literal[
     "tool_error",
     "duplicate_call",
     "budget_exhausted",
+    "cancelled",
+    "deadline",
+    "stopped",
     "incomplete_response",
     "outcome_unknown",
     "approval_expired",
@@ -34,6 +37,9 @@ RETRYABLE: dict[str, bool] = {
     "tool_error": True,
     "duplicate_call": False,
     "budget_exhausted": False,
+    "cancelled": False,
+    "deadline": False,
+    "stopped": False,
     "incomplete_response": True,
     "outcome_unknown": False,
     "approval_expired": False,
@@ -52,6 +58,21 @@ DUPLICATE_CALL = (
 )
 BUDGET_EXHAUSTED = "Not run: the {budget} budget is used up."
 NOT_RUN_STOPPED = "Not run: the loop stopped ({reason}) before this call."
+# A call not run because the request stopped is labelled with the stop's own word where the vocabulary has
+# it; `step_limit` spends the model-call budget; any other stop (the status says which) is `stopped`.
+NOT_RUN_LABELS: dict[str, ErrorType] = {
+    "cancelled": "cancelled",
+    "deadline": "deadline",
+    "budget_exhausted": "budget_exhausted",
+    "step_limit": "budget_exhausted",
+}
+
+
+def not_run_label(stop: str) -> ErrorType:
+    """The error type of a call the request's stop (a request status) left unrun."""
+    return NOT_RUN_LABELS.get(stop, "stopped")
+
+
 SUPERSEDED = "Not run: a new message arrived before this call ran. Propose it again if it is still needed."
 
 
