@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
-from gatedloop.nodes.state import CallPlan
+from gatedloop.nodes.state import CallPlan, Status
 
 Next = Literal["model", "validate", "approve", "execute", "finalize"]
 
@@ -14,7 +14,7 @@ class RouteState(TypedDict):
     only these channels are copied and brought up to date for it: routing never folds the history."""
 
     calls: NotRequired[list[CallPlan]]
-    stop: NotRequired[str | None]
+    stop: NotRequired[Status | None]
 
 
 def _verdicts(state: RouteState) -> set[str]:

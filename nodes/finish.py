@@ -74,7 +74,7 @@ CUT_OFF = frozenset(
     }
 )
 
-Verdict = Literal["finished", "cut_off", "refused", "unknown"]
+FinishMeaning = Literal["finished", "cut_off", "refused", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class FinishStatus:
 
     key: str
     value: str
-    verdict: Verdict
+    meaning: FinishMeaning
 
     def describe(self) -> str:
         return f"{self.key} {self.value!r}"
@@ -99,12 +99,12 @@ def finish_status(message: AIMessage) -> FinishStatus | None:
         if key == "status" and value.casefold() == "incomplete":
             reason = collapse_repeats((meta.get("incomplete_details") or {}).get("reason"))
             if reason:
-                return FinishStatus(key, f"incomplete: {reason}", _verdict(reason))
-        return FinishStatus(key, value, _verdict(value))
+                return FinishStatus(key, f"incomplete: {reason}", _meaning(reason))
+        return FinishStatus(key, value, _meaning(value))
     return None
 
 
-def _verdict(value: str) -> Verdict:
+def _meaning(value: str) -> FinishMeaning:
     folded = value.casefold()
     if folded in FINISHED:
         return "finished"
@@ -153,7 +153,7 @@ def no_status_detail(message: AIMessage) -> str:
 
 
 def unfinished_detail(status: FinishStatus) -> str:
-    if status.verdict == "cut_off":
+    if status.meaning == "cut_off":
         return f"the response was not finished ({status.describe()})"
     return (
         f"the response's finish status is not one gatedloop knows ({status.describe()}); it acts only on "

@@ -49,11 +49,11 @@ def check_response(message: BaseMessage, earlier_ids: set[str]) -> AIMessage:
     refusal = refusal_text(message)
     if refusal is not None:
         raise ResponseProblem("refused", f"the model refused: {refusal[:200]!r}")
-    if finish is not None and finish.verdict == "refused":
+    if finish is not None and finish.meaning == "refused":
         raise ResponseProblem("refused", f"the model refused ({finish.describe()})")
     if finish is None:
         raise ResponseProblem("incomplete", no_status_detail(message))
-    if finish.verdict != "finished":
+    if finish.meaning != "finished":
         raise ResponseProblem("incomplete", unfinished_detail(finish))
     if not message.tool_calls and not message.invalid_tool_calls and not _has_text(message):
         raise ResponseProblem("incomplete", "the response has neither text nor tool calls")

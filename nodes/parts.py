@@ -17,7 +17,7 @@ from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.nodes.answer_format import AnswerFormat
 from gatedloop.nodes.identity import caller_context
 from gatedloop.nodes.limits import Limits
-from gatedloop.nodes.state import RequestCounters
+from gatedloop.nodes.state import RequestCounters, Status
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import ToolRegistry
 
@@ -48,7 +48,7 @@ class LoopParts:
 
     def stop_before_work(
         self, thread_id: str, counters: RequestCounters, *, tokens: bool = True
-    ) -> tuple[str, str] | None:
+    ) -> tuple[Status, str] | None:
         """The node-boundary checks: cancelled, past the deadline, out of tokens. None means go on."""
         if self.ledger.cancel_requested(thread_id):
             return "cancelled", "cancelled on request"

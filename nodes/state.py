@@ -1,4 +1,4 @@
-"""The graph's state: the conversation, this turn's call plans, this request's counters, and the outcome.
+"""The graph's state: the conversation, this turn's call plans, this request's counters, and how it ended.
 
 Whatever grows with the work is a `DeltaChannel` (`messages`, and `seen_reads` for repeat detection), so a
 checkpoint stores only what a step added, not everything again; the rest is small and fixed in size.
@@ -228,10 +228,18 @@ class GatedState(TypedDict):
     seen_reads: Annotated[NotRequired[dict[str, SeenRead]], DoublingDeltaChannel(merge_seen)]
     """Fingerprint of each read run in this request -> its last result; a step stores only the reads it ran,
     and a new request starts it again with an `Overwrite`."""
-    stop: NotRequired[str | None]
+    stop: NotRequired[Status | None]
+    """The status this request will end with, set early by the node that stops it (`model`, `validate`,
+    `execute`; None while the loop goes on); the routers send the graph to `finalize` when it is set. Kept apart
+    from `status` so the public `status` is only ever a final one (values streams and mid-request state never
+    show it early), and because checkpoints hold `stop` between those nodes and `finalize`."""
     stop_detail: NotRequired[str | None]
+    """Why the request stopped, in words: written with `stop`, kept (public) by `finalize`; None for `completed`."""
     status: NotRequired[Status | None]
+    """The request's final status, written only by `finalize` (`stop` if set, else `completed` or `error`);
+    None from the start of a request until then."""
     answer: NotRequired[str | None]
+    """The final answer's text, set by `finalize` only for `completed`."""
     review_error: NotRequired[str | None]
     """Why the last answer to the pending approval request was refused (shown with the request again)."""
     # The validated final answer (JSON) when build_graph(response_format=...) is set; None otherwise.

@@ -21,7 +21,7 @@ from gatedloop.checkpoints.evidence import NewCall, Requester
 from gatedloop.nodes.answers import error_message, record_answers
 from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
 from gatedloop.nodes.proposals import NOT_PROPOSED, unproposed
-from gatedloop.nodes.state import CallPlan, GatedState
+from gatedloop.nodes.state import CallPlan, GatedState, Status
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext
@@ -126,7 +126,7 @@ def _turn_refusal(
     index: int,
     planned_total: int,
     planned_per_tool: dict[str, int],
-    stop: tuple[str, str] | None,
+    stop: tuple[Status, str] | None,
 ) -> errors.ToolFailure | None:
     """Refusals that come from the loop's state rather than from the call itself."""
     if stop:

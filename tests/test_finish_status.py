@@ -98,7 +98,7 @@ def test_streamed_statuses_merged_by_langchain_are_read_once() -> None:
     )
     assert merged.response_metadata["finish_reason"] == "STOPSTOP"
     status = finish_status(merged)
-    assert status is not None and (status.key, status.value, status.verdict) == ("finish_reason", "STOP", "finished")
+    assert status is not None and (status.key, status.value, status.meaning) == ("finish_reason", "STOP", "finished")
     assert verdict(merged) == "ok"
     assert collapse_repeats("tool_callstool_callstool_calls") == "tool_calls"
     assert collapse_repeats(["stop", "stop"]) == "stop"
