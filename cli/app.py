@@ -27,7 +27,7 @@ EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED, EXIT_NOT_FOUND, EXIT_BUSY,
 EXIT_INTERRUPTED = 130
 EXIT_CODES = {
     EXIT_COMPLETED: "completed (or the command did what it said)",
-    EXIT_FAILED: "failed: the run stopped without an answer, or the database or model could not be used",
+    EXIT_FAILED: "failed: the request stopped without an answer, or the database or model could not be used",
     EXIT_USAGE: "usage: a bad option, argument, thread id or JSON, or a model that is not configured",
     EXIT_PAUSED: "paused: the thread waits for a person (answer with gatedloop resume)",
     EXIT_NOT_FOUND: "not found: no such thread, or no database at --db",

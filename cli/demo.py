@@ -110,7 +110,7 @@ def _show_resume(graph: object, thread_id: str, answer: dict) -> str | None:
 
 
 def _final(graph: object, thread_id: str) -> str | None:
-    result = runs.outcome(graph, thread_id)  # type: ignore[arg-type]
+    result = runs.output(graph, thread_id)  # type: ignore[arg-type]
     if "__interrupt__" in result:
         return None
     print(f"   status: {result.get('status')}   answer: {result.get('answer')}")

@@ -123,7 +123,7 @@ def require_thread(graph: CompiledStateGraph, thread_id: str, db: str) -> None:
 def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, out: Output) -> int:
     """After a run: the result, or the pending request (asked at a terminal, else printed and exit 3)."""
     while True:
-        result = runs.outcome(graph, thread_id)
+        result = runs.output(graph, thread_id)
         pending = result.get("__interrupt__")
         if not pending:
             status = result.get("status") or "unknown"
@@ -309,7 +309,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             out.record("mermaid", thread_id=thread_id, text=drawing)
             out.say(drawing)
             return EXIT_COMPLETED
-        messages = runs.outcome(graph, thread_id).get("messages", [])
+        messages = runs.output(graph, thread_id).get("messages", [])
         audit = saver.ledger.audit(thread_id)
         if out.as_json:
             for message in messages:

@@ -127,7 +127,7 @@ def start(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, text: s
     """Run until the thread pauses or ends; returns the thread's values plus `__interrupt__` if paused."""
     for _ in stream_start(graph, thread_id, text, **kwargs):
         pass
-    return outcome(graph, thread_id)
+    return output(graph, thread_id)
 
 
 def resume(
@@ -135,7 +135,7 @@ def resume(
 ) -> dict[str, Any]:
     for _ in stream_resume(graph, thread_id, answer, **kwargs):
         pass
-    return _raise_if_refused(outcome(graph, thread_id))
+    return _raise_if_refused(output(graph, thread_id))
 
 
 def _raise_if_refused(result: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +145,8 @@ def _raise_if_refused(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def outcome(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> dict[str, Any]:
+def output(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> dict[str, Any]:
+    """What the thread's last run returned (as `invoke` does): its values, plus `__interrupt__` if paused."""
     return _values(graph.get_state(config_for(thread_id)))
 
 
@@ -222,7 +223,7 @@ async def astart(
     """Async twin of `start`."""
     async for _ in astream_start(graph, thread_id, text, **kwargs):
         pass
-    return await aoutcome(graph, thread_id)
+    return await aoutput(graph, thread_id)
 
 
 async def aresume(
@@ -231,10 +232,10 @@ async def aresume(
     """Async twin of `resume`."""
     async for _ in astream_resume(graph, thread_id, answer, **kwargs):
         pass
-    return _raise_if_refused(await aoutcome(graph, thread_id))
+    return _raise_if_refused(await aoutput(graph, thread_id))
 
 
-async def aoutcome(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> dict[str, Any]:
+async def aoutput(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> dict[str, Any]:
     return _values(await graph.aget_state(config_for(thread_id)))
 
 

@@ -259,7 +259,7 @@ def _audit(backend: InboxBackend, reviewer: Reviewer, thread_id: str) -> dict[st
     )
     if not may_see:
         return None
-    values = runs.outcome(backend.graph, thread_id)
+    values = runs.output(backend.graph, thread_id)
     summary = describe_thread(backend.graph, thread_id, backend.ledger)
     return {
         "thread_id": thread_id,

@@ -55,11 +55,11 @@ class Inbox:
         assert out.get("__interrupt__"), out
         return out["__interrupt__"][0].value
 
-    def outcome(self, thread_id: str) -> dict[str, Any]:
-        return runs.outcome(self.graph, thread_id)
+    def output(self, thread_id: str) -> dict[str, Any]:
+        return runs.output(self.graph, thread_id)
 
     def tool_message(self, thread_id: str) -> ToolMessage:
-        return next(m for m in self.outcome(thread_id)["messages"] if isinstance(m, ToolMessage))
+        return next(m for m in self.output(thread_id)["messages"] if isinstance(m, ToolMessage))
 
     def decisions(self, thread_id: str) -> list[dict[str, Any]]:
         return [e for e in self.saver.ledger.audit(thread_id) if e["event"] == "decision"]
@@ -153,14 +153,14 @@ def test_a_request_appears_live_is_approved_and_leaves_other_reviewers_pages(bro
     assert "reserve_seat" in text and "WS-101" in text and "Alice" in text and "approvals 0 of 1" in text
     assert "Reserve a seat in workshop WS-101 for Alice" in text  # the thread's recent conversation
     card(ana, "a1").locator("button.send").click()  # nothing chosen: the browser does not send the form
-    assert card(ana, "a1").count() == 1 and inbox.outcome("a1").get("__interrupt__")
+    assert card(ana, "a1").count() == 1 and inbox.output("a1").get("__interrupt__")
     card(ana, "a1").locator("input[value=approve]").check()
     card(ana, "a1").locator("button.send").click()
     ana.wait_for_selector(".flash.ok >> text=a1")
     assert "the thread ended: completed" in ana.inner_text(".flash.ok")
     assert card(ana, "a1").count() == 0
     card(cy, "a1").wait_for(state="detached")  # answered elsewhere: gone from cy's page without a reload
-    assert inbox.outcome("a1")["status"] == "completed"
+    assert inbox.output("a1")["status"] == "completed"
     assert [(d["actor"], d["detail"]["decision"]) for d in inbox.decisions("a1")] == [("ana", "approve")]
     ana.goto(f"{inbox.url}/inbox/thread/a1")
     audit = ana.inner_text("#audit")
@@ -179,14 +179,14 @@ def test_an_invalid_edit_shows_its_error_and_a_valid_one_runs_the_edited_call(br
     assert "not accepted" in error.inner_text() and "WS-999" in error.inner_text()
     assert "Previous answer refused" in card(ana, "e1").inner_text()
     shot(ana, "inbox-refused-edit")
-    assert inbox.outcome("e1").get("__interrupt__")  # still waiting, nothing ran
+    assert inbox.output("e1").get("__interrupt__")  # still waiting, nothing ran
     form = card(ana, "e1")
     form.locator("input[value=edit]").check()
     form.locator("input[name=arg-0-event_id]").fill("WS-101")
     form.locator("input[name=arg-0-participant]").fill("Bob")
     form.locator("button.send").click()
     ana.wait_for_selector(".flash.ok >> text=e1")
-    assert inbox.outcome("e1")["status"] == "completed"
+    assert inbox.output("e1")["status"] == "completed"
     body = json.loads(inbox.tool_message("e1").content)
     assert body.get("result", body)["participant"] == "Bob"
 
@@ -223,7 +223,7 @@ def test_a_reviewer_without_the_role_does_not_see_the_request(browser, inbox):
         f"{inbox.url}/inbox/answer", form={"thread_id": "v2", "request_id": "x", "decision-0": "approve"}
     )
     assert forged.status == 403  # no CSRF token: refused
-    assert inbox.outcome("v2").get("__interrupt__") and inbox.outcome("v1").get("__interrupt__")
+    assert inbox.output("v2").get("__interrupt__") and inbox.output("v1").get("__interrupt__")
 
 
 def test_two_reviewers_answering_at_once_exactly_one_wins(browser, inbox):

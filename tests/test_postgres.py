@@ -287,7 +287,7 @@ def test_paused_here_resumed_by_a_new_process_then_finished_here_again(saver, pg
     assert out["__interrupt__"][0].value["action_requests"][0]["name"] == "book"
     child = run_pg_child(files, thread_id, "--once")
     assert child.returncode == EXIT_FINAL and steps(child) == ["step approve 1", "once"], child.lines
-    out = runs.outcome(graph, thread_id)  # this process sees what the other one did, through Postgres
+    out = runs.output(graph, thread_id)  # this process sees what the other one did, through Postgres
     assert out["status"] == "completed" and "__interrupt__" not in out
     assert_completed_once(pg_url, files, thread_id, ["c1_0"])
 

@@ -125,7 +125,7 @@ def test_secret_arguments_are_masked_in_the_cli_the_log_and_the_stream_events(
             table = approval_table(request)
             for mode, chunk in runs.stream_resume(graph, "t", {"decisions": [{"type": "approve"}]}):
                 record(mode, chunk)
-            out = runs.outcome(graph, "t")
+            out = runs.output(graph, "t")
             history = "\n".join(history_lines(out["messages"], saver.ledger.audit("t")))
             as_json = json.dumps([message_json(m) for m in out["messages"]])
     finally:

@@ -375,7 +375,7 @@ def test_a_read_only_file_fails_the_first_write_and_the_thread_resumes_once_writ
         assert set(before) <= set(checkpoint_ids(graph))
         assert effects_per_key(effects) == {KEY: 1}
         assert [(e.state, e.attempts) for e in saver.ledger.entries(THREAD)] == [("done", 1)]
-        assert runs.outcome(graph, THREAD)["status"] == "completed"
+        assert runs.output(graph, THREAD)["status"] == "completed"
 
 
 # ------------------------------------------------------------------------------------- 3. disk full
