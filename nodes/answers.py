@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolMessage
 
 from gatedloop.checkpoints.evidence import Answer
 from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.nodes.running import OutcomeStatus
 from gatedloop.tools.arguments import digest
 from gatedloop.tools.errors import ErrorType, error_json
-
-if TYPE_CHECKING:
-    from gatedloop.nodes.running import OutcomeStatus
 
 
 def tool_message(call_id: str, name: str | None, status: OutcomeStatus, content: str) -> ToolMessage:

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import gatedloop.graph  # noqa: F401  (the package's entry, imported first as users do)
-
 README = Path(__file__).resolve().parent.parent / "README.md"
 MODULES = {
     "running": "gatedloop.nodes.running",
@@ -21,7 +19,7 @@ MODULES = {
     "ledger": "gatedloop.checkpoints.ledger",
     "threads": "gatedloop.checkpoints.threads",
     "runs": "gatedloop.graph.runs",
-    "state": "gatedloop.graph.state",
+    "state": "gatedloop.nodes.state",
 }
 
 
