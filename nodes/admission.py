@@ -15,7 +15,7 @@ from typing import Literal
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools.arguments import args_digest
-from gatedloop.tools.errors import ErrorType
+from gatedloop.tools.errors import ToolFailure
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import CheckedCall, ToolRegistry
 
@@ -27,12 +27,15 @@ APPROVING_DECISIONS = ("approve", "edit")
 @dataclass(frozen=True)
 class Admission:
     """`run` (plan has the registry's effect and the exact digest), `ask` (needs approvals), `refuse` (answer
-    with `error_type`/`reason`, do not run) or `skip` (already answered; do nothing)."""
+    with `refusal`, do not run) or `skip` (already answered; do nothing)."""
 
     action: Literal["run", "ask", "refuse", "skip"]
     plan: CallPlan
-    reason: str = ""
-    error_type: ErrorType = "permission_denied"
+    refusal: ToolFailure | None = None
+
+
+def _refuse(plan: CallPlan, reason: str) -> Admission:
+    return Admission("refuse", plan, ToolFailure(reason, error_type="invalid_arguments"))
 
 
 def requester_context(record: CallRecord) -> CallContext:
@@ -45,21 +48,23 @@ def admit(
 ) -> Admission:
     name = plan["name"]
     if record is None or record.tool != name or record.verdict not in ("run", "ask") or name not in registry:
-        return Admission("refuse", plan, NOT_VALIDATED, "invalid_arguments")
-    if record.answer_digest is not None:
-        return Admission("skip", plan)
+        return _refuse(plan, NOT_VALIDATED)
     args = plan["args"]
+    # Recomputed, never taken from the plan: this is where arguments changed in the state since validation
+    # (or approval) are caught.
     digest = args_digest(name, args)
+    if record.answer_digest is not None:
+        return Admission("skip", {**plan, "digest": digest})
     mine = [a for a in approvals if a.call_id == plan["id"]]
     edited = {a.args_digest for a in mine if a.decision == "edit"}
     if digest != record.args_digest and digest not in edited:
-        return Admission("refuse", plan, ARGS_CHANGED, "invalid_arguments")
+        return _refuse(plan, ARGS_CHANGED)
+    if not isinstance(args, dict):  # validated arguments are an object; text in the state is never read here
+        return _refuse(plan, ARGS_CHANGED)
     requester = requester_context(record)
-    checked = registry.check_call(name, args, requester)
+    checked = registry.check_call(name, registry.read(name, args), requester)
     if not isinstance(checked, CheckedCall):
-        return Admission("refuse", plan, checked.message, checked.error_type)
-    if checked.args != args:
-        return Admission("refuse", plan, ARGS_CHANGED, "invalid_arguments")
+        return Admission("refuse", plan, checked)
     policy = registry.policy(name)
     admitted: CallPlan = {**plan, "effect": policy.effect, "digest": digest}
     needs = record.verdict == "ask" or digest != record.args_digest or policy.needs_approval(args, requester)

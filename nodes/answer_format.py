@@ -12,7 +12,6 @@ checkpointer stores it and any process (or LangGraph Server) can load it without
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +20,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
-from gatedloop.nodes.answers import tool_message
-from gatedloop.tools.errors import error_json
+from gatedloop.nodes.answers import error_message, tool_message
+from gatedloop.tools.arguments import UnreadArguments, read_arguments
+from gatedloop.tools.errors import ToolFailure
 
 ANSWER_TOOL_DESCRIPTION = (
     "Give your final answer with this tool, once and alone, after the other tools you needed have answered. "
@@ -97,8 +97,11 @@ class AnswerFormat:
             problem = ALONE.format(name=self.name)
             return Judged(problem=problem, feedback=(response, *(_answer(c, problem, error=True) for c in calls)))
         call = answers[0]
+        arguments = read_arguments(call.get("args"), strict=True)
         try:
-            value = self.parse(call.get("args") if isinstance(call.get("args"), dict) else _loads(call.get("args")))
+            if isinstance(arguments, UnreadArguments):
+                raise ValueError(f"the arguments are not JSON ({arguments.problem})")
+            value = self.parse(arguments.args)
         except ValueError as exc:
             problem = INVALID.format(name=self.name, detail=exc)
             return Judged(problem=problem, feedback=(response, _answer(call, problem, error=True)))
@@ -108,15 +111,8 @@ class AnswerFormat:
 def _answer(call: Any, text: str, *, error: bool) -> ToolMessage:
     call_id = call.get("id") or ""
     if error:
-        return tool_message(call_id, call.get("name"), "error", error_json("invalid_arguments", text))
+        return error_message(call_id, call.get("name"), ToolFailure(text, error_type="invalid_arguments"))
     return tool_message(call_id, call.get("name"), "ok", text)
-
-
-def _loads(raw: Any) -> Any:
-    try:
-        return json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError as exc:
-        raise ValueError(f"the arguments are not JSON ({exc})") from None
 
 
 def _describe(error: Mapping[str, Any]) -> str:

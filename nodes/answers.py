@@ -21,7 +21,7 @@ from gatedloop.checkpoints.evidence import Answer
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.nodes.running import OutcomeStatus
 from gatedloop.tools.arguments import digest
-from gatedloop.tools.errors import ErrorType, error_json
+from gatedloop.tools.errors import ToolFailure
 
 
 def tool_message(call_id: str, name: str | None, status: OutcomeStatus, content: str) -> ToolMessage:
@@ -31,9 +31,9 @@ def tool_message(call_id: str, name: str | None, status: OutcomeStatus, content:
     return ToolMessage(content=content, tool_call_id=call_id, name=name, status=langchain_status, id=f"tool-{call_id}")
 
 
-def error_message(call_id: str, name: str, error_type: ErrorType, message: str) -> ToolMessage:
-    """The one answer a call gets when it is not run or fails."""
-    return tool_message(call_id, name, "error", error_json(error_type, message))
+def error_message(call_id: str, name: str | None, failure: ToolFailure) -> ToolMessage:
+    """The answer a call gets when it is refused, not run or fails: the failure's structured body."""
+    return tool_message(call_id, name, "error", failure.to_json())
 
 
 def result_message(call_id: str, name: str, content: str) -> ToolMessage:

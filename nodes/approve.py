@@ -42,8 +42,9 @@ ANONYMOUS = "anonymous"
 
 
 def request_id(gated: list[CallPlan]) -> str:
-    """Stable while the same calls with the same arguments are pending; any change makes a new request."""
-    return "req-" + digest([[c["id"], args_digest(c["name"], c["args"])] for c in gated])[:12]
+    """Stable while the same calls with the same arguments are pending; any change makes a new request.
+    Each plan's `digest` is the one admission computed from its arguments in this run of the node."""
+    return "req-" + digest([[c["id"], c["digest"]] for c in gated])[:12]
 
 
 def approval_request(
@@ -58,7 +59,7 @@ def approval_request(
     for plan in gated:
         policy = parts.registry.policy(plan["name"])
         record = records[plan["id"]]
-        digest_now = args_digest(plan["name"], plan["args"])
+        digest_now = plan["digest"]
         approved = approvers_so_far(policy, record, [a for a in approvals if a.call_id == plan["id"]], digest_now)
         shown = policy.masked(plan["args"])
         action: GatedActionRequest = {
@@ -125,14 +126,14 @@ def make_approve_node(parts: LoopParts):
         for call_id in gated_ids:
             plan = plans[call_id]
             admission = admit(parts.registry, plan, records.get(call_id), approvals)
-            if admission.action == "refuse":  # tampered or never validated: depends on validate's rows only
-                answers.append(error_message(call_id, plan["name"], admission.error_type, admission.reason))
+            if admission.refusal is not None:  # tampered or never validated: depends on validate's rows only
+                answers.append(error_message(call_id, plan["name"], admission.refusal))
                 plans[call_id] = {**plan, "verdict": "answered"}
             else:
                 # Everything else stays in the request, even a call this node's own earlier run already decided
                 # (a crash between its ledger writes and its checkpoint): the request a resumed node rebuilds
                 # must be the one the pending answer was given to. Re-applying a decision is idempotent.
-                gated.append({**admission.plan, "verdict": "ask"} if admission.action != "skip" else plan)
+                gated.append({**admission.plan, "verdict": "ask"} if admission.action != "skip" else admission.plan)
         live = [p for p in gated if not _expired(parts, p, records, now)]
         if not live:
             for plan in gated:
@@ -207,7 +208,7 @@ def _update(
 
 def _expire(parts: LoopParts, thread_id: str, plan: CallPlan, answers: list[ToolMessage]) -> CallPlan:
     """Answer a call nobody approved in time; the model is told."""
-    answers.append(error_message(plan["id"], plan["name"], "approval_expired", EXPIRED))
+    answers.append(error_message(plan["id"], plan["name"], errors.ToolFailure(EXPIRED, error_type="approval_expired")))
     parts.ledger.record(thread_id, plan["id"], "approval_expired", {"tool": plan["name"]})
     return {**plan, "verdict": "answered"}
 
@@ -254,7 +255,7 @@ def _apply(
     kind = decision["type"]
     base: CallPlan = {**plan, "decided_by": who, "decision": kind}
     now = parts.clock()
-    digest_now = args_digest(plan["name"], plan["args"])
+    digest_now = plan["digest"]
 
     def evidence(args_digest_: str) -> ApprovalRecord:
         return ApprovalRecord(plan["id"], plan["name"], args_digest_, who, reviewer.roles, kind, now)
@@ -267,16 +268,17 @@ def _apply(
         return {**base, "verdict": verdict, "approved_digest": digest_now}, None, approval
     if kind == "edit":
         edited_args = _unmasked(decision["edited_action"]["args"], plan["args"], policy.secret_args)
-        checked = parts.registry.check_call(plan["name"], edited_args, requester_context(record))
+        arguments = parts.registry.read(plan["name"], edited_args)  # an edit enters like a model's proposal
+        checked = parts.registry.check_call(plan["name"], arguments, requester_context(record))
         if not isinstance(checked, CheckedCall):
             raise InvalidDecision(f"the edited arguments for {plan['name']} are not valid: {checked.message}")
-        new_digest = args_digest(plan["name"], checked.args)
+        new_digest = args_digest(plan["name"], checked.args)  # new arguments: their digest, computed once
         verdict = "run" if policy.approvals_required <= 1 else "ask"
         edited: CallPlan = {**base, "args": checked.args, "digest": new_digest, "approved_digest": new_digest}
         return {**edited, "edited": True, "verdict": verdict}, None, evidence(new_digest)
     if kind == "reject":
         reason = decision.get("message") or errors.REJECTED
-        message = error_message(plan["id"], plan["name"], "rejected_by_reviewer", reason)
+        message = error_message(plan["id"], plan["name"], errors.ToolFailure(reason, error_type="rejected_by_reviewer"))
         return {**base, "verdict": "answered"}, message, evidence(digest_now)
     body = json.dumps({"ok": True, "answered_by": "reviewer", "result": decision.get("message")}, ensure_ascii=False)
     return {**base, "verdict": "answered"}, result_message(plan["id"], plan["name"], body), evidence(digest_now)

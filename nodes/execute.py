@@ -141,9 +141,9 @@ class _Turn:
                 admitted.append(plan)
                 continue
             admission = admit(self.parts.registry, plan, records.get(plan["id"]), approvals)
-            if admission.action == "refuse":
-                log.warning("not running call %s (%s): %s", plan["id"], plan["name"], admission.reason)
-                self.refused.append(error_message(plan["id"], plan["name"], admission.error_type, admission.reason))
+            if admission.refusal is not None:
+                log.warning("not running call %s (%s): %s", plan["id"], plan["name"], admission.refusal.message)
+                self.refused.append(error_message(plan["id"], plan["name"], admission.refusal))
                 admitted.append({**plan, "verdict": "answered"})
             elif admission.action == "skip":
                 admitted.append({**plan, "verdict": "answered"})
@@ -160,8 +160,8 @@ class _Turn:
         stop = self.parts.stop_before_work(self.thread_id, self.counters, tokens=False)
         if stop:
             reason = errors.NOT_RUN_STOPPED.format(reason=stop[1])
-            label = errors.not_run_label(stop[0])
-            not_run = [error_message(c["id"], c["name"], label, reason) for c in self.runnable]
+            failure = errors.ToolFailure(reason, error_type=errors.not_run_label(stop[0]))
+            not_run = [error_message(c["id"], c["name"], failure) for c in self.runnable]
             update = {"calls": _answered(self.calls), "stop": stop[0], "stop_detail": stop[1]}
             return {**update, **self._answers([*self.refused, *not_run])}
         return None

@@ -52,7 +52,8 @@ def make_finalize_node(parts: LoopParts):
                 leftovers.append(tool_message(call.id, call.name, outcome["status"], outcome["content"]))
                 continue
             reason = errors.NOT_RUN_STOPPED.format(reason=detail or status)
-            leftovers.append(error_message(call.id, call.name, errors.not_run_label(status), reason))
+            not_run = errors.ToolFailure(reason, error_type=errors.not_run_label(status))
+            leftovers.append(error_message(call.id, call.name, not_run))
         removals = check.removals()
         answered = record_answers(parts.ledger, thread_id, leftovers, "finalize").get("messages", [])
         update: dict[str, Any] = {"status": status, "answer": answer, "stop_detail": detail, "calls": []}

@@ -21,6 +21,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from gatedloop.nodes.answers import record_answers
+from gatedloop.nodes.call_arguments import entry_plan
 from gatedloop.nodes.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.open_calls import close_open_calls
 from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
@@ -29,6 +30,7 @@ from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
 from gatedloop.nodes.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
+from gatedloop.tools.registry import ToolRegistry
 
 log = logging.getLogger("gatedloop.model")
 
@@ -130,25 +132,15 @@ def earlier_call_ids(messages: Sequence[BaseMessage]) -> set[str]:
     return ids
 
 
-def initial_plans(message: AIMessage) -> list[CallPlan]:
-    """Every proposed call, parsed or not, enters the turn as an open plan; `validate` decides."""
+def initial_plans(message: AIMessage, registry: ToolRegistry) -> list[CallPlan]:
+    """Every proposed call, readable or not, enters the turn as an open plan, its arguments read once here
+    (nodes/call_arguments.py); `validate` decides."""
     plans: list[CallPlan] = []
     for call in message.tool_calls:
-        plans.append(_plan(call["id"] or "", call["name"], call["args"]))
+        plans.append(entry_plan(registry, call["id"] or "", call["name"], call["args"]))
     for bad in message.invalid_tool_calls:
-        plans.append(_plan(bad.get("id") or "", bad.get("name") or "", bad.get("args")))
+        plans.append(entry_plan(registry, bad.get("id") or "", bad.get("name") or "", bad.get("args")))
     return plans
-
-
-def _plan(call_id: str, name: Any, raw_args: Any) -> CallPlan:
-    return {
-        "id": call_id,
-        "name": name if isinstance(name, str) else str(name),
-        "args": {"__raw__": raw_args} if not isinstance(raw_args, dict) else raw_args,
-        "verdict": "run",
-        "effect": "write",
-        "digest": "",
-    }
 
 
 def make_model_node(parts: LoopParts) -> RunnableCallable:
@@ -270,7 +262,7 @@ class _ModelTurn:
             messages = [*self.closed.update, final, ack]
             self.result = {**done, "messages": messages, "calls": [], "structured_response": judged.value}
         else:
-            plans = initial_plans(response)
+            plans = initial_plans(response, self.parts.registry)
             record_proposals(self.parts.ledger, self.thread_id, plans)
             messages = [*self.closed.update, response]
             self.result = {**done, "messages": messages, "calls": plans}

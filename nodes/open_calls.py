@@ -89,7 +89,7 @@ def _close(parts: LoopParts, settle_task: Any, thread_id: str, call: OpenCall) -
     entry = parts.ledger.get(thread_id, call.id)
     if entry is None:
         parts.ledger.record(thread_id, call.id, "superseded", {"how": "never started"})
-        return error_message(call.id, call.name, "superseded", errors.SUPERSEDED), False
+        return error_message(call.id, call.name, errors.ToolFailure(errors.SUPERSEDED, error_type="superseded")), False
     if entry.state != "claimed":
         outcome = stored_outcome(entry.state, entry.result)
         return tool_message(call.id, call.name, outcome["status"], outcome["content"]), False

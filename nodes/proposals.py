@@ -9,39 +9,28 @@ state (or in an assistant turn written into the history) that no model response 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from gatedloop.checkpoints.evidence import Proposal
 from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.nodes.call_arguments import proposed_digest
 from gatedloop.nodes.state import CallPlan
-from gatedloop.tools.arguments import args_digest
 
 NOT_PROPOSED = "Not run: no model response proposed this call."
-UNREADABLE = "unreadable"
-
-
-def proposal_digest(name: Any, args: Any) -> str:
-    """The plan's tool and arguments as `model` built them. Never raises on model output: arguments that cannot
-    be digested (nested too deep, unencodable text) all get one marker, and `validate` refuses them anyway."""
-    try:
-        return args_digest(str(name), args)
-    except (RecursionError, ValueError, TypeError):
-        return UNREADABLE
 
 
 def record_proposals(ledger: Ledger, thread_id: str, plans: Sequence[CallPlan]) -> None:
+    """Record the plans `model` just built, with the digest it computed as their arguments entered."""
     if plans:
-        ledger.record_proposals(
-            thread_id, [Proposal(p["id"], p["name"], proposal_digest(p["name"], p["args"])) for p in plans]
-        )
+        ledger.record_proposals(thread_id, [Proposal(p["id"], p["name"], p["digest"]) for p in plans])
 
 
 def unproposed(ledger: Ledger, thread_id: str, plans: Sequence[CallPlan]) -> set[str]:
-    """Ids of the plans no model response proposed with this tool and these arguments."""
+    """Ids of the plans no model response proposed with this tool and these arguments. Each digest is
+    recomputed from the state's plan, never taken from it: this check is where changed arguments are caught."""
     recorded = ledger.proposals(thread_id, [p["id"] for p in plans])
     return {
         p["id"]
         for p in plans
         if (found := recorded.get(p["id"])) is None
-        or (found.tool, found.args_digest) != (p["name"], proposal_digest(p["name"], p["args"]))
+        or (found.tool, found.args_digest) != (p["name"], proposed_digest(p))
     }

@@ -80,7 +80,7 @@ def submit(registry: ToolRegistry, plan: CallPlan, args: dict[str, Any], env: To
 
 def _failure(exc: BaseException, name: str, call_id: str) -> Outcome:
     if isinstance(exc, errors.ToolFailure):
-        body = errors.error_json(exc.error_type, exc.message, retryable=exc.retryable)
+        body = exc.to_json()
         return {"status": "error", "content": body, "error_type": exc.error_type, "duration_ms": 0.0}
     log.error("tool %s (call %s) raised %s", name, call_id, type(exc).__name__, exc_info=exc)
     return {

@@ -33,8 +33,21 @@ STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 Verdict = Literal["run", "ask", "answered"]
 
 
+class UnreadArgs(TypedDict):
+    """Argument text that is not one exact JSON object: as received (escaped so a checkpoint stores it exactly),
+    and why. `validate` answers such a call `invalid_arguments`."""
+
+    text: str
+    problem: str
+
+
 class CallPlan(TypedDict):
-    """One proposed tool call as it moves through validate -> approve -> execute."""
+    """One proposed tool call as it moves through validate -> approve -> execute.
+
+    Its arguments are read once, when the model's response arrives (nodes/call_arguments.py): `args` holds the
+    exact values (with `repair` when they were repaired), or `args` is empty and `unread` says why not. `digest`
+    is `args_digest` of what the call would run, computed where the arguments enter (model, an edit) and
+    recomputed only where a node must check they did not change."""
 
     id: str
     name: str
@@ -47,6 +60,7 @@ class CallPlan(TypedDict):
     decision: NotRequired[str]
     edited: NotRequired[bool]
     repair: NotRequired[str]
+    unread: NotRequired[UnreadArgs]
 
 
 class RequestCounters(TypedDict):

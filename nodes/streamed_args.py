@@ -20,7 +20,7 @@ from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 from langchain_core.runnables import Runnable
 from langgraph.config import get_config
 
-from gatedloop.tools.arguments import ArgumentsError, parse_arguments
+from gatedloop.tools.arguments import UnreadArguments, read_arguments
 
 
 class ToolArgumentChunks(BaseCallbackHandler):
@@ -105,11 +105,6 @@ def strict_arguments(response: BaseMessage, raw: dict[str, str]) -> BaseMessage:
 
 
 def _problem(text: str) -> str | None:
-    """Why the exact streamed text is not one exact JSON object (`parse_arguments`, strict), or None."""
-    if not text.strip():
-        return None
-    try:
-        parse_arguments(text, strict=True)
-    except ArgumentsError as exc:
-        return str(exc)
-    return None
+    """Why the exact streamed text is not one exact JSON object (`read_arguments`, strict), or None."""
+    arguments = read_arguments(text, strict=True)
+    return arguments.problem if isinstance(arguments, UnreadArguments) else None

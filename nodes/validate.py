@@ -19,6 +19,7 @@ from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import NewCall, Requester
 from gatedloop.nodes.answers import error_message, record_answers
+from gatedloop.nodes.call_arguments import plan_arguments, stored_form
 from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
 from gatedloop.nodes.proposals import NOT_PROPOSED, unproposed
 from gatedloop.nodes.state import CallPlan, GatedState, Status
@@ -48,11 +49,11 @@ def make_validate_node(parts: LoopParts):
             refusal = (
                 errors.ToolFailure(NOT_PROPOSED, error_type="permission_denied") if plan["id"] in forged else None
             ) or _turn_refusal(parts, plan, index, planned_total, planned_per_tool, stop)
-            checked = refusal or parts.registry.check_call(plan["name"], _raw(plan["args"]), context)
+            checked = refusal or parts.registry.check_call(plan["name"], plan_arguments(parts.registry, plan), context)
             if not isinstance(checked, CheckedCall):
                 plans.append({**plan, "verdict": "answered"})
-                answers.append(error_message(plan["id"], plan["name"], checked.error_type, checked.message))
-                detail = {"args": _shown(parts, plan["name"], plan["args"]), "error": checked.message}
+                answers.append(error_message(plan["id"], plan["name"], checked))
+                detail = {"args": _shown(parts, plan["name"], stored_form(plan)), "error": checked.message}
                 parts.ledger.record(thread_id, plan["id"], "refused", detail, actor=context.user_id)
                 continue
             planned_total += 1
@@ -99,7 +100,8 @@ def _registered(
         record = records.get(plan["id"])
         clash = record is None or record.tool != plan["name"] or record.args_digest != plan["digest"]
         if plan["verdict"] != "answered" and clash:
-            answers.append(error_message(plan["id"], plan["name"], "invalid_arguments", VALIDATED_BEFORE))
+            refusal = errors.ToolFailure(VALIDATED_BEFORE, error_type="invalid_arguments")
+            answers.append(error_message(plan["id"], plan["name"], refusal))
             plan = {**plan, "verdict": "answered"}
         checked.append(plan)
     return checked, answers
@@ -114,10 +116,6 @@ def _shown(parts: LoopParts, name: str, args: Any) -> Any:
     if name in parts.registry and isinstance(args, dict):
         return parts.registry.policy(name).masked(args)
     return args
-
-
-def _raw(args: dict[str, Any]) -> Any:
-    return args["__raw__"] if set(args) == {"__raw__"} else args
 
 
 def _turn_refusal(
@@ -153,6 +151,7 @@ def _accepted(parts: LoopParts, plan: CallPlan, checked: CheckedCall, context: C
         **plan,
         "args": checked.args,
         "effect": policy.effect,
+        # Recomputed from the checked arguments, never taken from the state: it becomes the ledger's evidence.
         "digest": args_digest(plan["name"], checked.args),
         "verdict": "ask" if policy.needs_approval(checked.args, context) else "run",
     }

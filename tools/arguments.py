@@ -23,18 +23,40 @@ class ArgumentsError(ValueError):
 
 @dataclass(frozen=True)
 class ParsedArguments:
+    """Arguments read as exact JSON data (`argument_problem` found nothing), and how they were repaired, if at all."""
+
     args: dict[str, Any]
     repair: str | None = None
 
 
-def parse_arguments(raw: str | dict[str, Any] | None, *, strict: bool) -> ParsedArguments:
-    """Read raw arguments as one exact JSON object (see `argument_problem`); tolerant mode repairs fences and
-    surrounding prose. Raises ArgumentsError, never anything else, whatever the input."""
-    parsed = _parse(raw, strict=strict)
+@dataclass(frozen=True)
+class UnreadArguments:
+    """Arguments that are not one exact JSON object: the text as received (storable: see `storable_text`) and why."""
+
+    text: str
+    problem: str
+
+
+CallArguments = ParsedArguments | UnreadArguments
+"""A call's arguments, read once: what `validate` checks, `approve` shows and `execute` runs."""
+
+
+def read_arguments(raw: Any, *, strict: bool) -> CallArguments:
+    """The one entry from raw arguments (a model's text or dict, a reviewer's edit) to a checked value: one exact
+    JSON object (see `argument_problem`); tolerant mode repairs fences and surrounding prose. A dict is checked,
+    not re-parsed. Never raises, whatever the input."""
+    try:
+        parsed = _parse(raw, strict=strict)
+    except ArgumentsError as exc:
+        return UnreadArguments(_as_text(raw), str(exc))
     problem = argument_problem(parsed.args)
     if problem:
-        raise ArgumentsError(problem)
+        return UnreadArguments(_as_text(raw), problem)
     return parsed
+
+
+def _as_text(raw: Any) -> str:
+    return safe_text(raw) if isinstance(raw, str) else storable_text(raw)
 
 
 def _parse(raw: Any, *, strict: bool) -> ParsedArguments:
@@ -76,7 +98,7 @@ def _loads(text: str) -> Any:
     except json.JSONDecodeError:
         raise
     except ValueError:
-        raise ArgumentsError("integers must fit in 64 bits") from None
+        raise ArgumentsError(INT64_PROBLEM) from None
 
 
 def _object(value: Any) -> dict[str, Any]:
@@ -86,6 +108,7 @@ def _object(value: Any) -> dict[str, Any]:
 
 
 INT64 = 2**63
+INT64_PROBLEM = "integers must fit in 64 bits"
 MAX_DEPTH = 32
 """Arguments may nest containers this deep (`{"a": [1]}` is 2); deeper is `invalid_arguments`, never a crash."""
 TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
@@ -107,7 +130,7 @@ def argument_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
             continue
         if isinstance(item, int):
             if not -INT64 <= item < INT64:
-                return "integers must fit in 64 bits"
+                return INT64_PROBLEM
         elif isinstance(item, float):
             if not math.isfinite(item):
                 return "numbers must be finite (NaN and infinities are not JSON)"
@@ -185,7 +208,7 @@ def storable_text(value: Any) -> str:
     try:
         return json.dumps(value, ensure_ascii=True, default=repr)
     except ValueError:  # an integer past Python's printable size (about 4,300 digits)
-        return NOT_KEPT.format(problem="integers must fit in 64 bits")
+        return NOT_KEPT.format(problem=INT64_PROBLEM)
     except TypeError:  # keys JSON cannot have
         return NOT_KEPT.format(problem="keys must be strings")
 

@@ -77,9 +77,12 @@ SUPERSEDED = "Not run: a new message arrived before this call ran. Propose it ag
 
 
 class ToolFailure(Exception):
-    """Raised by a tool when the failure has a message that is safe for the model to read.
+    """A failure whose message is safe for the model to read: the one shape of "a structured error that
+    becomes the call's answer".
 
-    Any other exception is logged and replaced by a generic `tool_error`.
+    A tool raises it; gatedloop returns it as a value wherever a call is refused instead of run (the registry's
+    checks, `validate`'s budgets, admission in `approve` and `execute`). Any other exception a tool raises is
+    logged and replaced by a generic `tool_error`.
     """
 
     def __init__(self, message: str, *, error_type: ErrorType = "tool_error", retryable: bool | None = None):
@@ -87,6 +90,10 @@ class ToolFailure(Exception):
         self.message = message
         self.error_type: ErrorType = error_type
         self.retryable = RETRYABLE.get(error_type, False) if retryable is None else retryable
+
+    def to_json(self) -> str:
+        """The failure as the model receives it (`error_json`)."""
+        return error_json(self.error_type, self.message, retryable=self.retryable)
 
 
 def error_body(error_type: ErrorType, message: str, *, retryable: bool | None = None, **extra: Any) -> dict[str, Any]:

@@ -37,7 +37,8 @@ Reconciler = Callable[[dict[str, Any], str], Any]
 
 MASK = "***"
 RAW_ARGS = "__raw__"
-"""Key under which a call's unparsed argument text travels (`{"__raw__": text}`) until `validate` answers it."""
+"""Key under which unread argument text is shown (`{"__raw__": text}`: audit trail, `masked`), and under which
+plans in checkpoints written before plans carried `unread` hold it (nodes/call_arguments.py reads them)."""
 
 
 @dataclass(frozen=True)

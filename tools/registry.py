@@ -1,7 +1,8 @@
 """The whitelist: which tools exist, under which policy, and how one proposed call is checked.
 
-`check_call` is the single place a model's proposal becomes something that may run. It never raises on
-bad model output; it returns a refusal with a structured error instead.
+`read` is the one entry from raw arguments to a checked value (with the tool's strictness); `check_call` is the
+single place a read proposal becomes something that may run. Neither raises on bad model output: a refusal is
+a `ToolFailure` returned as a value.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from gatedloop.tools import errors
-from gatedloop.tools.arguments import ArgumentsError, parse_arguments, safe_text
+from gatedloop.tools.arguments import CallArguments, UnreadArguments, read_arguments, safe_text
 from gatedloop.tools.injection import COMMAND_REFUSED, Injections, injections, returns_command
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
@@ -31,12 +32,6 @@ class CheckedCall:
 
     args: dict[str, Any]
     repair: str | None = None
-
-
-@dataclass(frozen=True)
-class Refusal:
-    error_type: errors.ErrorType
-    message: str
 
 
 class ToolRegistry:
@@ -72,29 +67,32 @@ class ToolRegistry:
             return IDEMPOTENCY_PARAM in fields
         return isinstance(schema, dict) and IDEMPOTENCY_PARAM in schema.get("properties", {})
 
-    def check_call(self, name: Any, raw_args: Any, context: CallContext) -> CheckedCall | Refusal:
-        """Whitelist, parse (exact values only: `argument_problem`), schema, roles, business checks: in that
+    def read(self, name: Any, raw_args: Any) -> CallArguments:
+        """Raw arguments read once (`read_arguments`), strictly or tolerantly as the tool's policy says (strictly
+        for a name that is no tool: it is refused anyway)."""
+        known = isinstance(name, str) and name in self.tools
+        return read_arguments(raw_args, strict=self.policies[name].strict if known else True)
+
+    def check_call(self, name: Any, arguments: CallArguments, context: CallContext) -> CheckedCall | errors.ToolFailure:
+        """Whitelist, arguments (exact values only: `argument_problem`), schema, roles, business checks: in that
         order, first failure wins. Validators and approval predicates never see an inexact value."""
         if not isinstance(name, str) or name not in self.tools:
-            return Refusal(
-                "unknown_tool",
-                errors.UNKNOWN_TOOL.format(name=safe_text(str(name)[:80]), available=", ".join(self.tools)),
-            )
+            message = errors.UNKNOWN_TOOL.format(name=safe_text(str(name)[:80]), available=", ".join(self.tools))
+            return errors.ToolFailure(message, error_type="unknown_tool")
         policy = self.policies[name]
-        try:
-            parsed = parse_arguments(raw_args, strict=policy.strict)
-        except ArgumentsError as exc:  # includes inexact values: NaN, deep nesting, lone surrogates, huge ints
-            return Refusal("invalid_arguments", errors.INVALID_JSON.format(detail=exc))
-        problem = self._schema_problem(name, parsed.args)
+        if isinstance(arguments, UnreadArguments):  # includes inexact values: NaN, deep nesting, lone surrogates...
+            return _invalid(errors.INVALID_JSON.format(detail=arguments.problem))
+        problem = self._schema_problem(name, arguments.args)
         if problem:
-            return Refusal("invalid_arguments", errors.SCHEMA_MISMATCH.format(detail=problem))
+            return _invalid(errors.SCHEMA_MISMATCH.format(detail=problem))
         if policy.roles is not None and not (policy.roles & context.roles):
-            return Refusal("permission_denied", f"Calling {name} needs one of the roles: {sorted(policy.roles)}.")
+            message = f"Calling {name} needs one of the roles: {sorted(policy.roles)}."
+            return errors.ToolFailure(message, error_type="permission_denied")
         if policy.validator is not None:
-            reason = _run_validator(policy, name, parsed.args, context)
-            if reason:
-                return reason
-        return CheckedCall(parsed.args, parsed.repair)
+            refusal = _run_validator(policy, name, arguments.args, context)
+            if refusal:
+                return refusal
+        return CheckedCall(arguments.args, arguments.repair)
 
     def _schema_problem(self, name: str, args: dict[str, Any]) -> str | None:
         """Validate against what the model was shown; unknown keys are refused so nothing unseen runs."""
@@ -127,17 +125,23 @@ def _describe(error: Mapping[str, Any]) -> str:
     return f"{where}: {error.get('msg', 'invalid')}"
 
 
-def _run_validator(policy: ToolPolicy, name: str, args: dict[str, Any], context: CallContext) -> Refusal | None:
+def _invalid(message: str) -> errors.ToolFailure:
+    return errors.ToolFailure(message, error_type="invalid_arguments")
+
+
+def _run_validator(
+    policy: ToolPolicy, name: str, args: dict[str, Any], context: CallContext
+) -> errors.ToolFailure | None:
     assert policy.validator is not None
     try:
         reason = policy.validator(args, context)
     except errors.ToolFailure as exc:
-        return Refusal(exc.error_type, exc.message)
+        return exc  # its own message, type and retryable, as when a tool raises it
     except Exception:
         log.exception("validator for %s raised; refusing the call", name)
-        return Refusal("tool_error", "The call could not be checked; it was not run.")
+        return errors.ToolFailure("The call could not be checked; it was not run.", error_type="tool_error")
     if reason:
-        return Refusal("invalid_arguments", str(reason))
+        return _invalid(str(reason))
     return None
 
 
