@@ -36,7 +36,12 @@ log = logging.getLogger("gatedloop.model")
 
 
 class ResponseProblem(Exception):
-    """Why a response cannot be acted on: `kind` is `incomplete` or `refused`."""
+    """Why a whole response cannot be acted on: `kind` is the stop status it ends in if no retry succeeds
+    (`incomplete`, `refused`, `error`, `invalid_answer`).
+
+    Not a `ToolFailure`: that is one call's answer, read by the model; a response with a problem never enters
+    the history, so no call of it is answered, and the problem becomes the run's status, read by the caller.
+    """
 
     def __init__(self, kind: str, detail: str):
         super().__init__(detail)
