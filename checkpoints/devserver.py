@@ -31,11 +31,11 @@ from pathlib import Path
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
 from gatedloop.checkpoints.sqlite import open_async_sqlite
 
 DB_ENV = "GATEDLOOP_DB"
 DEFAULT_DB = ".gatedloop/studio.sqlite"
-POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
 
 def studio_db_path() -> Path:

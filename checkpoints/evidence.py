@@ -8,8 +8,9 @@ accepted decision (reviewer identity from the runtime context, never from the an
 answers a call records the digest of that answer. `execute` runs a call only against these rows, and a
 `ToolMessage` whose digest is not recorded is foreign and dropped.
 
-One description for both backends: the queries are written once with `?` placeholders; each ledger supplies
-`_run(query, params)` (SQLite inside its write transaction, Postgres as one autocommitted statement).
+One description for both backends: the tables (in SQLite's dialect, part of the ledger's `SCHEMA`) and the
+queries are written once with `?` placeholders; each ledger supplies `_run(query, params)` (one read) and
+`_run_batch` (writes in one transaction).
 Hand-written because no LangGraph component keeps per-call approval evidence.
 """
 
@@ -23,7 +24,7 @@ from typing import Any, Literal
 
 CallVerdict = Literal["run", "ask", "refused"]
 
-SQLITE_SCHEMA = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS gatedloop_calls (
     thread_id TEXT NOT NULL,
     call_id TEXT NOT NULL,
@@ -58,12 +59,6 @@ CREATE TABLE IF NOT EXISTS gatedloop_approvals (
     UNIQUE (thread_id, call_id, args_digest, reviewer, decision)
 );
 """
-
-POSTGRES_SCHEMA = (
-    SQLITE_SCHEMA.replace("REAL", "DOUBLE PRECISION")
-    .replace("seq INTEGER PRIMARY KEY AUTOINCREMENT", "seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
-    .split(";")[:-1]
-)
 
 CALL_COLUMNS = "call_id, tool, args_digest, verdict, requester, requested_at, answer_digest, answer_source"
 APPROVAL_COLUMNS = "call_id, tool, args_digest, reviewer, roles, decision, at"
@@ -156,7 +151,7 @@ def _placeholders(count: int) -> str:
 
 
 class EvidenceStore:
-    """The evidence queries, over a backend's `_run(query, params) -> rows` (one atomic statement)."""
+    """The evidence queries, over a backend's `_run(query, params) -> rows` (one read) and `_run_batch`."""
 
     def _run(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         raise NotImplementedError

@@ -2,11 +2,16 @@
 
 A checkpoint is written after a step; a process can die between a tool changing the world and that
 write. The ledger closes the gap: a write is *claimed* (a unique row) before it starts and *finished*
-after, in the same SQLite file as the checkpoints. A claim with no outcome is an unknown outcome, never
-a reason to run again. The same file holds the audit trail and cancellation requests.
+after, in the same database as the checkpoints. A claim with no outcome is an unknown outcome, never
+a reason to run again. The same database holds the audit trail and cancellation requests.
 
-Hand-written because no LangGraph or LangChain component records side-effect claims; SQLite's UNIQUE
-constraint is the whole concurrency story (one INSERT wins, across threads and processes).
+One description for both backends: the schema (`SCHEMA`, SQLite's dialect; `POSTGRES_SCHEMA` derives
+Postgres's from it) and every query (`SqlLedger`, with `?` placeholders) are written once. `SqliteLedger`
+here and `PostgresLedger` (checkpoints/postgres.py) supply only the mechanics: connection, transaction,
+placeholder, and how a claimant is named and checked.
+
+Hand-written because no LangGraph or LangChain component records side-effect claims; the UNIQUE row per
+(thread, call id) is the whole concurrency story (one INSERT wins, across threads, processes and hosts).
 """
 
 from __future__ import annotations
@@ -34,12 +39,13 @@ from gatedloop.checkpoints.evidence import (
     NewCall,
     Proposal,
 )
-from gatedloop.checkpoints.evidence import SQLITE_SCHEMA as EVIDENCE_SCHEMA
+from gatedloop.checkpoints.evidence import SCHEMA as EVIDENCE_SCHEMA
 
 FinishedState = Literal["done", "failed", "abandoned"]  # a finished row; `running.finished_state` maps outcomes
 ClaimState = Literal["claimed", "done", "failed", "abandoned"]
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS gatedloop_ledger (
     thread_id TEXT NOT NULL,
     call_id TEXT NOT NULL,
@@ -68,11 +74,39 @@ CREATE TABLE IF NOT EXISTS gatedloop_cancel (
     thread_id TEXT PRIMARY KEY,
     requested_at REAL NOT NULL
 );
+"""
+    + EVIDENCE_SCHEMA
+)
+"""Every table of the ledger, in SQLite's dialect (the tables both backends have)."""
+
+SQLITE_META_SCHEMA = """
 CREATE TABLE IF NOT EXISTS gatedloop_meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
 """
+"""SQLite only: where a lost and recreated ledger is remembered (`SqliteLedger.recreated`)."""
+
+# The two dialect differences, named: SQLite's REAL and AUTOINCREMENT key are Postgres's DOUBLE PRECISION
+# and identity column.
+POSTGRES_TYPES = (
+    ("REAL", "DOUBLE PRECISION"),
+    ("seq INTEGER PRIMARY KEY AUTOINCREMENT", "seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),
+)
+
+
+def postgres_statements(schema: str) -> list[str]:
+    """A SQLite schema text as Postgres statements (psycopg runs one statement per `execute`)."""
+    for sqlite_type, postgres_type in POSTGRES_TYPES:
+        schema = schema.replace(sqlite_type, postgres_type)
+    return [statement.strip() for statement in schema.split(";") if statement.strip()]
+
+
+POSTGRES_SCHEMA = postgres_statements(SCHEMA)
+
+ENTRY_COLUMNS = (
+    "thread_id, call_id, tool, args_digest, idempotency_key, state, result, claimed_at, finished_at, attempts, claimant"
+)
 
 LEDGER_LOST = (
     "the execution ledger (table gatedloop_ledger) is missing from {path}, which holds checkpoints: writes that "
@@ -188,6 +222,11 @@ class Ledger(Protocol):
 
     @property
     def claimant(self) -> str: ...
+    @property
+    def recreated(self) -> bool:
+        """True once the ledger was lost and recreated: a won claim may then be a write that already happened."""
+        ...
+
     def claimant_alive(self, claimant: str) -> bool: ...
     def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]: ...
     def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool: ...
@@ -211,14 +250,114 @@ class Ledger(Protocol):
     def approvals(self, thread_id: str, call_ids: Sequence[str]) -> list[ApprovalRecord]: ...
 
 
-class SqliteLedger(EvidenceStore):
+class SqlLedger(EvidenceStore):
+    """Every ledger query, written once with `?` placeholders, over a backend's mechanics: `_run` (the rows of
+    one read), `_write` (one atomic write; the number of rows it changed), `_run_batch` (several writes in one
+    transaction), and the claimant's name and liveness check."""
+
+    recreated = False
+    """See `Ledger.recreated`; only `SqliteLedger` can tell that its ledger was lost."""
+
+    @property
+    def claimant(self) -> str:
+        raise NotImplementedError
+
+    def claimant_alive(self, claimant: str) -> bool:
+        raise NotImplementedError
+
+    def _write(self, query: str, params: Sequence[Any]) -> int:
+        raise NotImplementedError
+
+    def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]:
+        """Claim the right to start this call. Returns (True, entry) for the one winner, else the existing row."""
+        inserted = self._write(
+            "INSERT INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key, state, claimed_at,"
+            " claimant) VALUES (?, ?, ?, ?, ?, 'claimed', ?, ?) ON CONFLICT (thread_id, call_id) DO NOTHING",
+            (thread_id, call_id, tool, args_digest, idempotency_key(thread_id, call_id), time.time(), self.claimant),
+        )
+        entry = self.get(thread_id, call_id)
+        assert entry is not None
+        return inserted == 1, entry
+
+    def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool:
+        """Allow one more start of a call known not to have happened (reconciled, or decided by a person).
+
+        Conditional on the attempt count the caller saw, so of two resumers only one starts it again.
+        """
+        changed = self._write(
+            "UPDATE gatedloop_ledger SET attempts=attempts+1, claimed_at=?, claimant=? "
+            "WHERE thread_id=? AND call_id=? AND state='claimed' AND attempts=?",
+            (time.time(), self.claimant, thread_id, call_id, seen_attempts),
+        )
+        return changed == 1
+
+    def finish(self, thread_id: str, call_id: str, outcome: FinishedState, result: Any) -> None:
+        """Record the outcome once; a second finish of the same call is ignored."""
+        self._write(
+            "UPDATE gatedloop_ledger SET state=?, result=?, finished_at=? "
+            "WHERE thread_id=? AND call_id=? AND state='claimed'",
+            (outcome, json.dumps(result, ensure_ascii=False, default=str), time.time(), thread_id, call_id),
+        )
+
+    def get(self, thread_id: str, call_id: str) -> LedgerEntry | None:
+        rows = self._run(
+            f"SELECT {ENTRY_COLUMNS} FROM gatedloop_ledger WHERE thread_id=? AND call_id=?", (thread_id, call_id)
+        )
+        return LedgerEntry(*rows[0]) if rows else None
+
+    def entries(self, thread_id: str) -> list[LedgerEntry]:
+        rows = self._run(
+            f"SELECT {ENTRY_COLUMNS} FROM gatedloop_ledger WHERE thread_id=? ORDER BY claimed_at", (thread_id,)
+        )
+        return [LedgerEntry(*row) for row in rows]
+
+    def record(
+        self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None
+    ) -> None:
+        """Append an audit event; the same (call, event) is kept once, so re-run nodes do not duplicate it."""
+        self._write(
+            "INSERT INTO gatedloop_audit (thread_id, call_id, event, actor, at, detail) VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (thread_id, call_id, event) DO NOTHING",
+            (thread_id, call_id, event, actor, time.time(), json.dumps(detail, ensure_ascii=False, default=str)),
+        )
+
+    def audit(self, thread_id: str) -> list[dict[str, Any]]:
+        rows = self._run(
+            "SELECT call_id, event, actor, at, detail FROM gatedloop_audit WHERE thread_id=? ORDER BY seq", (thread_id,)
+        )
+        return [{"call_id": c, "event": e, "actor": a, "at": at, "detail": json.loads(d)} for c, e, a, at, d in rows]
+
+    def request_cancel(self, thread_id: str) -> None:
+        self._write(
+            "INSERT INTO gatedloop_cancel (thread_id, requested_at) VALUES (?, ?)"
+            " ON CONFLICT (thread_id) DO UPDATE SET requested_at=excluded.requested_at",
+            (thread_id, time.time()),
+        )
+
+    def cancel_requested(self, thread_id: str) -> bool:
+        return bool(self._run("SELECT 1 FROM gatedloop_cancel WHERE thread_id=?", (thread_id,)))
+
+    def clear_cancel(self, thread_id: str) -> None:
+        self._write("DELETE FROM gatedloop_cancel WHERE thread_id=?", (thread_id,))
+
+    def thread_ids(self) -> list[str]:
+        """Threads with a checkpoint in the database beside the ledger (LangGraph's `checkpoints` table, which
+        both backends name and key alike), oldest activity first."""
+        rows = self._run(
+            "SELECT thread_id FROM checkpoints WHERE checkpoint_ns='' GROUP BY thread_id ORDER BY MAX(checkpoint_id)",
+            (),
+        )
+        return [row[0] for row in rows]
+
+
+class SqliteLedger(SqlLedger):
     """Ledger, audit trail and cancel flags in one SQLite file (usually the checkpoint file)."""
 
     def __init__(self, path: str | Path, *, recreate: bool = False, connection: sqlite3.Connection | None = None):
         self.path = str(path)
         if connection is not None:
             # Read-only use (`open_sqlite_readonly`): the caller's connection, nothing created or changed.
-            self._lock, self._conn, self.recreated = threading.Lock(), connection, False
+            self._lock, self._conn = threading.Lock(), connection
             return
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -235,14 +374,13 @@ class SqliteLedger(EvidenceStore):
             if lost and not recreate:
                 self._conn.close()
                 raise LedgerError(LEDGER_LOST.format(path=self.path))
-            self._conn.executescript(SCHEMA + EVIDENCE_SCHEMA)
+            self._conn.executescript(SCHEMA + SQLITE_META_SCHEMA)
             if lost:
                 self._conn.execute(
                     "INSERT OR REPLACE INTO gatedloop_meta (key, value) VALUES ('recreated_at', ?)", (str(time.time()),)
                 )
             row = self._conn.execute("SELECT 1 FROM gatedloop_meta WHERE key='recreated_at'").fetchone()
         self.recreated = row is not None
-        """True once the ledger was lost and recreated: won claims are then reconciled before they run."""
 
     @property
     def claimant(self) -> str:
@@ -264,6 +402,7 @@ class SqliteLedger(EvidenceStore):
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (`BEGIN IMMEDIATE`) so it never fails half-way on a lock."""
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -275,11 +414,12 @@ class SqliteLedger(EvidenceStore):
                 raise
 
     def _run(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        if query.startswith("SELECT"):
-            with self._lock:
-                return self._conn.execute(query, tuple(params)).fetchall()
+        with self._lock:
+            return self._conn.execute(query, tuple(params)).fetchall()
+
+    def _write(self, query: str, params: Sequence[Any]) -> int:
         with self._tx() as conn:
-            return conn.execute(query, tuple(params)).fetchall()
+            return conn.execute(query, tuple(params)).rowcount
 
     def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         if not statements:
@@ -288,91 +428,8 @@ class SqliteLedger(EvidenceStore):
             for query, params in statements:
                 conn.execute(query, tuple(params))
 
-    def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]:
-        """Claim the right to start this call. Returns (True, entry) for the one winner, else the existing row."""
-        key = idempotency_key(thread_id, call_id)
-        with self._tx() as conn:
-            cur = conn.execute(
-                "INSERT OR IGNORE INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key,"
-                " state, claimed_at, claimant) VALUES (?, ?, ?, ?, ?, 'claimed', ?, ?)",
-                (thread_id, call_id, tool, args_digest, key, time.time(), self.claimant),
-            )
-            won = cur.rowcount == 1
-        entry = self.get(thread_id, call_id)
-        assert entry is not None
-        return won, entry
-
-    def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool:
-        """Allow one more start of a call known not to have happened (reconciled, or decided by a person).
-
-        Conditional on the attempt count the caller saw, so of two resumers only one starts it again.
-        """
-        with self._tx() as conn:
-            cur = conn.execute(
-                "UPDATE gatedloop_ledger SET attempts=attempts+1, claimed_at=?, claimant=? "
-                "WHERE thread_id=? AND call_id=? AND state='claimed' AND attempts=?",
-                (time.time(), self.claimant, thread_id, call_id, seen_attempts),
-            )
-            return cur.rowcount == 1
-
-    def finish(self, thread_id: str, call_id: str, outcome: FinishedState, result: Any) -> None:
-        """Record the outcome once; a second finish of the same call is ignored."""
-        with self._tx() as conn:
-            conn.execute(
-                "UPDATE gatedloop_ledger SET state=?, result=?, finished_at=? "
-                "WHERE thread_id=? AND call_id=? AND state='claimed'",
-                (outcome, json.dumps(result, ensure_ascii=False, default=str), time.time(), thread_id, call_id),
-            )
-
-    def get(self, thread_id: str, call_id: str) -> LedgerEntry | None:
+    def thread_ids(self) -> list[str]:
+        """See `SqlLedger.thread_ids`; a file without LangGraph's tables (yet) has no threads."""
         with self._lock:
-            row = self._conn.execute(
-                "SELECT thread_id, call_id, tool, args_digest, idempotency_key, state, result, claimed_at,"
-                " finished_at, attempts, claimant FROM gatedloop_ledger WHERE thread_id=? AND call_id=?",
-                (thread_id, call_id),
-            ).fetchone()
-        return LedgerEntry(*row) if row else None
-
-    def entries(self, thread_id: str) -> list[LedgerEntry]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT thread_id, call_id, tool, args_digest, idempotency_key, state, result, claimed_at,"
-                " finished_at, attempts, claimant FROM gatedloop_ledger WHERE thread_id=? ORDER BY claimed_at",
-                (thread_id,),
-            ).fetchall()
-        return [LedgerEntry(*row) for row in rows]
-
-    def record(
-        self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None
-    ) -> None:
-        """Append an audit event; the same (call, event) is kept once, so re-run nodes do not duplicate it."""
-        with self._tx() as conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO gatedloop_audit (thread_id, call_id, event, actor, at, detail)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (thread_id, call_id, event, actor, time.time(), json.dumps(detail, ensure_ascii=False, default=str)),
-            )
-
-    def audit(self, thread_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT call_id, event, actor, at, detail FROM gatedloop_audit WHERE thread_id=? ORDER BY seq",
-                (thread_id,),
-            ).fetchall()
-        return [{"call_id": c, "event": e, "actor": a, "at": at, "detail": json.loads(d)} for c, e, a, at, d in rows]
-
-    def request_cancel(self, thread_id: str) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO gatedloop_cancel (thread_id, requested_at) VALUES (?, ?)",
-                (thread_id, time.time()),
-            )
-
-    def cancel_requested(self, thread_id: str) -> bool:
-        with self._lock:
-            row = self._conn.execute("SELECT 1 FROM gatedloop_cancel WHERE thread_id=?", (thread_id,)).fetchone()
-        return row is not None
-
-    def clear_cancel(self, thread_id: str) -> None:
-        with self._tx() as conn:
-            conn.execute("DELETE FROM gatedloop_cancel WHERE thread_id=?", (thread_id,))
+            missing = self._missing("checkpoints")
+        return [] if missing else super().thread_ids()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import socket
 import threading
@@ -36,50 +35,11 @@ from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from gatedloop.checkpoints import postgres_ops
-from gatedloop.checkpoints.evidence import POSTGRES_SCHEMA as EVIDENCE_SCHEMA
-from gatedloop.checkpoints.evidence import EvidenceStore
+from gatedloop.checkpoints.contract import LedgerThreads
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.lease import ThreadBusy
-from gatedloop.checkpoints.ledger import FinishedState, LedgerEntry, claimant_alive, idempotency_key
+from gatedloop.checkpoints.ledger import POSTGRES_SCHEMA, SqlLedger, claimant_alive
 from gatedloop.checkpoints.pruning import Statements, check_prune_args, run_on_loop
-
-URL_PREFIXES = ("postgresql://", "postgres://")
-
-LEDGER_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS gatedloop_ledger (
-        thread_id TEXT NOT NULL,
-        call_id TEXT NOT NULL,
-        tool TEXT NOT NULL,
-        args_digest TEXT NOT NULL,
-        idempotency_key TEXT NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ('claimed', 'done', 'failed', 'abandoned')),
-        result TEXT,
-        claimed_at DOUBLE PRECISION NOT NULL,
-        finished_at DOUBLE PRECISION,
-        attempts INTEGER NOT NULL DEFAULT 1,
-        claimant TEXT NOT NULL DEFAULT '',
-        PRIMARY KEY (thread_id, call_id)
-    )""",
-    """CREATE TABLE IF NOT EXISTS gatedloop_audit (
-        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        thread_id TEXT NOT NULL,
-        call_id TEXT NOT NULL,
-        event TEXT NOT NULL,
-        actor TEXT,
-        at DOUBLE PRECISION NOT NULL,
-        detail TEXT NOT NULL,
-        UNIQUE (thread_id, call_id, event)
-    )""",
-    """CREATE TABLE IF NOT EXISTS gatedloop_cancel (
-        thread_id TEXT PRIMARY KEY,
-        requested_at DOUBLE PRECISION NOT NULL
-    )""",
-    *EVIDENCE_SCHEMA,
-)
-
-ENTRY_COLUMNS = (
-    "thread_id, call_id, tool, args_digest, idempotency_key, state, result, claimed_at, finished_at, attempts, claimant"
-)
 
 CONNECT_TIMEOUT_S = 10
 SETUP_LOCK_KEY = int.from_bytes(hashlib.sha256(b"gatedloop:setup").digest()[:8], "big", signed=True)
@@ -215,7 +175,7 @@ def prepare_database(url: str, *, checkpoints: bool = True) -> None:
         try:
             if checkpoints:
                 PostgresSaver(conn).setup()
-            for statement in LEDGER_SCHEMA:
+            for statement in POSTGRES_SCHEMA:
                 conn.execute(statement)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
@@ -236,12 +196,12 @@ def _saver_pool(url: str, max_size: int) -> ConnectionPool[Connection[DictRow]]:
     )
 
 
-class PostgresLedger(EvidenceStore):
-    """Ledger, audit trail and cancel flags in Postgres, with `SqliteLedger`'s semantics statement for statement.
+class PostgresLedger(SqlLedger):
+    """Ledger, audit trail and cancel flags in Postgres: `SqlLedger`'s tables and queries, on a connection pool.
 
-    Every operation is one autocommitted statement, so each is atomic by itself; under READ COMMITTED a
-    concurrent `INSERT ... ON CONFLICT DO NOTHING` waits for the other inserter and then does nothing, and a
-    conditional `UPDATE` re-checks its condition on the row another one just changed.
+    Every write is one autocommitted statement (a batch, one transaction), so each is atomic by itself; under
+    READ COMMITTED a concurrent `INSERT ... ON CONFLICT DO NOTHING` waits for the other inserter and then does
+    nothing, and a conditional `UPDATE` re-checks its condition on the row another one just changed.
     """
 
     def __init__(self, conn: str | ConnectionPool[Any], *, setup: bool = True, max_size: int = 4):
@@ -280,113 +240,32 @@ class PostgresLedger(EvidenceStore):
                 cur.execute("SELECT pg_advisory_unlock_shared(%s)", (key,))
         return not taken
 
-    def _execute(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(query, params)
-            return cur.fetchall() if cur.description is not None else []
-
     def _run(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        return self._execute(query.replace("?", "%s"), tuple(params))
+        with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(_placeholders(query), tuple(params))
+            return cur.fetchall()
+
+    def _write(self, query: str, params: Sequence[Any]) -> int:
+        with self._pool.connection() as conn, conn.cursor() as cur:
+            cur.execute(_placeholders(query), tuple(params))
+            return cur.rowcount
 
     def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         if not statements:
             return
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             for query, params in statements:
-                cur.execute(query.replace("?", "%s"), tuple(params))
-
-    def _count(self, query: str, params: tuple[Any, ...]) -> int:
-        with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(query, params)
-            return cur.rowcount
-
-    def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]:
-        """Claim the right to start this call. Returns (True, entry) for the one winner, else the existing row."""
-        key = idempotency_key(thread_id, call_id)
-        inserted = self._execute(
-            "INSERT INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key, state, claimed_at,"
-            " claimant) VALUES (%s, %s, %s, %s, %s, 'claimed', %s, %s)"
-            f" ON CONFLICT (thread_id, call_id) DO NOTHING RETURNING {ENTRY_COLUMNS}",
-            (thread_id, call_id, tool, args_digest, key, time.time(), self.claimant),
-        )
-        if inserted:
-            return True, LedgerEntry(*inserted[0])
-        entry = self.get(thread_id, call_id)
-        assert entry is not None
-        return False, entry
-
-    def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool:
-        """Allow one more start of a call known not to have happened; of two resumers only one wins."""
-        return (
-            self._count(
-                "UPDATE gatedloop_ledger SET attempts=attempts+1, claimed_at=%s, claimant=%s "
-                "WHERE thread_id=%s AND call_id=%s AND state='claimed' AND attempts=%s",
-                (time.time(), self.claimant, thread_id, call_id, seen_attempts),
-            )
-            == 1
-        )
-
-    def finish(self, thread_id: str, call_id: str, outcome: FinishedState, result: Any) -> None:
-        """Record the outcome once; a second finish of the same call is ignored."""
-        self._count(
-            "UPDATE gatedloop_ledger SET state=%s, result=%s, finished_at=%s "
-            "WHERE thread_id=%s AND call_id=%s AND state='claimed'",
-            (outcome, json.dumps(result, ensure_ascii=False, default=str), time.time(), thread_id, call_id),
-        )
-
-    def get(self, thread_id: str, call_id: str) -> LedgerEntry | None:
-        rows = self._execute(
-            f"SELECT {ENTRY_COLUMNS} FROM gatedloop_ledger WHERE thread_id=%s AND call_id=%s", (thread_id, call_id)
-        )
-        return LedgerEntry(*rows[0]) if rows else None
-
-    def entries(self, thread_id: str) -> list[LedgerEntry]:
-        rows = self._execute(
-            f"SELECT {ENTRY_COLUMNS} FROM gatedloop_ledger WHERE thread_id=%s ORDER BY claimed_at", (thread_id,)
-        )
-        return [LedgerEntry(*row) for row in rows]
-
-    def record(
-        self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None
-    ) -> None:
-        """Append an audit event; the same (call, event) is kept once, so re-run nodes do not duplicate it."""
-        self._count(
-            "INSERT INTO gatedloop_audit (thread_id, call_id, event, actor, at, detail) VALUES (%s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (thread_id, call_id, event) DO NOTHING",
-            (thread_id, call_id, event, actor, time.time(), json.dumps(detail, ensure_ascii=False, default=str)),
-        )
-
-    def audit(self, thread_id: str) -> list[dict[str, Any]]:
-        rows = self._execute(
-            "SELECT call_id, event, actor, at, detail FROM gatedloop_audit WHERE thread_id=%s ORDER BY seq",
-            (thread_id,),
-        )
-        return [{"call_id": c, "event": e, "actor": a, "at": at, "detail": json.loads(d)} for c, e, a, at, d in rows]
-
-    def request_cancel(self, thread_id: str) -> None:
-        self._count(
-            "INSERT INTO gatedloop_cancel (thread_id, requested_at) VALUES (%s, %s)"
-            " ON CONFLICT (thread_id) DO UPDATE SET requested_at=EXCLUDED.requested_at",
-            (thread_id, time.time()),
-        )
-
-    def cancel_requested(self, thread_id: str) -> bool:
-        return bool(self._execute("SELECT 1 FROM gatedloop_cancel WHERE thread_id=%s", (thread_id,)))
-
-    def clear_cancel(self, thread_id: str) -> None:
-        self._count("DELETE FROM gatedloop_cancel WHERE thread_id=%s", (thread_id,))
-
-    def thread_ids(self) -> list[str]:
-        """Threads with a checkpoint, oldest activity first (as `checkpoints.threads.thread_ids` for SQLite)."""
-        rows = self._execute(
-            "SELECT thread_id FROM checkpoints WHERE checkpoint_ns='' GROUP BY thread_id ORDER BY MAX(checkpoint_id)",
-            (),
-        )
-        return [row[0] for row in rows]
+                cur.execute(_placeholders(query), tuple(params))
 
 
-class _LedgerAndLease:
-    """What gatedloop adds to either Postgres saver: the ledger in the same database, and the thread lease."""
+def _placeholders(query: str) -> str:
+    """`SqlLedger`'s `?` placeholders as psycopg's `%s` (its queries hold no other `?` or `%`)."""
+    return query.replace("?", "%s")
+
+
+class _LedgerAndLease(LedgerThreads):
+    """What gatedloop adds to either Postgres saver (`GatedSaver`): the ledger in the same database, the thread
+    lease, and the thread listing."""
 
     ledger: PostgresLedger
     url: str
@@ -394,9 +273,6 @@ class _LedgerAndLease:
     def lease(self, thread_id: str, *, wait_s: float = 0.0) -> AbstractContextManager[None]:
         """The thread's lease (a context manager); see `hold_lease`."""
         return hold_lease(self.url, thread_id, wait_s=wait_s)
-
-    def thread_ids(self) -> list[str]:
-        return self.ledger.thread_ids()
 
 
 class GatedPostgresSaver(ExactResumeWrites, _LedgerAndLease, PostgresSaver):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,20 +19,32 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from gatedloop.checkpoints import sqlite_ops
+from gatedloop.checkpoints.contract import LedgerThreads
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.history_memo import MemoizedHistoryAsync, MemoizedHistorySync
+from gatedloop.checkpoints.lease import thread_lease
 from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger
 from gatedloop.checkpoints.pruning import Statements, check_prune_args, run_on_loop
 
 T = TypeVar("T")
 
 
-class GatedSqliteSaver(ExactResumeWrites, MemoizedHistorySync, SqliteSaver):
-    """LangGraph's `SqliteSaver`, plus the ledger that lives beside the checkpoints, a thread's history read
-    from disk once per process (`history_memo`), and resume values stored exactly or refused (`ExactResumeWrites`)."""
+class _LedgerAndLease(LedgerThreads):
+    """What gatedloop adds to either SQLite saver (`GatedSaver`): the ledger in the same file, the thread lease
+    (a file lock beside it, see `lease`), and the thread listing."""
 
     ledger: SqliteLedger
     path: str
+
+    def lease(self, thread_id: str, *, wait_s: float = 0.0) -> AbstractContextManager[None]:
+        """The thread's lease (a context manager); see `thread_lease`."""
+        return thread_lease(self.path, thread_id, wait_s=wait_s)
+
+
+class GatedSqliteSaver(ExactResumeWrites, MemoizedHistorySync, _LedgerAndLease, SqliteSaver):
+    """LangGraph's `SqliteSaver`, plus the ledger that lives beside the checkpoints and the lease, a thread's
+    history read from disk once per process (`history_memo`), and resume values stored exactly or refused
+    (`ExactResumeWrites`)."""
 
     def _transact(self, statements: Statements[None]) -> None:
         with self.lock:
@@ -58,12 +70,9 @@ class GatedSqliteSaver(ExactResumeWrites, MemoizedHistorySync, SqliteSaver):
             self._transact(sqlite_ops.keep_latest(thread_id, self.serde))
 
 
-class GatedAsyncSqliteSaver(ExactResumeWrites, MemoizedHistoryAsync, AsyncSqliteSaver):
-    """LangGraph's `AsyncSqliteSaver`, plus the ledger that lives beside the checkpoints, a thread's history read
-    from disk once per process (`history_memo`), and resume values stored exactly or refused (`ExactResumeWrites`)."""
-
-    ledger: SqliteLedger
-    path: str
+class GatedAsyncSqliteSaver(ExactResumeWrites, MemoizedHistoryAsync, _LedgerAndLease, AsyncSqliteSaver):
+    """LangGraph's `AsyncSqliteSaver`, plus what `GatedSqliteSaver` adds (the ledger and the lease, the history
+    memo, exact resume values)."""
 
     async def _atransact(self, statements: Statements[None]) -> None:
         await self.setup()

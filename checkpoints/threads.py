@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,22 +40,6 @@ class ThreadSummary:
     status: str
     detail: str
     messages: int
-
-
-def thread_ids(db: str | sqlite3.Connection) -> list[str]:
-    """Threads with a checkpoint in a SQLite file (a path, or an open connection), oldest activity first."""
-    conn = sqlite3.connect(db) if isinstance(db, str) else db
-    try:
-        rows = conn.execute(
-            "SELECT thread_id, MAX(checkpoint_id) FROM checkpoints WHERE checkpoint_ns='' "
-            "GROUP BY thread_id ORDER BY MAX(checkpoint_id)"
-        ).fetchall()
-    except sqlite3.OperationalError:
-        return []
-    finally:
-        if isinstance(db, str):
-            conn.close()
-    return [row[0] for row in rows]
 
 
 def thread_exists(graph: CompiledStateGraph, thread_id: str) -> bool:

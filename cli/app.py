@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from langgraph.graph.state import CompiledStateGraph
 
 from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
 from gatedloop.checkpoints.sqlite import open_sqlite_readonly
 from gatedloop.demo import DemoStore, build_demo_tools, choose_model, demo_model, demo_policies
 from gatedloop.graph import build_graph
@@ -35,7 +36,6 @@ EXIT_CODES = {
     EXIT_REFUSED: "refused: the answer was not accepted (malformed, not allowed, cancelled, or nothing pending)",
     EXIT_INTERRUPTED: "interrupted by Ctrl-C while running; resume goes on from the last saved step",
 }
-POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 DEMO_DATA_ENV = "GATEDLOOP_DEMO_DATA"
 
 

@@ -28,7 +28,6 @@ from gatedloop.checkpoints.threads import (
     node_path,
     path_mermaid,
     thread_exists,
-    thread_ids,
     unsettled_writes,
     validate_thread_id,
 )
@@ -282,7 +281,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_threads(args: argparse.Namespace) -> int:
     out = Output(args.json)
     with open_app(args.db, with_model=False, read_only=True) as (graph, saver):
-        listed = saver.thread_ids() if is_postgres(args.db) else thread_ids(saver.conn)
+        listed = saver.thread_ids()
         for thread_id in listed:
             summary = describe_thread(graph, thread_id, saver.ledger)
             out.record(
@@ -371,7 +370,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             store = demo_store(args.db)
             tools, policies = build_demo_tools(store), demo_policies(store)
             graph = build_graph(choose_model(), tools, policies=policies, checkpointer=saver)
-            listing = saver.thread_ids if is_postgres(args.db) else (lambda: thread_ids(args.db))
+            listing = saver.thread_ids
             yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, listing, tools, policies))
 
     choose_model()  # a model that is not configured is a one-line error now, not at the first answer

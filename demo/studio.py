@@ -29,6 +29,7 @@ from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import ValidationError
 
+from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
 from gatedloop.checkpoints.devserver import DB_ENV, studio_db_path
 from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
 from gatedloop.demo import DemoStore, build_demo_tools, demo_policies
@@ -42,7 +43,6 @@ if TYPE_CHECKING:  # resolved by langgraph-api from the annotation's name; the S
 
 LEDGER_ENV = "GATEDLOOP_LEDGER"
 DEMO_DATA_ENV = "GATEDLOOP_DEMO_DATA"
-POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
 
 def studio_ledger_path() -> Path:

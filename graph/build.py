@@ -13,6 +13,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from pydantic import BaseModel
 
+from gatedloop.checkpoints.contract import GatedSaver
 from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
 from gatedloop.graph.models import bind_loop_tools
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
@@ -53,7 +54,7 @@ def build_graph(
     limits = limits or Limits()
     registry = ToolRegistry(tools, policies)
     if ledger is None:
-        ledger = getattr(checkpointer, "ledger", None) or SqliteLedger(":memory:")
+        ledger = checkpointer.ledger if isinstance(checkpointer, GatedSaver) else SqliteLedger(":memory:")
     if system_prompt is not None and not (isinstance(system_prompt, str) or callable(system_prompt)):
         raise TypeError("system_prompt must be a string or a function of (state, context)")
     answer = AnswerFormat(response_format) if response_format is not None else None

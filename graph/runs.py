@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import AbstractContextManager, asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Interrupt, StateSnapshot, StreamMode
 
-from gatedloop.checkpoints.lease import thread_lease
+from gatedloop.checkpoints.contract import GatedSaver
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import validate_thread_id
 from gatedloop.nodes.hitl import InvalidDecision
@@ -63,13 +63,12 @@ def check_answer(request: dict[str, Any], answer: Any) -> None:
 def lease_for(
     graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, wait_s: float
 ) -> AbstractContextManager[None]:
-    """The thread's lease: the checkpointer's own (`saver.lease`, e.g. Postgres advisory locks), else a file lock
-    beside a SQLite file, else none (an in-memory checkpointer lives in one process anyway)."""
+    """The thread's lease from a `GatedSaver` (a file lock beside a SQLite file, a Postgres advisory lock);
+    none for another checkpointer (an in-memory one lives in one process anyway)."""
     saver = graph.checkpointer
-    own = getattr(saver, "lease", None)
-    if callable(own):
-        return cast(AbstractContextManager[None], own(thread_id, wait_s=wait_s))
-    return thread_lease(getattr(saver, "path", None), thread_id, wait_s=wait_s)
+    if isinstance(saver, GatedSaver):
+        return saver.lease(thread_id, wait_s=wait_s)
+    return nullcontext()
 
 
 def stream_start(

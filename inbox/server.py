@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from gatedloop.checkpoints.devserver import DB_ENV, POSTGRES_PREFIXES, studio_db_path
+from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
+from gatedloop.checkpoints.devserver import DB_ENV, studio_db_path
 from gatedloop.checkpoints.sqlite import open_sqlite
-from gatedloop.checkpoints.threads import thread_ids
 from gatedloop.graph.auth import load_auth_config
 from gatedloop.inbox.app import InboxBackend, create_app
 from gatedloop.inbox.identity import Sessions
@@ -36,7 +36,7 @@ def _storage() -> Iterator[tuple[Any, Any]]:
         return
     path = str(studio_db_path())
     with open_sqlite(path) as saver:
-        yield saver, lambda: thread_ids(path)
+        yield saver, saver.thread_ids
 
 
 @contextmanager

@@ -176,7 +176,7 @@ def run_write(
             return stored_outcome(entry.state, entry.result)
         reason: UnknownReason = "claimant_running" if ledger.claimant_alive(entry.claimant) else "claimant_died"
         return unknown(reason, entry.attempts)
-    if getattr(ledger, "recreated", False):
+    if ledger.recreated:
         known = reconcile(registry, plan, entry.idempotency_key)
         if known is CANNOT_TELL:
             return unknown("ledger_lost", entry.attempts)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from gatedloop.checkpoints import open_sqlite
-from gatedloop.checkpoints.threads import thread_ids
 from gatedloop.demo import DemoStore, build_demo_tools, demo_policies
 from gatedloop.demo.model import demo_model
 from gatedloop.graph import build_graph
@@ -49,7 +48,7 @@ def main(db: str, port: int, reviewers: str) -> None:
     @contextmanager
     def open_backend() -> Iterator[InboxBackend]:
         with app_parts(db) as (graph, saver, tools, policies, _):
-            pending = PendingRequests(graph, saver.ledger, lambda: thread_ids(db), tools, policies)
+            pending = PendingRequests(graph, saver.ledger, saver.thread_ids, tools, policies)
             yield InboxBackend(graph, saver.ledger, pending)
 
     app = create_app(open_backend, Sessions(parse_auth_config(Path(reviewers).read_text(), reviewers)))
