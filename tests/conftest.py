@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,3 +16,15 @@ if str(TESTS) not in sys.path:
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return str(tmp_path / "runs.sqlite")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Each backend in turn (see `backends`): a SQLite file of this test's own, then the Postgres test server
+    (skipped without one on a developer's machine, failed under CI)."""
+    from backends import Backend
+    from pg_server import require_postgres
+
+    if request.param == "postgres":
+        return Backend("postgres", require_postgres())
+    return Backend("sqlite", str(tmp_path / "runs.sqlite"))

@@ -1,7 +1,8 @@
 """A real child process for crash tests, and the parent side that kills it.
 
 Run as a script (`python tests/crash_child.py --db ... --effects ... --thread ...`, with tests/ on
-PYTHONPATH), it opens the checkpoint file, builds the sample app and drives one thread until it reaches a
+PYTHONPATH), it opens the checkpointer (`--db`: a SQLite file, a Postgres URL, or `env` for the test server's URL;
+see `backends.open_checkpointer`), builds the sample app and drives one thread until it reaches a
 final status: it starts the thread if no checkpoint exists yet, approves every pending approval, resumes a
 thread stopped mid-run with `runs.resume(graph, tid)` (no answer), and answers unknown-outcome requests as
 `--unknown` says. It prints one marker per line (flushed) so a parent can SIGKILL it at a chosen moment:
@@ -32,7 +33,6 @@ import os
 import queue
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -231,13 +231,12 @@ def _overrides(reconcile: str) -> dict[str, Any]:
 def child_main(argv: list[str] | None = None) -> int:
     args = child_parser().parse_args(argv)
 
+    from backends import open_checkpointer
     from sample_app import build
-
-    from gatedloop.checkpoints import open_sqlite
 
     effects = _marked_effects(args.effects, args)
     overrides = _overrides(args.reconcile)
-    with open_sqlite(args.db) as saver:
+    with open_checkpointer(args.db) as saver:
         _mark_checkpoint_writes(saver, args)
         graph = build(saver, effects, **overrides)
         mark("ready", os.getpid())
@@ -249,14 +248,13 @@ def child_main(argv: list[str] | None = None) -> int:
 
 def drive_here(argv: list[str]) -> ChildRun:
     """`drive` in this process (same options as the script; no markers from writes or checkpoints)."""
+    from backends import open_checkpointer
     from sample_app import Effects, build
-
-    from gatedloop.checkpoints import open_sqlite
 
     args = child_parser().parse_args(argv)
     lines: list[str] = []
     effects = Effects(args.effects)
-    with open_sqlite(args.db) as saver:
+    with open_checkpointer(args.db) as saver:
         graph = build(saver, effects, **_overrides(args.reconcile))
         code = drive(graph, effects, args, emit=lambda *parts: lines.append(" ".join(map(str, parts))))
     return ChildRun(code, lines, killed=False, stderr="")
@@ -463,13 +461,6 @@ class ThreadReport:
     problems: list[str] = field(default_factory=list)
 
 
-def _ledger_rows(db: str, thread_id: str) -> list[tuple[str, str, int]]:
-    with sqlite3.connect(db) as conn:
-        return conn.execute(
-            "SELECT call_id, state, attempts FROM gatedloop_ledger WHERE thread_id=? ORDER BY call_id", (thread_id,)
-        ).fetchall()
-
-
 def inspect_thread(db: str, effects_path: str, thread_id: str, call_ids: list[str]) -> ThreadReport:
     """Check the crash invariants on a thread that no process is running any more.
 
@@ -480,11 +471,11 @@ def inspect_thread(db: str, effects_path: str, thread_id: str, call_ids: list[st
     - one ledger row per call, none left `claimed` once the thread ended;
     - the result the model saw for a completed write is the effect that really happened.
     """
+    from backends import open_checkpointer
     from invariants import assert_each_call_answered_once
     from langchain_core.messages import AIMessage, ToolMessage
     from sample_app import Effects, build
 
-    from gatedloop.checkpoints import open_sqlite
     from gatedloop.checkpoints.ledger import idempotency_key
     from gatedloop.graph import runs
 
@@ -497,17 +488,16 @@ def inspect_thread(db: str, effects_path: str, thread_id: str, call_ids: list[st
     if strangers:
         problems.append(f"effects with keys of no call: {sorted(strangers)}")
 
-    rows = _ledger_rows(db, thread_id)
+    with open_checkpointer(db) as saver:
+        rows = [(e.call_id, e.state, e.attempts) for e in saver.ledger.entries(thread_id)]
+        graph = build(saver, effects)
+        snapshot = graph.get_state(runs.config_for(thread_id))
+        request = runs.pending_request(graph, thread_id)
     ledger = {cid: (state, attempts) for cid, state, attempts in rows}
     if len(ledger) != len(rows):
         problems.append(f"duplicate ledger rows: {rows}")
     if set(ledger) - set(call_ids):
         problems.append(f"ledger rows for unknown calls: {sorted(set(ledger) - set(call_ids))}")
-
-    with open_sqlite(db) as saver:
-        graph = build(saver, effects)
-        snapshot = graph.get_state(runs.config_for(thread_id))
-        request = runs.pending_request(graph, thread_id)
     values = snapshot.values or {}
     messages = values.get("messages", [])
     waiting_on: set[str] = set()
@@ -565,6 +555,26 @@ def inspect_thread(db: str, effects_path: str, thread_id: str, call_ids: list[st
     return ThreadReport(status, per_call, double, missing, unanswered, ledger, problems)
 
 
+def effects_per_call(effects_path: str, thread_id: str, call_ids: list[str]) -> dict[str, int]:
+    """How many times each call's write really happened (effects recorded under its idempotency key)."""
+    from sample_app import Effects
+
+    from gatedloop.checkpoints.ledger import idempotency_key
+
+    counts = Counter(key for _, _, key in Effects(effects_path).rows("book"))
+    return {cid: counts[idempotency_key(thread_id, cid)] for cid in call_ids}
+
+
+def assert_completed_once(db: str, effects_path: str, thread_id: str, call_ids: list[str]) -> ThreadReport:
+    """The thread completed with no broken invariant (`inspect_thread`), each write happened exactly once,
+    and the ledger shows each one done."""
+    report = inspect_thread(db, effects_path, thread_id, call_ids)
+    assert report.problems == [] and report.status == "completed", report
+    assert report.effects_per_call == dict.fromkeys(call_ids, 1), report
+    assert {state for state, _ in report.ledger.values()} == {"done"} and set(report.ledger) == set(call_ids)
+    return report
+
+
 @dataclass
 class TrialResult:
     plan: TrialPlan
@@ -586,12 +596,13 @@ class TrialResult:
         return "\n".join(lines)
 
 
-def run_trial(plan: TrialPlan, workdir: Path) -> TrialResult:
+def run_trial(plan: TrialPlan, workdir: Path, db: str | None = None, thread_id: str | None = None) -> TrialResult:
     """Child 1 starts and approves the thread, each later kill lands in a fresh process resuming by thread
-    id, and this process resumes last, without a kill. Then the invariants are checked."""
+    id, and this process resumes last, without a kill. Then the invariants are checked. `db`: a SQLite file
+    in `workdir` unless given (`env`: the Postgres test server, with a `thread_id` no other trial uses)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    db, effects = str(workdir / "runs.sqlite"), str(workdir / "effects.sqlite")
-    thread_id = f"trial-{plan.seed}"
+    db, effects = db or str(workdir / "runs.sqlite"), str(workdir / "effects.sqlite")
+    thread_id = thread_id or f"trial-{plan.seed}"
     options = [
         "--text",
         plan.text,

@@ -23,11 +23,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from backends import Backend
 from crash_child import (
     Child,
     KillPlan,
+    TrialPlan,
     TrialResult,
+    assert_completed_once,
     child_command,
+    effects_per_call,
     inspect_thread,
     plan_trial,
     run_child,
@@ -35,6 +39,7 @@ from crash_child import (
 )
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import ToolMessage
+from pg_server import new_thread_id
 from sample_app import Effects, build
 
 from gatedloop.checkpoints import open_sqlite
@@ -45,6 +50,7 @@ from gatedloop.nodes.hitl import InvalidDecision
 pytestmark = pytest.mark.slow
 
 TRIALS = int(os.environ.get("GATEDLOOP_CRASH_TRIALS", "30"))
+PG_TRIALS = int(os.environ.get("GATEDLOOP_PG_CRASH_TRIALS", "8"))
 SEED_BASE = int(os.environ.get("GATEDLOOP_CRASH_SEED", "20240"))
 THREAD = "t1"
 
@@ -71,10 +77,19 @@ def known_rerun_bug(result: TrialResult) -> bool:
     )
 
 
-def test_seeded_crash_trials_keep_every_invariant(tmp_path: Path):
-    plans = [plan_trial(SEED_BASE + i) for i in range(TRIALS)]
+def test_seeded_crash_trials_keep_every_invariant(backend: Backend, tmp_path: Path):
+    """On SQLite each trial has a file of its own; on Postgres the shared database, with thread ids of its own."""
+    trials = TRIALS if backend.name == "sqlite" else PG_TRIALS
+    plans = [plan_trial(SEED_BASE + i) for i in range(trials)]
+
+    def trial(plan: TrialPlan) -> TrialResult:
+        workdir = tmp_path / f"trial-{plan.seed}"
+        if backend.name == "sqlite":
+            return run_trial(plan, workdir)
+        return run_trial(plan, workdir, backend.child_db, new_thread_id(f"trial-{plan.seed}"))
+
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda p: run_trial(p, tmp_path / f"trial-{p.seed}"), plans))
+        results = list(pool.map(trial, plans))
     known = [r for r in results if not r.ok and TOLERATE_KNOWN_RERUN_BUG and known_rerun_bug(r)]
     for result in known:
         warnings.warn(f"known bug (re-run killed again): {result.plan.describe()}", stacklevel=1)
@@ -83,7 +98,7 @@ def test_seeded_crash_trials_keep_every_invariant(tmp_path: Path):
     assert not any(r.report.double_effects or r.report.unanswered for r in results)
     kills = sum(r.kills for r in results)
     statuses = Counter(r.report.status for r in results)
-    assert kills >= TRIALS // 2, f"only {kills} kills landed in {TRIALS} trials"
+    assert kills >= trials // 2, f"only {kills} kills landed in {trials} trials"
     assert set(statuses) <= {"completed", "needs_attention", "waiting_for_person"}, statuses
     for result in results:
         if result.plan.unknown == "truthful" and result not in known:
@@ -148,6 +163,33 @@ def test_reconcile_not_done_runs_the_write_exactly_once_more(tmp_path: Path):
     assert [k for _, _, k in effects.rows()] == [key]
     assert json.loads(tool_answers(out)["c1_0"].content) == effects.find(key)
     assert_each_call_answered_once(out["messages"])
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_write_of_a_killed_process_is_reconciled_by_a_new_process_and_never_happens_twice(
+    backend: Backend, tmp_path: Path, where: str
+):
+    """Killed inside c1_0, before or after its effect: the claim stays `claimed`. A fresh process asks the
+    booking system (reconcile): after -> the recorded booking is reused; before -> the write runs once more."""
+    thread_id, calls, effects = new_thread_id(f"killed-{where}"), ["c1_0", "c1_1"], str(tmp_path / "effects.sqlite")
+    held = ["--hold", where, "--hold-call", "c1_0", "--gate", str(tmp_path / "never")]
+    cmd = backend.child_command(effects, thread_id, "--text", "book 2 seat, 1 lunch", *held)
+    killed = run_child(cmd, tmp_path / "killed.stderr", KillPlan(f"hold_{where}"))
+    assert killed.killed, (killed.lines, killed.stderr[-2000:])
+    assert effects_per_call(effects, thread_id, calls) == {"c1_0": int(where == "after"), "c1_1": 0}
+    with backend.open() as saver:
+        assert [(e.call_id, e.state, e.attempts) for e in saver.ledger.entries(thread_id)] == [("c1_0", "claimed", 1)]
+
+    resumed = run_child(backend.child_command(effects, thread_id), tmp_path / "resumed.stderr")
+    assert resumed.returncode == 0, (resumed.lines, resumed.stderr[-2000:])
+    report = assert_completed_once(backend.db, effects, thread_id, calls)
+    assert report.ledger["c1_0"] == ("done", 1 if where == "after" else 2)
+    writes_in_resume = [line for line in resumed.lines if line.startswith("write_begin")]
+    assert len(writes_in_resume) == (1 if where == "after" else 2), resumed.lines
+    with backend.open() as saver:
+        events = [e["event"] for e in saver.ledger.audit(thread_id) if e["call_id"] == "c1_0"]
+    assert ("reconciled" in events) == (where == "after"), events
+    assert ("rerun_2" in events) == (where == "before"), events
 
 
 def _cannot_tell(args: dict, key: str):
