@@ -40,6 +40,7 @@ from gatedloop.checkpoints.evidence import (
     Proposal,
 )
 from gatedloop.checkpoints.evidence import SCHEMA as EVIDENCE_SCHEMA
+from gatedloop.checkpoints.pruning import Statements
 
 FinishedState = Literal["done", "failed", "abandoned"]  # a finished row; `running.finished_state` maps outcomes
 ClaimState = Literal["claimed", "done", "failed", "abandoned"]
@@ -196,11 +197,26 @@ CALL_COLUMNS_COPIED = (
 AUDIT_COLUMNS_COPIED = "call_id, event, actor, at, detail"
 
 
-def ledger_copy_statements(placeholder: str) -> tuple[str, ...]:
-    """INSERT ... SELECT statements copying a thread's ledger, evidence and audit rows; each takes
-    (target, source)."""
+def refuse_taken_copy_target(source: str, target: str, placeholder: str) -> Statements[None]:
+    """`copy_thread`'s precondition on either backend: two different ids, and a target with no checkpoints and
+    no ledger rows yet (`placeholder`: the backend's `?` or `%s`)."""
+    if source == target:
+        raise ValueError("copy_thread needs two different thread ids")
     p = placeholder
-    return (
+    taken = yield (
+        f"SELECT 1 AS found FROM checkpoints WHERE thread_id = {p}"
+        f" UNION ALL SELECT 1 FROM gatedloop_ledger WHERE thread_id = {p} LIMIT 1",
+        (target, target),
+        True,
+    )
+    if taken:
+        raise ValueError(f"thread {target!r} already has checkpoints or ledger rows; copy into a new thread id")
+
+
+def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[None]:
+    """INSERT ... SELECT statements copying a thread's ledger, evidence and audit rows (see above)."""
+    p = placeholder
+    for statement in (
         f"INSERT INTO gatedloop_ledger (thread_id, {LEDGER_COLUMNS_COPIED}) "
         f"SELECT {p}, {LEDGER_COLUMNS_COPIED} FROM gatedloop_ledger WHERE thread_id = {p}",
         f"INSERT INTO gatedloop_calls (thread_id, {CALL_COLUMNS_COPIED}) "
@@ -210,7 +226,8 @@ def ledger_copy_statements(placeholder: str) -> tuple[str, ...]:
         "(SELECT 1 FROM gatedloop_ledger l WHERE l.thread_id = a.thread_id AND l.call_id = a.call_id) ORDER BY seq",
         f"INSERT INTO gatedloop_audit (thread_id, {AUDIT_COLUMNS_COPIED}) "
         f"SELECT {p}, {AUDIT_COLUMNS_COPIED} FROM gatedloop_audit WHERE thread_id = {p} ORDER BY seq",
-    )
+    ):
+        yield statement, (target, source), False
 
 
 class Ledger(Protocol):

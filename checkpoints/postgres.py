@@ -39,7 +39,7 @@ from gatedloop.checkpoints.contract import LedgerThreads
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import POSTGRES_SCHEMA, SqlLedger, claimant_alive
-from gatedloop.checkpoints.pruning import Statements, check_prune_args, run_on_loop
+from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
 
 CONNECT_TIMEOUT_S = 10
 SETUP_LOCK_KEY = int.from_bytes(hashlib.sha256(b"gatedloop:setup").digest()[:8], "big", signed=True)
@@ -181,18 +181,24 @@ def prepare_database(url: str, *, checkpoints: bool = True) -> None:
             conn.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
 
 
+def _pool_options(url: str, max_size: int, name: str) -> dict[str, Any]:
+    """Connections as LangGraph's Postgres savers expect them (autocommit, dict rows), for a sync or async pool."""
+    return {
+        "conninfo": _with_defaults(url, connect_timeout=CONNECT_TIMEOUT_S, application_name="gatedloop"),
+        "kwargs": {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        "min_size": 1,
+        "max_size": max_size,
+        "open": False,
+        "name": name,
+    }
+
+
 def _saver_pool(url: str, max_size: int) -> ConnectionPool[Connection[DictRow]]:
-    """Connections as LangGraph's `PostgresSaver` expects them (autocommit, dict rows), checked on loan so a
-    server restart costs a reconnect, not an error."""
+    """The synchronous pool, checked on loan so a server restart costs a reconnect, not an error."""
     return ConnectionPool(
-        _with_defaults(url, connect_timeout=CONNECT_TIMEOUT_S, application_name="gatedloop"),
         connection_class=Connection[DictRow],
-        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-        min_size=1,
-        max_size=max_size,
         check=ConnectionPool.check_connection,
-        open=False,
-        name="gatedloop",
+        **_pool_options(url, max_size, "gatedloop"),
     )
 
 
@@ -295,12 +301,10 @@ class GatedPostgresSaver(ExactResumeWrites, _LedgerAndLease, PostgresSaver):
         """`keep_latest`: each namespace's latest checkpoint and what it needs to load (DeltaChannel history),
         one thread per transaction; `delete`: every checkpoint. Ledger and audit rows stay. As LangGraph's,
         a concurrent change to a thread being pruned can raise `SerializationFailure`; retrying is safe."""
-        ids = check_prune_args(thread_ids, strategy)
-        if ids and strategy == "delete":
-            self._transact(postgres_ops.delete_threads(ids))
-            return
-        for thread_id in ids:
-            self._transact(postgres_ops.keep_latest(thread_id))
+        for statements in prune_transactions(
+            thread_ids, strategy, postgres_ops.delete_threads, postgres_ops.keep_latest
+        ):
+            self._transact(statements)
 
 
 class GatedAsyncPostgresSaver(ExactResumeWrites, _LedgerAndLease, AsyncPostgresSaver):
@@ -321,12 +325,10 @@ class GatedAsyncPostgresSaver(ExactResumeWrites, _LedgerAndLease, AsyncPostgresS
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """See `GatedPostgresSaver.prune`."""
-        ids = check_prune_args(thread_ids, strategy)
-        if ids and strategy == "delete":
-            await self._atransact(postgres_ops.delete_threads(ids))
-            return
-        for thread_id in ids:
-            await self._atransact(postgres_ops.keep_latest(thread_id))
+        for statements in prune_transactions(
+            thread_ids, strategy, postgres_ops.delete_threads, postgres_ops.keep_latest
+        ):
+            await self._atransact(statements)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         run_on_loop(self.loop, self.adelete_for_runs(run_ids), type(self).__name__)
@@ -364,14 +366,9 @@ async def open_async_postgres(url: str, *, max_size: int = 8) -> AsyncIterator[G
     (called from the nodes, which are synchronous) on a small synchronous pool of its own."""
     await asyncio.to_thread(prepare_database, url)
     pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] = AsyncConnectionPool(
-        _with_defaults(url, connect_timeout=CONNECT_TIMEOUT_S, application_name="gatedloop"),
         connection_class=psycopg.AsyncConnection[DictRow],
-        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-        min_size=1,
-        max_size=max_size,
         check=AsyncConnectionPool.check_connection,
-        open=False,
-        name="gatedloop-async",
+        **_pool_options(url, max_size, "gatedloop-async"),
     )
     await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
     ledger: PostgresLedger | None = None

@@ -30,7 +30,7 @@ from langgraph.checkpoint.postgres.base import (
 )
 from langgraph.checkpoint.serde.types import TASKS
 
-from gatedloop.checkpoints.ledger import ledger_copy_statements
+from gatedloop.checkpoints.ledger import copy_ledger_rows, refuse_taken_copy_target
 from gatedloop.checkpoints.pruning import (
     Statements,
     Stored,
@@ -145,22 +145,12 @@ def delete_for_runs(run_ids: Sequence[str]) -> Statements[None]:
 
 def copy_thread(source: str, target: str) -> Statements[None]:
     """Every checkpoint, blob and write of `source` under `target` (metadata's `thread_id` rewritten), and
-    its ledger and audit rows (see `ledger_copy_statements`)."""
-    if source == target:
-        raise ValueError("copy_thread needs two different thread ids")
-    taken = yield (
-        "SELECT 1 AS found FROM checkpoints WHERE thread_id = %s"
-        " UNION ALL SELECT 1 FROM gatedloop_ledger WHERE thread_id = %s LIMIT 1",
-        (target, target),
-        True,
-    )
-    if taken:
-        raise ValueError(f"thread {target!r} already has checkpoints or ledger rows; copy into a new thread id")
+    its ledger and audit rows (see `copy_ledger_rows`)."""
+    yield from refuse_taken_copy_target(source, target, "%s")
     yield COPY_CHECKPOINTS_SQL, (target, target, source), False
     yield COPY_BLOBS_SQL, (target, source), False
     yield COPY_WRITES_SQL, (target, source), False
-    for statement in ledger_copy_statements("%s"):
-        yield statement, (target, source), False
+    yield from copy_ledger_rows(source, target, "%s")
 
 
 def delete_threads(thread_ids: Sequence[str]) -> Statements[None]:

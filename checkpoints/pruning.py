@@ -82,13 +82,23 @@ def stored_from(
     )
 
 
-def check_prune_args(thread_ids: Sequence[str], strategy: str) -> list[str]:
-    """As LangGraph's `PostgresSaver.prune`: a bare string is refused, an unknown strategy too."""
+def prune_transactions(
+    thread_ids: Sequence[str],
+    strategy: str,
+    delete_threads: Callable[[list[str]], Statements[None]],
+    keep_latest: Callable[[str], Statements[None]],
+) -> list[Statements[None]]:
+    """What `prune` runs on either backend, one transaction each: all threads at once for `delete`, one thread
+    at a time for `keep_latest`. Arguments are checked as by LangGraph's `PostgresSaver.prune`: a bare string is
+    refused, an unknown strategy too."""
     if isinstance(thread_ids, str):
         raise TypeError("thread_ids must be a sequence of thread IDs, not a str")
     if strategy not in PRUNE_STRATEGIES:
         raise ValueError(f"Unknown prune strategy: {strategy!r}")
-    return [str(t) for t in thread_ids]
+    ids = [str(t) for t in thread_ids]
+    if not ids:
+        return []
+    return [delete_threads(ids)] if strategy == "delete" else [keep_latest(thread_id) for thread_id in ids]
 
 
 Loader = Callable[[str], Statements["Stored | None"]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +25,7 @@ from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.history_memo import MemoizedHistoryAsync, MemoizedHistorySync
 from gatedloop.checkpoints.lease import thread_lease
 from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger
-from gatedloop.checkpoints.pruning import Statements, check_prune_args, run_on_loop
+from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
 
 T = TypeVar("T")
 
@@ -62,12 +63,10 @@ class GatedSqliteSaver(ExactResumeWrites, MemoizedHistorySync, _LedgerAndLease, 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`keep_latest`: each namespace's latest checkpoint and what it needs to load (DeltaChannel history);
         `delete`: every checkpoint. One transaction per thread; ledger and audit rows stay."""
-        ids = check_prune_args(thread_ids, strategy)
-        if ids and strategy == "delete":
-            self._transact(sqlite_ops.delete_threads(ids))
-            return
-        for thread_id in ids:
-            self._transact(sqlite_ops.keep_latest(thread_id, self.serde))
+        for statements in prune_transactions(
+            thread_ids, strategy, sqlite_ops.delete_threads, partial(sqlite_ops.keep_latest, serde=self.serde)
+        ):
+            self._transact(statements)
 
 
 class GatedAsyncSqliteSaver(ExactResumeWrites, MemoizedHistoryAsync, _LedgerAndLease, AsyncSqliteSaver):
@@ -89,12 +88,10 @@ class GatedAsyncSqliteSaver(ExactResumeWrites, MemoizedHistoryAsync, _LedgerAndL
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """See `GatedSqliteSaver.prune`."""
-        ids = check_prune_args(thread_ids, strategy)
-        if ids and strategy == "delete":
-            await self._atransact(sqlite_ops.delete_threads(ids))
-            return
-        for thread_id in ids:
-            await self._atransact(sqlite_ops.keep_latest(thread_id, self.serde))
+        for statements in prune_transactions(
+            thread_ids, strategy, sqlite_ops.delete_threads, partial(sqlite_ops.keep_latest, serde=self.serde)
+        ):
+            await self._atransact(statements)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         self._blocking(self.adelete_for_runs(run_ids))

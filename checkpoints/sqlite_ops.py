@@ -21,7 +21,7 @@ import aiosqlite
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import TASKS
 
-from gatedloop.checkpoints.ledger import ledger_copy_statements
+from gatedloop.checkpoints.ledger import copy_ledger_rows, refuse_taken_copy_target
 from gatedloop.checkpoints.pruning import (
     Statements,
     Stored,
@@ -97,17 +97,8 @@ def delete_for_runs(run_ids: Sequence[str], serde: SerializerProtocol) -> Statem
 
 def copy_thread(source: str, target: str) -> Statements[None]:
     """Every checkpoint and write of `source` under `target` (metadata's `thread_id` rewritten, as the
-    LangGraph API's own fallback does), and its ledger and audit rows (see `ledger_copy_statements`)."""
-    if source == target:
-        raise ValueError("copy_thread needs two different thread ids")
-    taken = yield (
-        "SELECT 1 FROM checkpoints WHERE thread_id=?"
-        " UNION ALL SELECT 1 FROM gatedloop_ledger WHERE thread_id=? LIMIT 1",
-        (target, target),
-        True,
-    )
-    if taken:
-        raise ValueError(f"thread {target!r} already has checkpoints or ledger rows; copy into a new thread id")
+    LangGraph API's own fallback does), and its ledger and audit rows (see `copy_ledger_rows`)."""
+    yield from refuse_taken_copy_target(source, target, "?")
     yield (
         "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,"
         " metadata) SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,"
@@ -124,8 +115,7 @@ def copy_thread(source: str, target: str) -> Statements[None]:
         (target, source),
         False,
     )
-    for statement in ledger_copy_statements("?"):
-        yield statement, (target, source), False
+    yield from copy_ledger_rows(source, target, "?")
 
 
 def delete_threads(thread_ids: Sequence[str]) -> Statements[None]:
