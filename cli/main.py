@@ -44,7 +44,6 @@ from gatedloop.cli.app import (
     CliError,
     DatabaseUnavailable,
     demo_store,
-    is_postgres,
     open_app,
     open_saver,
     shown_db,
