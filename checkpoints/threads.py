@@ -8,7 +8,7 @@ from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 
-from gatedloop.checkpoints.ledger import Ledger, claimant_alive
+from gatedloop.checkpoints.ledger import Ledger
 
 THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
@@ -57,7 +57,7 @@ def unsettled_writes(ledger: Ledger | None, thread_id: str) -> list[str]:
     for entry in ledger.entries(thread_id):
         if entry.state != "claimed":
             continue
-        if claimant_alive(entry.claimant):
+        if ledger.claimant_alive(entry.claimant):  # the backend's check: a Postgres worker lock, a local pid
             sentences.append(f"a write to {entry.tool} is running now (process {entry.claimant})")
         else:
             sentences.append(f"a write to {entry.tool} was running when the process stopped; resume settles it")

@@ -84,3 +84,11 @@ def test_every_module_imports_first_in_a_fresh_interpreter():
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         failures = [failure for failure in pool.map(_import_alone, sorted(modules())) if failure]
     assert not failures, "modules that cannot be imported first:\n" + "\n".join(failures)
+
+
+def test_the_readmes_layer_diagram_is_the_order_this_test_enforces():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("\n## Architecture\n") :]
+    diagram = section[section.index("```\n") + 4 : section.index("```", section.index("```\n") + 4)]
+    drawn = [line.split()[0] for line in diagram.splitlines() if line.strip() not in ("", "^")]
+    assert list(reversed(drawn)) == sorted(LAYERS, key=LAYERS.__getitem__)

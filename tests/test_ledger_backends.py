@@ -8,17 +8,20 @@ one winner per call, and of the processes reclaiming a call at the same attempt 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import Backend, claim_command
+from backends import TESTS, Backend, claim_command
 from crash_child import Child, ChildRun
 from langgraph.checkpoint.base import empty_checkpoint
 from pg_server import new_thread_id
 
 from gatedloop.checkpoints.ledger import idempotency_key
+from gatedloop.checkpoints.threads import unsettled_writes
 
 pytestmark = pytest.mark.slow
 
@@ -116,3 +119,24 @@ def test_claims_raced_by_many_processes_have_one_winner_each(backend: Backend, t
         ledger.close()
     assert len(entries) == calls
     assert {(e.state, e.attempts) for e in entries} == {("claimed", 2)}
+
+
+CLAIM_AND_EXIT = (
+    "import sys; from backends import open_ledger; ledger = open_ledger(sys.argv[1]); "
+    "ledger.claim(sys.argv[2], 'gone', 'book', 'd'); ledger.close()"
+)
+
+
+def test_a_claim_whose_process_ended_is_told_apart_from_one_still_running(backend: Backend):
+    """`gatedloop threads` explains a thread's unfinished writes with the backend's own liveness check."""
+    thread_id = new_thread_id("unsettled")
+    subprocess.run([sys.executable, "-c", CLAIM_AND_EXIT, backend.child_db, thread_id], cwd=TESTS, check=True)
+    ledger = backend.ledger()
+    try:
+        ledger.claim(thread_id, "here", "book", "d")
+        assert unsettled_writes(ledger, thread_id) == [
+            "a write to book was running when the process stopped; resume settles it",
+            f"a write to book is running now (process {ledger.claimant})",
+        ]
+    finally:
+        ledger.close()

@@ -57,3 +57,22 @@ def test_langgraph_json_names_a_graph_factory_without_a_checkpointer():
     factory = getattr(__import__(module, fromlist=[attr]), attr)
     graph = asyncio.run(factory({"configurable": {}}, SimpleNamespace(context=None)))  # as langgraph-api calls it
     assert graph.checkpointer is None
+
+
+def _architecture() -> str:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("\n## Architecture\n")
+    return readme[start : readme.index("\n## ", start + 1)]
+
+
+def test_the_readmes_architecture_names_files_and_tests_that_exist():
+    """The architecture section is a map: every module and test it names must be there to find."""
+    section = _architecture()
+    files = set(re.findall(r"\b((?:tools|checkpoints|nodes|graph|demo|inbox|cli|tests)/\w+\.py)\b", section))
+    tests = set(re.findall(r"`(tests/\w+\.py)::(\w+)`", section))
+    assert len(files) > 20 and len(tests) > 10, "the section lost its map"
+    assert not [f for f in sorted(files) if not (ROOT / f).is_file()], "files named that do not exist"
+    missing = [f"{path}::{name}" for path, name in sorted(tests) if f"def {name}(" not in (ROOT / path).read_text()]
+    assert not missing, f"tests named that do not exist: {missing}"
+    invariants = re.findall(r"^\| (\d)\. ", section, re.MULTILINE)
+    assert invariants == [str(n) for n in range(1, 10)], "one row per invariant, 1 to 9"
