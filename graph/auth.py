@@ -163,6 +163,24 @@ def bearer_token(authorization: str | None) -> str:
     return token.strip()
 
 
+ROUTING_REFUSED = (
+    "gatedloop runs do not accept command.goto: a routed node would run beside the request that waits for a "
+    "person and leave the thread unable to resume. To end a paused request, reject its calls with a reason, or "
+    "cancel the thread (gatedloop cancel THREAD) and answer it; to go on, answer it with command.resume"
+)
+
+
+def refuse_routing(value: Auth.types.RunsCreate) -> None:
+    """A client's `Command(goto=...)` is refused before the run exists (with or without auth configured).
+
+    LangGraph runs a routed node in the same step as the node that paused, and on the next resume both write the
+    same state keys (`InvalidUpdateError`): the thread could never move again. Nothing a client needs is a goto:
+    answers are `command.resume`, state changes are `command.update` (which the gate does not trust)."""
+    command = (value.get("kwargs") or {}).get("command") or {}
+    if isinstance(command, Mapping) and command.get("goto"):
+        raise Auth.exceptions.HTTPException(status_code=422, detail=ROUTING_REFUSED)
+
+
 def build_auth(config: AuthConfig | None) -> Auth:
     """The `Auth` object the server loads: token users and owner-or-approver rules, or the local fallback."""
     auth = Auth()
@@ -171,6 +189,10 @@ def build_auth(config: AuthConfig | None) -> Auth:
         @auth.authenticate
         async def local_user() -> dict[str, Any]:
             return {"identity": LOCAL_USER_ID, AUTH_KIND_FIELD: LOCAL_USER_MARK}
+
+        @auth.on.threads.create_run
+        async def on_local_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate) -> None:
+            refuse_routing(value)
 
         return auth
 
@@ -193,6 +215,7 @@ def build_auth(config: AuthConfig | None) -> Auth:
 
     @auth.on.threads.create_run
     async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate) -> dict[str, str] | None:
+        refuse_routing(value)
         value.setdefault("metadata", {})[OWNER_KEY] = ctx.user.identity  # owns a thread this run creates
         return owned_unless_approver(ctx)
 

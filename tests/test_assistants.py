@@ -1,4 +1,5 @@
-"""Per-assistant configuration of the served graph, and Agent Chat UI's "Mark as resolved", under real `langgraph dev`.
+"""Per-assistant configuration of the served graph, and a client's `command.goto` (Agent Chat UI's "Mark as
+resolved"), under real `langgraph dev`.
 
 `gatedloop.demo.studio:graph` is a graph factory: langgraph-api calls it per run with the assistant's config and
 the run's context, so two assistants of the one graph differ in model, limits, tools and system prompt.
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from devserver import run_dev_server
 from invariants import assert_each_call_answered_once
@@ -89,12 +91,16 @@ def test_an_assistant_choosing_a_model_or_limits_that_do_not_exist_gets_a_clear_
         assert words in json.dumps(client.threads.get(thread_id).get("error") or client.threads.get(thread_id))
 
 
-def test_agent_chat_ui_mark_as_resolved_is_dropped_by_langgraph_and_the_request_stays(client: Any) -> None:
-    """What Agent Chat UI's "Mark as resolved" sends. LangGraph drops it before any node runs ("wrote to unknown
-    channel branch:to:__end__"), so no graph can end the thread on it; the README says what to use instead."""
+@pytest.mark.parametrize("target", ["__end__", "finalize", "execute", "model"])
+def test_a_clients_goto_is_refused_and_the_request_stays_answerable(client: Any, target: str) -> None:
+    """Agent Chat UI's "Mark as resolved" sends `command.goto="__end__"`; an attacker might route to a node. A routed
+    node would run beside the paused `approve` and wedge the thread (the next resume raised InvalidUpdateError:
+    `finalize` and `approve` both wrote `calls`), so the server refuses every goto before the run exists."""
     thread, out = run(client, GRAPH, WORKSHOP.format(who="Di"))
     request = out["__interrupt__"][0]["value"]
-    client.runs.wait(thread, GRAPH, command={"goto": "__end__"})
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        client.runs.wait(thread, GRAPH, command={"goto": target})
+    assert refused.value.response.status_code == 422 and "command.goto" in refused.value.response.text
     state = client.threads.get_state(thread)
     assert client.threads.get(thread)["status"] == "interrupted"
     assert state["interrupts"][0]["value"] == request and state["next"] == ["approve"]

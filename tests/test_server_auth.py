@@ -100,6 +100,11 @@ def test_a_user_cannot_read_update_or_resume_another_users_thread(server: AuthSe
     assert thread in {t["thread_id"] for t in bo.threads.search(limit=100)}
     assert thread in {t["thread_id"] for t in ana.threads.search(limit=100)}
 
+    # nobody routes it, not its owner, not an approver: a routed node would run beside the paused approve
+    for who in (ana, bo):
+        assert refused_status(lambda who=who: who.runs.wait(thread, GRAPH, command={"goto": "finalize"})) == 422
+    assert ana.threads.get_state(thread)["interrupts"] == pending["interrupts"]
+
 
 def test_only_approvers_reach_the_rest_of_the_api(server: AuthServer) -> None:
     cy, dee = server.client("cy"), server.client("dee")
