@@ -1,23 +1,32 @@
 """A scripted OpenAI-compatible Chat Completions server for tests.
 
 Drives the real ``openai``/``langchain-openai`` client stack over real HTTP, so tests see exactly what
-those libraries make of complete, truncated, refused and broken responses. Stdlib only.
+those libraries make of complete, truncated, refused and broken responses. The server is stdlib only (on
+tests/http_stub.py); `chat_openai` is the client the tests point at it.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Literal
+
+from http_stub import StubHandler, StubServer
+from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
 FinishReason = Literal["stop", "tool_calls", "length", "content_filter"]
 ReplySource = list["Reply"] | Callable[[dict[str, Any]], "Reply"]
+
+
+def chat_openai(base_url: str, **kwargs: Any) -> ChatOpenAI:
+    """The real ChatOpenAI client pointed at a stub: no retries, a short timeout, a dummy key."""
+    return ChatOpenAI(
+        model="gpt-4o-mini", base_url=base_url, api_key=SecretStr("test"), max_retries=0, timeout=5, **kwargs
+    )
 
 
 def tool_call(name: str, arguments: str | dict[str, Any], id: str = "call_1") -> dict[str, str]:
@@ -134,12 +143,8 @@ def _chunks(reply: Reply, request: dict[str, Any], completion_id: str) -> Iterat
         yield {**base, "choices": [], "usage": reply.usage.to_json()}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence per-request logging on stderr."""
+class _Handler(StubHandler):
+    server: Any
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/v1/models":
@@ -154,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(404, f"no route for GET {self.path}")
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.read_body()
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send_error(404, f"no route for POST {self.path}")
             return
@@ -174,14 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, _completion(reply, request, completion_id))
 
     def _send_json(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
-        self.close_connection = True
+        self.send_body(status, "application/json", json.dumps(payload).encode())
 
     def _send_error(self, status: int, message: str) -> None:
         self._send_json(status, {"error": {"message": message, "type": "stub_error", "code": None}})
@@ -213,12 +211,7 @@ class ScriptExhausted(RuntimeError):
     """More requests arrived than the script has replies."""
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: ScriptedOpenAIServer
-
-
-class ScriptedOpenAIServer:
+class ScriptedOpenAIServer(StubServer):
     """Serves scripted replies on 127.0.0.1 at a free port, recording every request body.
 
     ``replies`` is a list consumed in order (an exhausted script answers HTTP 500 and records the error)
@@ -227,22 +220,14 @@ class ScriptedOpenAIServer:
     """
 
     def __init__(self, replies: ReplySource, *, strict: bool = True) -> None:
+        super().__init__(_Handler, label="ScriptedOpenAIServer", strict=strict)
         self._source = replies if callable(replies) else list(replies)
-        self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self.strict = strict
         self.requests: list[dict[str, Any]] = []
-        self.errors: list[str] = []
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, name="openai-stub", daemon=True
-        )
 
     @property
     def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        return f"{self.origin}/v1"
 
     def _take(self, request: dict[str, Any]) -> Reply:
         """Record ``request`` and pick its reply; serialized so scripts and callables see a stable order."""
@@ -253,15 +238,3 @@ class ScriptedOpenAIServer:
             if not self._source:
                 raise ScriptExhausted(f"no reply left for request #{len(self.requests)}")
             return self._source.pop(0)
-
-    def __enter__(self) -> ScriptedOpenAIServer:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self.strict and self.errors and exc_type is None:
-            raise AssertionError(f"ScriptedOpenAIServer recorded errors: {self.errors}")

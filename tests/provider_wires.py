@@ -16,15 +16,13 @@ from __future__ import annotations
 import itertools
 import json
 import struct
-import threading
 import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Literal
 
+from http_stub import StubHandler, StubServer
 from openai_stub import Reply, _chunks, _completion
 
 Cut = Literal["truncated", "dropped"] | None
@@ -405,15 +403,11 @@ WIRES: dict[str, Wire] = {
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence per-request logging on stderr."""
+class _Handler(StubHandler):
+    server: Any
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.read_body()
         owner = self.server.owner
         try:
             request = json.loads(body or b"{}")
@@ -421,25 +415,16 @@ class _Handler(BaseHTTPRequestHandler):
             turn = owner.take(self.path, request, stream)
         except Exception as exc:
             owner.errors.append(f"{type(exc).__name__}: {exc}")
-            self._send(500, "application/json", json.dumps({"error": {"message": str(exc)}}).encode())
+            self.send_body(500, "application/json", json.dumps({"error": {"message": str(exc)}}).encode())
             return
         if stream:
             self._stream(owner.wire.frames(turn, request), dropped=turn.cut == "dropped")
         else:
             data = json.dumps(owner.wire.body(turn, request)).encode()
             if turn.cut == "dropped":  # promise the whole body, send half, hang up
-                self._send(200, "application/json", data[: len(data) // 2], length=len(data))
+                self.send_body(200, "application/json", data[: len(data) // 2], length=len(data))
             else:
-                self._send(200, "application/json", data)
-
-    def _send(self, status: int, content_type: str, data: bytes, length: int | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data) if length is None else length))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
-        self.close_connection = True
+                self.send_body(200, "application/json", data)
 
     def _stream(self, frames: Iterator[Frame], *, dropped: bool) -> None:
         """Chunked transfer; a dropped stream stops after the first argument piece with no terminating chunk."""
@@ -457,11 +442,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: ProviderServer
-
-
 @dataclass
 class Received:
     path: str
@@ -469,22 +449,13 @@ class Received:
     stream: bool
 
 
-class ProviderServer:
+class ProviderServer(StubServer):
     """Serves `turns` in order in `wire`'s format; records each request; fails the `with` block on a server error."""
 
     def __init__(self, wire: Wire, turns: list[Turn]) -> None:
+        super().__init__(_Handler, label=f"{wire.name} server")
         self.wire, self._turns = wire, list(turns)
         self.requests: list[Received] = []
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
 
     def take(self, path: str, request: dict[str, Any], stream: bool) -> Turn:
         with self._lock:
@@ -492,15 +463,3 @@ class ProviderServer:
             if not self._turns:
                 raise RuntimeError(f"no turn left for request #{len(self.requests)} to {path}")
             return self._turns.pop(0)
-
-    def __enter__(self) -> ProviderServer:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self.errors and exc_type is None:
-            raise AssertionError(f"{self.wire.name} server errors: {self.errors}")

@@ -24,11 +24,9 @@ from hypothesis import strategies as st
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
 from langgraph.types import Command
-from openai_stub import Reply, ScriptedOpenAIServer, tool_call
+from openai_stub import Reply, ScriptedOpenAIServer, chat_openai, tool_call
 from pg_server import require_postgres
-from pydantic import SecretStr
 
 from gatedloop.checkpoints import open_async_sqlite, open_sqlite
 from gatedloop.checkpoints.exact import InexactResume
@@ -118,14 +116,7 @@ def test_inexact_arguments_from_the_openai_client_are_refused_and_the_thread_goe
         Reply(content="Paid 5 to ana."),
     ]
     with ScriptedOpenAIServer(replies) as server, open_sqlite(tmp_path / "runs.sqlite") as saver:
-        model = ChatOpenAI(
-            model="gpt-4o-mini",
-            base_url=server.base_url,
-            api_key=SecretStr("test"),
-            max_retries=0,
-            timeout=5,
-            streaming=streaming,
-        )
+        model = chat_openai(server.base_url, streaming=streaming)
         graph = build_graph(model, app.tools, policies=app.policies, checkpointer=saver)
         out = runs.start(graph, "t", "pay mallory")
         assert "__interrupt__" not in out, "nobody is asked about arguments that cannot be exact"

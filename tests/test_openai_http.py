@@ -14,10 +14,8 @@ from typing import Any
 import pytest
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_openai import ChatOpenAI
 from langgraph.types import Command
-from openai_stub import Reply, ScriptedOpenAIServer, tool_call
-from pydantic import SecretStr
+from openai_stub import Reply, ScriptedOpenAIServer, chat_openai, tool_call
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.demo import DemoStore, build_demo_tools, demo_policies
@@ -104,14 +102,7 @@ class Loop:
         self.tmp_path, self.server, self.store, self.streaming = tmp_path, server, store, streaming
 
     def invoke(self, payload: Any) -> dict[str, Any]:
-        model = ChatOpenAI(
-            model="gpt-4o-mini",
-            base_url=self.server.base_url,
-            api_key=SecretStr("test"),
-            max_retries=0,
-            timeout=5,
-            streaming=self.streaming,
-        )
+        model = chat_openai(self.server.base_url, streaming=self.streaming)
         tools = [t for t in build_demo_tools(self.store) if t.name in TOOL_NAMES]
         policies = {name: p for name, p in demo_policies(self.store).items() if name in TOOL_NAMES}
         with open_sqlite(self.tmp_path / "runs.sqlite") as saver:

@@ -21,10 +21,8 @@ import openai
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
-from openai_stub import Reply, ScriptedOpenAIServer, tool_call
-from pydantic import SecretStr
+from openai_stub import Reply, ScriptedOpenAIServer, chat_openai, tool_call
 
 NON_STREAMED = ["invoke", "ainvoke"]
 STREAMED = ["invoke_streaming", "ainvoke_streaming", "stream", "astream"]
@@ -44,14 +42,7 @@ def make_model(server: ScriptedOpenAIServer, path: str, **kwargs: Any) -> Any:
     """ChatOpenAI with the tool bound; ``streaming`` is only passed when True (an explicit False matters)."""
     if path.endswith("_streaming"):
         kwargs["streaming"] = True
-    chat = ChatOpenAI(
-        model="gpt-4o-mini",
-        base_url=server.base_url,
-        api_key=SecretStr("test"),
-        max_retries=0,
-        timeout=5,
-        **kwargs,
-    )
+    chat = chat_openai(server.base_url, **kwargs)
     return chat.bind_tools([query_order])
 
 

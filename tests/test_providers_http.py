@@ -26,7 +26,7 @@ from langchain_core.tools import tool
 from langchain_groq import ChatGroq
 from langchain_mistralai import ChatMistralAI
 from langchain_ollama import ChatOllama
-from langchain_openai import ChatOpenAI
+from openai_stub import chat_openai
 from provider_wires import WIRES, Call, ProviderServer, Turn
 from pydantic import SecretStr
 
@@ -41,17 +41,8 @@ CALLS = [Call("call_a1", "query_order", {"order_id": "A-1"}), Call("call_b2", "q
 ORDERS = {"A-1": "shipped", "B-2": "packed"}
 
 MODELS: dict[str, Callable[[str], BaseChatModel]] = {
-    "openai-chat": lambda url: ChatOpenAI(
-        model="gpt-4o-mini", base_url=f"{url}/v1", api_key=SecretStr("test"), max_retries=0, timeout=5
-    ),
-    "openai-responses": lambda url: ChatOpenAI(
-        model="gpt-4o-mini",
-        base_url=f"{url}/v1",
-        api_key=SecretStr("test"),
-        max_retries=0,
-        timeout=5,
-        use_responses_api=True,
-    ),
+    "openai-chat": lambda url: chat_openai(f"{url}/v1"),
+    "openai-responses": lambda url: chat_openai(f"{url}/v1", use_responses_api=True),
     "anthropic": lambda url: ChatAnthropic(  # type: ignore[call-arg]
         model_name="claude-sonnet-5-5", base_url=url, api_key=SecretStr("test"), max_retries=0, timeout=5
     ),
@@ -92,7 +83,7 @@ def run(provider: str, mode: str, turns: list[Turn], tmp_path: Path) -> tuple[di
         ProviderServer(WIRES[WIRE_OF.get(provider, provider)], turns) as server,
         open_sqlite(tmp_path / "runs.sqlite") as saver,
     ):
-        model = MODELS[provider](server.url)
+        model = MODELS[provider](server.origin)
         graph = build_graph(model, [query_order], policies=policies, limits=Limits(model_retries=1), checkpointer=saver)
         question = {"messages": [HumanMessage(QUESTION)]}
         if mode == "invoke":
