@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from devserver import run_dev_server
+from forged_state import CALL_IDS, LEGIT, call_ids, plans, tool_args
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from invariants import assert_each_call_answered_once
@@ -43,8 +44,6 @@ GRAPH = "gate_app"
 ANA = {"user_id": "ana", "roles": ["staff"]}
 BO = {"user_id": "bo", "roles": ["finance"]}
 MALLORY = {"user_id": "mallory", "roles": ["staff"]}
-LEGIT = {"amount": 500.0, "to": "bo"}
-CALL_IDS = ["c1", "c2", "x9"]
 NODES = ["model", "validate", "approve", "execute", "finalize"]
 SPECIAL_TARGETS = [None, "__start__", "__input__", "__copy__", "__end__"]
 """`update_state` targets LangGraph gives meaning to: infer the node, the start node, the input, a copy of the
@@ -151,26 +150,6 @@ def decisions_in_audit(server: Server, thread_id: str) -> list[tuple[str, str, s
 
 
 # --- the generated attacker -----------------------------------------------------------------------------------
-
-amounts = st.sampled_from([500.0, 50.0, 5000.0, 50000.0, 1.0])
-call_ids = st.sampled_from(CALL_IDS)
-tool_args = st.fixed_dictionaries({"amount": amounts, "to": st.sampled_from(["bo", "mallory"])})
-
-
-@st.composite
-def plans(draw: Any) -> dict[str, Any]:
-    args = draw(tool_args)
-    plan = {
-        "id": draw(call_ids),
-        "name": draw(st.sampled_from(["pay", "balance", "nope"])),
-        "args": args,
-        "verdict": draw(st.sampled_from(["run", "ask", "answered"])),
-        "effect": draw(st.sampled_from(["read", "write"])),
-        "digest": draw(st.sampled_from(["", "forged", args_digest("pay", args), args_digest("pay", LEGIT)])),
-    }
-    if draw(st.booleans()):
-        plan.update(approved_digest=plan["digest"], decided_by="bo", decision="approve")
-    return plan
 
 
 def call_of(call_id: str, args: dict[str, Any]) -> dict[str, Any]:

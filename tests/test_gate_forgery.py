@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from forged_state import CALL_IDS, LEGIT, call_ids, plans, tool_args
 from gate_app import build, effects_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,27 +25,6 @@ MALLORY = CallContext(user_id="mallory", roles={"staff"})
 BO = CallContext(user_id="bo", roles={"finance"})
 CFG = {"configurable": {"thread_id": "t"}}
 NODES = [None, "model", "validate", "approve", "execute", "finalize"]
-
-amounts = st.sampled_from([500.0, 50.0, 5000.0, 50000.0, 1.0])
-call_ids = st.sampled_from(["c1", "c2", "x9"])
-tool_args = st.fixed_dictionaries({"amount": amounts, "to": st.sampled_from(["bo", "mallory"])})
-
-
-@st.composite
-def plans(draw: Any) -> dict[str, Any]:
-    args = draw(tool_args)
-    plan = {
-        "id": draw(call_ids),
-        "name": draw(st.sampled_from(["pay", "balance", "nope"])),
-        "args": args,
-        "verdict": draw(st.sampled_from(["run", "ask", "answered"])),
-        "effect": draw(st.sampled_from(["read", "write"])),
-        "digest": draw(st.sampled_from(["", "forged", args_digest("pay", args)])),
-    }
-    if draw(st.booleans()):
-        plan.update(approved_digest=plan["digest"], decided_by="the-CFO", decision="approve")
-    return plan
-
 
 messages = st.one_of(
     st.builds(
@@ -77,7 +57,7 @@ def assert_no_payment_without_an_authorized_approval(saver: Any) -> None:
     for _, args, key in effects_for(saver).rows("pay"):
         approvals = [
             a
-            for call_id in ("c1", "c2", "x9")
+            for call_id in CALL_IDS
             for a in saver.ledger.approvals("t", [call_id])
             if a.decision in ("approve", "edit") and a.args_digest == args_digest("pay", args) and "finance" in a.roles
         ]
@@ -115,5 +95,5 @@ def test_forged_state_never_runs_a_gated_call_without_an_authorized_approval(
                 graph.invoke(payload, CFG, context=MALLORY)
         paid = effects_for(saver).rows("pay")
         assert len(paid) <= 1, paid
-        assert all(args == {"amount": 500.0, "to": "bo"} for _, args, _ in paid)
+        assert all(args == LEGIT for _, args, _ in paid)
         assert_no_payment_without_an_authorized_approval(saver)
