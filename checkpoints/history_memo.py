@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, get_checkpoint_id
@@ -91,6 +91,24 @@ class _Walk:
             return {ch: {"writes": []} for ch in self.channels}  # unused: every channel restarts at its seed
         return None
 
+    def steps_back(self) -> Generator[RunnableConfig, CheckpointTuple | None, Histories | None]:
+        """The walk, written once for the sync and the async saver: yields the config of each checkpoint it needs
+        and is sent the saver's tuple for it; returns the histories, or None for the saver's full walk."""
+        assert self.target is not None
+        current = yield self.config_of(self.target)
+        for _ in range(MAX_WALK):
+            parent = self.parent_of(current) if current is not None else None
+            if parent is None:
+                return None
+            current = yield self.config_of(parent)
+            if current is None:
+                return None
+            self.steps.append(current)
+            base = self.base()
+            if base is not None:
+                return self.extend(base)
+        return None
+
     def _seeded_at(self, ch: str) -> int | None:
         """Index in `steps` of the newest walked ancestor that stores a value of `ch`."""
         for index, tup in enumerate(self.steps):
@@ -148,20 +166,12 @@ class MemoizedHistorySync(_MemoOwner):
         return result
 
     def _walk(self, walk: _Walk) -> Histories | None:
-        assert walk.target is not None
-        current = self.get_tuple(walk.config_of(walk.target))  # type: ignore[attr-defined]
-        for _ in range(MAX_WALK):
-            parent = walk.parent_of(current) if current is not None else None
-            if parent is None:
-                return None
-            current = self.get_tuple(walk.config_of(parent))  # type: ignore[attr-defined]
-            if current is None:
-                return None
-            walk.steps.append(current)
-            base = walk.base()
-            if base is not None:
-                return walk.extend(base)
-        return None
+        steps, tup = walk.steps_back(), None
+        try:
+            while True:  # the first send(None) starts the walk
+                tup = self.get_tuple(steps.send(tup))  # type: ignore[attr-defined]
+        except StopIteration as done:
+            return done.value
 
 
 class MemoizedHistoryAsync(_MemoOwner):
@@ -180,17 +190,9 @@ class MemoizedHistoryAsync(_MemoOwner):
         return result
 
     async def _walk(self, walk: _Walk) -> Histories | None:
-        assert walk.target is not None
-        current = await self.aget_tuple(walk.config_of(walk.target))  # type: ignore[attr-defined]
-        for _ in range(MAX_WALK):
-            parent = walk.parent_of(current) if current is not None else None
-            if parent is None:
-                return None
-            current = await self.aget_tuple(walk.config_of(parent))  # type: ignore[attr-defined]
-            if current is None:
-                return None
-            walk.steps.append(current)
-            base = walk.base()
-            if base is not None:
-                return walk.extend(base)
-        return None
+        steps, tup = walk.steps_back(), None
+        try:
+            while True:  # the first send(None) starts the walk
+                tup = await self.aget_tuple(steps.send(tup))  # type: ignore[attr-defined]
+        except StopIteration as done:
+            return done.value
