@@ -50,11 +50,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DevServerError", "offline_env", "run_dev_server"]
+__all__ = ["STUDIO_CHECKPOINTER", "DevServerError", "gated_project", "offline_env", "run_dev_server"]
 
 HOST = "127.0.0.1"
 LOG_NAME = "langgraph-dev.log"
 CONFIG_NAME = "langgraph.dev.json"
+STUDIO_CHECKPOINTER = "gatedloop.checkpoints.devserver.studio_checkpointer"
+"""gatedloop's SQLite saver as a `langgraph.json` checkpointer (the file named by GATEDLOOP_DB)."""
 
 # Variables forced in the child's environment.
 OFFLINE_ENV: dict[str, str] = {
@@ -89,6 +91,15 @@ _PORT_CLASH = re.compile(r"Port \d+ is already in use")
 
 class DevServerError(RuntimeError):
     """The dev server died, never became ready, or could not be configured."""
+
+
+def gated_project(folder: Path, graphs: Mapping[str, str]) -> Path:
+    """`folder/project` with a `langgraph.json` serving `graphs` (name -> "path.py:attr") on gatedloop's saver."""
+    project = folder / "project"
+    project.mkdir()
+    config = {"dependencies": ["."], "graphs": dict(graphs), "checkpointer": {"path": STUDIO_CHECKPOINTER}}
+    (project / "langgraph.json").write_text(json.dumps(config))
+    return project
 
 
 def offline_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devserver import run_dev_server
+from devserver import gated_project, run_dev_server
 from forged_state import CALL_IDS, LEGIT, call_ids, plans, tool_args
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -39,7 +39,6 @@ from gatedloop.tools.arguments import args_digest, fingerprint
 pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).parent
-CHECKPOINTER = "gatedloop.checkpoints.devserver.studio_checkpointer"
 GRAPH = "gate_app"
 ANA = {"user_id": "ana", "roles": ["staff"]}
 BO = {"user_id": "bo", "roles": ["finance"]}
@@ -98,14 +97,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("gate")
-    project = folder / "project"
-    project.mkdir()
-    config = {
-        "dependencies": ["."],
-        "graphs": {GRAPH: str(TESTS / "gate_server_app.py:graph")},
-        "checkpointer": {"path": CHECKPOINTER},
-    }
-    (project / "langgraph.json").write_text(json.dumps(config))
+    project = gated_project(folder, {GRAPH: str(TESTS / "gate_server_app.py:graph")})
     db = folder / "gate.sqlite"
     path = os.pathsep.join(p for p in [str(TESTS), os.environ.get("PYTHONPATH")] if p)
     env = {"GATEDLOOP_DB": str(db), "GATEDLOOP_LEDGER": None, "PYTHONPATH": path}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devserver import run_dev_server
+from devserver import gated_project, run_dev_server
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.errors import UnprocessableEntityError
 from sample_app import Effects
@@ -71,14 +71,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("server-ops")
-    project = folder / "project"
-    project.mkdir()
-    config = {
-        "dependencies": ["."],
-        "graphs": {APP: str(TESTS / "server_ops_app.py:graph")},
-        "checkpointer": {"path": "gatedloop.checkpoints.devserver.studio_checkpointer"},
-    }
-    (project / "langgraph.json").write_text(json.dumps(config))
+    project = gated_project(folder, {APP: str(TESTS / "server_ops_app.py:graph")})
     db = folder / "runs.sqlite"
     env = {"GATEDLOOP_DB": str(db), "SERVER_OPS_DIR": str(folder), "PYTHONPATH": str(TESTS)}
     with run_dev_server(project, env=env, workdir=folder / "server") as url:

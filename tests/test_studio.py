@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devserver import run_dev_server
+from devserver import STUDIO_CHECKPOINTER, gated_project, run_dev_server
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import BaseMessage, ToolMessage, messages_from_dict
 from langgraph_sdk import get_sync_client
@@ -34,7 +34,6 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).parent.parent
 STUDIO_APP = Path(__file__).with_name("studio_app.py")
-CHECKPOINTER = "gatedloop.checkpoints.devserver.studio_checkpointer"
 GRAPH = "gatedloop"
 SEAT_CALL = "call_1_seat"
 ALL_DECISIONS = ["approve", "edit", "reject", "respond"]
@@ -92,14 +91,7 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("lab")
-    project = folder / "project"
-    project.mkdir()
-    config = {
-        "dependencies": ["."],
-        "graphs": {"studio_app": f"{STUDIO_APP}:graph"},
-        "checkpointer": {"path": CHECKPOINTER},
-    }
-    (project / "langgraph.json").write_text(json.dumps(config))
+    project = gated_project(folder, {"studio_app": f"{STUDIO_APP}:graph"})
     db = folder / "studio.sqlite"
     control = folder / "control"
     env = {"GATEDLOOP_DB": str(db), "STUDIO_APP_DIR": str(control)}
@@ -208,7 +200,7 @@ def start_workshop(server: Server, participant: str) -> tuple[str, dict[str, Any
 def test_repo_config_serves_the_demo_graph_on_the_sqlite_checkpointer(studio: Server) -> None:
     config = json.loads((ROOT / "langgraph.json").read_text())
     assert config["graphs"] == {GRAPH: "gatedloop.demo.studio:graph"}
-    assert config["checkpointer"] == {"path": CHECKPOINTER}
+    assert config["checkpointer"] == {"path": STUDIO_CHECKPOINTER}
     assert [a["graph_id"] for a in studio.client.assistants.search(graph_id=GRAPH)] == [GRAPH]
     log = (studio.workdir / "langgraph-dev.log").read_text()
     assert "Using custom checkpointer: GatedAsyncSqliteSaver" in log
