@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +29,13 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "postgres":
         return Backend("postgres", require_postgres())
     return Backend("sqlite", str(tmp_path / "runs.sqlite"))
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """tests/auth_app.py under the real `langgraph dev` with gatedloop's auth (tests/auth_server.py); one server
+    per test module."""
+    from auth_server import serve_auth_app
+
+    with serve_auth_app(tmp_path_factory.mktemp("auth")) as running:
+        yield running

@@ -8,21 +8,14 @@ answer are never authority. Side effects are counted in the file the tool writes
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from auth_server import GRAPH, AuthServer, say, serve_auth_app
+from auth_server import GRAPH, AuthServer, say
 
 pytestmark = pytest.mark.slow
 
 BO_CONTEXT = {"user_id": "bo", "roles": ["finance"]}
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
-    with serve_auth_app(tmp_path_factory.mktemp("approvals")) as running:
-        yield running
 
 
 def pending(client: Any, thread: str) -> dict[str, Any]:
@@ -45,8 +38,8 @@ def payments(server: AuthServer) -> list[float]:
     return [e["amount"] for e in server.effects() if e["tool"] == "pay"]
 
 
-def test_a_reviewer_without_the_approver_role_is_refused_and_the_approver_succeeds(server: AuthServer) -> None:
-    ana, bo = server.client("ana"), server.client("bo")
+def test_a_reviewer_without_the_approver_role_is_refused_and_the_approver_succeeds(auth_server: AuthServer) -> None:
+    ana, bo = auth_server.client("ana"), auth_server.client("bo")
     thread = ana.threads.create()["thread_id"]
     out = say(ana, thread, "pay 5", context={"user_id": "the-CFO", "roles": ["finance"]})
     request = pending(ana, thread)
@@ -62,16 +55,16 @@ def test_a_reviewer_without_the_approver_role_is_refused_and_the_approver_succee
     assert [(a["tool_call_id"], a["args"], a["approved_by"]) for a in refused["action_requests"]] == [
         ("call_1_pay", {"amount": 5.0}, [])
     ]
-    assert payments(server) == []
+    assert payments(auth_server) == []
 
     out = approve(bo, thread, refused)
     assert out["status"] == "completed" and "__interrupt__" not in out
-    assert payments(server) == [5.0]
+    assert payments(auth_server) == [5.0]
     assert bo.threads.get_state(thread)["interrupts"] == []
 
 
-def test_an_approver_may_not_approve_her_own_call(server: AuthServer) -> None:
-    bo, dee = server.client("bo"), server.client("dee")
+def test_an_approver_may_not_approve_her_own_call(auth_server: AuthServer) -> None:
+    bo, dee = auth_server.client("bo"), auth_server.client("dee")
     thread = bo.threads.create()["thread_id"]
     say(bo, thread, "pay 7")
     request = pending(bo, thread)
@@ -80,8 +73,8 @@ def test_an_approver_may_not_approve_her_own_call(server: AuthServer) -> None:
     out = approve(bo, thread, request)
     assert out["__interrupt__"]
     assert "her own call" in pending(bo, thread)["error"]
-    assert 7.0 not in payments(server)
+    assert 7.0 not in payments(auth_server)
 
     out = approve(dee, thread, pending(dee, thread))
     assert out["status"] == "completed"
-    assert payments(server).count(7.0) == 1
+    assert payments(auth_server).count(7.0) == 1

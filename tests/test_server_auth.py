@@ -7,7 +7,6 @@ caller is read from the files tests/auth_app.py writes, not from anything the se
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,53 +19,48 @@ pytestmark = pytest.mark.slow
 FORGED = {"user_id": "the-CFO", "roles": ["finance"]}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
-    with serve_auth_app(tmp_path_factory.mktemp("auth")) as running:
-        yield running
-
-
 def refused_status(call) -> int:
     with pytest.raises(httpx.HTTPStatusError) as caught:
         call()
     return caught.value.response.status_code
 
 
-def test_requests_without_a_valid_token_are_refused(server: AuthServer) -> None:
-    no_token = server.client()
+def test_requests_without_a_valid_token_are_refused(auth_server: AuthServer) -> None:
+    no_token = auth_server.client()
     assert refused_status(no_token.threads.create) == 401
     assert refused_status(no_token.assistants.search) == 401
     assert (
-        refused_status(server.client(headers={"Authorization": "Bearer not-a-configured-token"}).threads.create) == 401
+        refused_status(auth_server.client(headers={"Authorization": "Bearer not-a-configured-token"}).threads.create)
+        == 401
     )
-    assert refused_status(server.client(headers={"Authorization": "Basic YW5hOmFuYQ=="}).threads.search) == 401
+    assert refused_status(auth_server.client(headers={"Authorization": "Basic YW5hOmFuYQ=="}).threads.search) == 401
     # langgraph dev lets Studio in as its own user with this header unless the config says disable_studio_auth
-    studio = server.client(headers={"x-auth-scheme": "langsmith"})
+    studio = auth_server.client(headers={"x-auth-scheme": "langsmith"})
     assert refused_status(studio.threads.create) == 401
     assert refused_status(lambda: studio.runs.wait(None, GRAPH, input={"messages": [("user", "whoami")]})) == 401
-    assert server.client("ana").assistants.search()  # the same request with a token goes through
+    assert auth_server.client("ana").assistants.search()  # the same request with a token goes through
 
 
-def test_the_token_not_the_client_context_says_who_is_calling(server: AuthServer) -> None:
-    ana, bo = server.client("ana"), server.client("bo")
+def test_the_token_not_the_client_context_says_who_is_calling(auth_server: AuthServer) -> None:
+    ana, bo = auth_server.client("ana"), auth_server.client("bo")
     thread = ana.threads.create()["thread_id"]
-    seen_before = server.callers_recorded()
+    seen_before = auth_server.callers_recorded()
     out = say(ana, thread, "whoami", context=FORGED)
     assert out["status"] == "completed"
-    assert server.callers(since=seen_before) == [{"user_id": "ana", "roles": ["staff"]}]
+    assert auth_server.callers(since=seen_before) == [{"user_id": "ana", "roles": ["staff"]}]
 
     # close_books needs the finance role: a forged context does not give it to ana, bo's token does
     out = say(ana, thread, "close", context=FORGED)
     assert "permission_denied" in out["answer"]
-    assert server.effects() == []
+    assert auth_server.effects() == []
     bo_thread = bo.threads.create()["thread_id"]
     out = say(bo, bo_thread, "close")
     assert out["status"] == "completed" and "closed" in out["answer"]
-    assert server.effects() == [{"tool": "close_books", "period": "2026-11"}]
+    assert auth_server.effects() == [{"tool": "close_books", "period": "2026-11"}]
 
 
-def test_a_user_cannot_read_update_or_resume_another_users_thread(server: AuthServer) -> None:
-    ana, cy, bo = server.client("ana"), server.client("cy"), server.client("bo")
+def test_a_user_cannot_read_update_or_resume_another_users_thread(auth_server: AuthServer) -> None:
+    ana, cy, bo = auth_server.client("ana"), auth_server.client("cy"), auth_server.client("bo")
     thread = ana.threads.create(metadata={"owner": "cy"})["thread_id"]
     assert ana.threads.get(thread)["metadata"]["owner"] == "ana"  # the client cannot choose the owner
     out = say(ana, thread, "pay 5")
@@ -93,7 +87,7 @@ def test_a_user_cannot_read_update_or_resume_another_users_thread(server: AuthSe
 
     after = ana.threads.get_state(thread)
     assert after["checkpoint"] == pending["checkpoint"] and after["interrupts"] == pending["interrupts"]
-    assert [e for e in server.effects() if e["tool"] == "pay"] == []
+    assert [e for e in auth_server.effects() if e["tool"] == "pay"] == []
 
     # an approver (finance) may see it, to review it; its owner still lists it
     assert bo.threads.get_state(thread)["interrupts"] == pending["interrupts"]
@@ -106,8 +100,8 @@ def test_a_user_cannot_read_update_or_resume_another_users_thread(server: AuthSe
     assert ana.threads.get_state(thread)["interrupts"] == pending["interrupts"]
 
 
-def test_only_approvers_reach_the_rest_of_the_api(server: AuthServer) -> None:
-    cy, dee = server.client("cy"), server.client("dee")
+def test_only_approvers_reach_the_rest_of_the_api(auth_server: AuthServer) -> None:
+    cy, dee = auth_server.client("cy"), auth_server.client("dee")
     assert refused_status(lambda: cy.store.put_item(["cy"], "k", {"v": 1})) == 403
     assert refused_status(lambda: cy.assistants.create(GRAPH, name="mine")) == 403
     assert cy.assistants.search(graph_id=GRAPH)
