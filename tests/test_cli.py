@@ -3,6 +3,7 @@ as one line on stderr with its documented exit code (no traceback without --debu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -14,7 +15,9 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,30 +185,39 @@ def _claimed(db: str, thread: str) -> bool:
     return bool(rows)
 
 
-def test_a_crash_mid_write_is_explained_and_resume_settles_it(tmp_path):
-    """SIGKILL while reserve_seat is writing (it waits on the tools' data file, which we hold)."""
-    db = str(tmp_path / "runs.sqlite")
-    request = paused(db, "w6")
+@contextlib.contextmanager
+def resuming_into_a_held_write(tmp_path: Path, db: str, thread: str, **popen: Any) -> Iterator[subprocess.Popen]:
+    """`gatedloop resume THREAD --approve` as a child process, yielded once its reserve_seat write is claimed and
+    waiting on the tools' data file, which we hold until the block ends (the child is killed if anything fails)."""
+    request = paused(db, thread)
     holder = sqlite3.connect(tmp_path / "runs.demo-data.sqlite", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     child = subprocess.Popen(
-        cli_command("resume", "w6", "--request", request, "--approve", db=db),
+        cli_command("resume", thread, "--request", request, "--approve", db=db),
         env=cli_env(),
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        **popen,
     )
     try:
         deadline = time.monotonic() + 30
-        while not _claimed(db, "w6"):
+        while not _claimed(db, thread):
             assert time.monotonic() < deadline and child.poll() is None, "the write never started"
             time.sleep(0.05)
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
+        yield child
+    except BaseException:
         child.kill()
+        raise
+    finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_a_crash_mid_write_is_explained_and_resume_settles_it(tmp_path):
+    """SIGKILL while reserve_seat is writing (it waits on the tools' data file, which we hold)."""
+    db = str(tmp_path / "runs.sqlite")
+    with resuming_into_a_held_write(tmp_path, db, "w6", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as child:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
     sentence = "a write to reserve_seat was running when the process stopped; resume settles it"
     assert sentence in cli("threads", db=db).stdout
     assert sentence in cli("show", "w6", db=db).stdout
@@ -218,26 +230,9 @@ def test_a_crash_mid_write_is_explained_and_resume_settles_it(tmp_path):
 def test_ctrl_c_mid_run_is_one_line_and_the_thread_goes_on_from_its_last_step(tmp_path):
     """SIGINT (Ctrl-C) while reserve_seat waits on the tools' data file, which we hold."""
     db = str(tmp_path / "runs.sqlite")
-    request = paused(db, "i1")
-    holder = sqlite3.connect(tmp_path / "runs.demo-data.sqlite", isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
-    child = subprocess.Popen(
-        cli_command("resume", "i1", "--request", request, "--approve", db=db),
-        env=cli_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not _claimed(db, "i1"):
-            assert time.monotonic() < deadline and child.poll() is None, "the write never started"
-            time.sleep(0.05)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    with resuming_into_a_held_write(tmp_path, db, "i1", **pipes) as child:
         child.send_signal(signal.SIGINT)
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
     _, err = child.communicate(timeout=60)
     assert child.returncode == 130
     assert "interrupted; thread i1 stopped mid-run: gatedloop resume i1 goes on" in one_line(err)

@@ -10,6 +10,7 @@ is dead or alive, and check what reconcile (or a person) makes of it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -19,8 +20,10 @@ import sys
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from backends import Backend
@@ -212,12 +215,22 @@ def paused_on_unknown(graph, thread_id: str = THREAD) -> dict:
     return request
 
 
-@pytest.mark.parametrize("reconcile", sorted(CANNOT_TELL))
-def test_cannot_tell_asks_a_person_and_done_records_their_result(tmp_path: Path, reconcile: str):
-    db, effects = killed_in_write(tmp_path, "after")
+@contextlib.contextmanager
+def asking_about_a_killed_write(
+    tmp_path: Path, where: str, reconcile: str, text: str = "book 2 seat"
+) -> Iterator[tuple[Any, Any, Effects]]:
+    """Killed in a write (`where`: before or after its effect), then a new graph whose reconcile cannot tell,
+    paused on the unknown-outcome request: (saver, graph, effects)."""
+    db, effects = killed_in_write(tmp_path, where, text=text)
     with open_sqlite(db) as saver:
         graph = build(saver, effects, **CANNOT_TELL[reconcile])
         paused_on_unknown(graph)
+        yield saver, graph, effects
+
+
+@pytest.mark.parametrize("reconcile", sorted(CANNOT_TELL))
+def test_cannot_tell_asks_a_person_and_done_records_their_result(tmp_path: Path, reconcile: str):
+    with asking_about_a_killed_write(tmp_path, "after", reconcile) as (saver, graph, effects):
         with pytest.raises(InvalidDecision):
             runs.resume(graph, THREAD, {"decisions": [{"type": "done"}]})  # done needs the result
         assert runs.pending_request(graph, THREAD)["kind"] == "unknown_outcome"
@@ -234,10 +247,7 @@ def test_cannot_tell_asks_a_person_and_done_records_their_result(tmp_path: Path,
 
 @pytest.mark.parametrize("reconcile", sorted(CANNOT_TELL))
 def test_cannot_tell_then_not_done_runs_the_write_once(tmp_path: Path, reconcile: str):
-    db, effects = killed_in_write(tmp_path, "before")
-    with open_sqlite(db) as saver:
-        graph = build(saver, effects, **CANNOT_TELL[reconcile])
-        paused_on_unknown(graph)
+    with asking_about_a_killed_write(tmp_path, "before", reconcile) as (saver, graph, effects):
         assert effects.rows() == []
         out = runs.resume(graph, THREAD, {"decisions": [{"type": "not_done"}], "reviewer": "ops"})
         assert ledger_state(saver) == ("done", 2)
@@ -249,10 +259,8 @@ def test_cannot_tell_then_not_done_runs_the_write_once(tmp_path: Path, reconcile
 
 @pytest.mark.parametrize("reconcile", sorted(CANNOT_TELL))
 def test_cannot_tell_then_abandon_stops_with_needs_attention(tmp_path: Path, reconcile: str):
-    db, effects = killed_in_write(tmp_path, "before", text="book 2 seat, 1 lunch")
-    with open_sqlite(db) as saver:
-        graph = build(saver, effects, **CANNOT_TELL[reconcile])
-        paused_on_unknown(graph)
+    asked = asking_about_a_killed_write(tmp_path, "before", reconcile, text="book 2 seat, 1 lunch")
+    with asked as (saver, graph, effects):
         out = runs.resume(graph, THREAD, {"decisions": [{"type": "abandon"}], "reviewer": "ops"})
         assert ledger_state(saver) == ("abandoned", 1)
         assert ledger_state(saver, "c1_1") == ("done", 1)

@@ -14,6 +14,14 @@ from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import ToolPolicy
 
 CFG = {"configurable": {"thread_id": "o1"}}
+READ = ToolPolicy(effect="read", approval="never")
+WRITE = ToolPolicy(effect="write", approval="never")
+
+
+def one_turn_of(calls: list[Any], tools: list[Any], policies: dict[str, ToolPolicy], saver: Any) -> Any:
+    """A graph whose model asks for `calls` in one turn, then answers."""
+    model = ScriptedChatModel(script=[reply(calls=calls), reply("ok")])
+    return build_graph(model, tools, policies=policies, checkpointer=saver)
 
 
 def test_four_reads_of_one_turn_run_at_the_same_time(db):
@@ -29,12 +37,8 @@ def test_four_reads_of_one_turn_run_at_the_same_time(db):
 
     calls = [call("slow_read", {"n": i}, f"r{i}") for i in range(4)]
     with open_sqlite(db) as saver:
-        graph = build_graph(
-            ScriptedChatModel(script=[reply(calls=calls), reply("ok")]),
-            [slow_read],
-            policies={"slow_read": ToolPolicy(effect="read", approval="never", timeout_s=10)},
-            checkpointer=saver,
-        )
+        policies = {"slow_read": ToolPolicy(effect="read", approval="never", timeout_s=10)}
+        graph = one_turn_of(calls, [slow_read], policies, saver)
         out = graph.invoke({"messages": [("user", "go")]}, CFG)
     assert met == [True] * 4
     assert out["status"] == "completed"
@@ -69,15 +73,7 @@ def test_writes_run_one_at_a_time_in_the_models_order_and_reads_between_them_wai
         call("write", {"value": "c"}, "w3"),
     ]
     with open_sqlite(db) as saver:
-        graph = build_graph(
-            ScriptedChatModel(script=[reply(calls=calls), reply("ok")]),
-            [write, read],
-            policies={
-                "write": ToolPolicy(effect="write", approval="never"),
-                "read": ToolPolicy(effect="read", approval="never"),
-            },
-            checkpointer=saver,
-        )
+        graph = one_turn_of(calls, [write, read], {"write": WRITE, "read": READ}, saver)
         out = graph.invoke({"messages": [("user", "go")]}, CFG)
     assert out["status"] == "completed"
     assert events == [
@@ -113,15 +109,8 @@ def test_a_finished_call_is_not_run_again_when_its_node_resumes(db):
 
     calls = [call("lookup", {"q": "a"}, "l1"), call("pay", {"amount": 1}, "p1"), call("pay", {"amount": 2}, "p2")]
     with open_sqlite(db) as saver:
-        graph = build_graph(
-            ScriptedChatModel(script=[reply(calls=calls), reply("done")]),
-            [lookup, pay],
-            policies={
-                "lookup": ToolPolicy(effect="read", approval="never"),
-                "pay": ToolPolicy(effect="write", approval="never", timeout_s=0.2),
-            },
-            checkpointer=saver,
-        )
+        policies = {"lookup": READ, "pay": ToolPolicy(effect="write", approval="never", timeout_s=0.2)}
+        graph = one_turn_of(calls, [lookup, pay], policies, saver)
         out = graph.invoke({"messages": [("user", "go")]}, CFG)
         assert out["__interrupt__"][0].value["kind"] == "unknown_outcome"
         release.set()

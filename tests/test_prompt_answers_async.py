@@ -74,12 +74,19 @@ def test_the_system_prompt_starts_every_model_call_and_is_never_stored(db):
 
 def test_a_string_system_prompt_and_a_bad_one(db):
     model = Recording(script=[reply("hi")])
-    with open_sqlite(db) as saver:
-        graph = build_graph(model, [lookup], policies=READ, checkpointer=saver, system_prompt="Be brief.")
-        graph.invoke({"messages": [("user", "hello")]}, CFG)
+    ask(db, model, "hello", system_prompt="Be brief.")
     assert model.requests[0][0] == SystemMessage("Be brief.") and isinstance(model.requests[0][1], HumanMessage)
     with pytest.raises(TypeError, match="system_prompt must be a string or a function"):
         build_graph(model, [lookup], policies=READ, system_prompt=42)  # type: ignore[arg-type]
+
+
+def ask(db: str, model: ScriptedChatModel, *questions: str, **build: Any) -> dict[str, Any]:
+    """Each question in turn on one thread of a graph over `lookup` (a read) built with `build`; the last output."""
+    with open_sqlite(db) as saver:
+        graph = build_graph(model, [lookup], policies=READ, checkpointer=saver, **build)
+        for question in questions:
+            out = graph.invoke({"messages": [("user", question)]}, CFG)
+    return out
 
 
 def answer(args: Any, call_id: str) -> AIMessage:
@@ -90,9 +97,7 @@ def test_a_valid_structured_answer_lands_in_structured_response(db):
     model = Recording(
         script=[reply(calls=[call("lookup", {"city": "Oslo"}, "l1")]), answer({"city": "Oslo", "temp_c": 21}, "a1")]
     )
-    with open_sqlite(db) as saver:
-        graph = build_graph(model, [lookup], policies=READ, checkpointer=saver, response_format=Forecast)
-        out = graph.invoke({"messages": [("user", "weather?")]}, CFG)
+    out = ask(db, model, "weather?", response_format=Forecast)
     assert model.bound == {"names": ["lookup", "Forecast"], "tool_choice": "any"}
     assert out["status"] == "completed"
     assert out["structured_response"] == {"city": "Oslo", "temp_c": 21}
@@ -106,10 +111,7 @@ def test_the_next_request_keeps_the_answer_calls_answer_as_gatedloops_own(db):
     model = Recording(
         script=[answer({"city": "Oslo", "temp_c": 21}, "a1"), answer({"city": "Rome", "temp_c": 25}, "a2")]
     )
-    with open_sqlite(db) as saver:
-        graph = build_graph(model, [lookup], policies=READ, checkpointer=saver, response_format=Forecast)
-        graph.invoke({"messages": [("user", "Oslo?")]}, CFG)
-        out = graph.invoke({"messages": [("user", "and Rome?")]}, CFG)
+    out = ask(db, model, "Oslo?", "and Rome?", response_format=Forecast)
     assert out["status"] == "completed" and out["structured_response"] == {"city": "Rome", "temp_c": 25}
     shown = [m for m in model.requests[1] if isinstance(m, ToolMessage)]
     assert [(m.tool_call_id, m.content) for m in shown] == [("a1", "Returning structured response.")]
@@ -121,9 +123,7 @@ def test_an_invalid_answer_is_retried_with_the_reason_and_never_stored(db):
     model = Recording(
         script=[answer({"city": "Oslo", "temp_c": 999}, "bad1"), answer({"city": "Oslo", "temp_c": 5}, "a2")]
     )
-    with open_sqlite(db) as saver:
-        graph = build_graph(model, [lookup], policies=READ, checkpointer=saver, response_format=Forecast)
-        out = graph.invoke({"messages": [("user", "weather?")]}, CFG)
+    out = ask(db, model, "weather?", response_format=Forecast)
     assert out["status"] == "completed" and out["structured_response"] == {"city": "Oslo", "temp_c": 5}
     feedback = model.requests[1][-1]
     assert isinstance(feedback, ToolMessage) and feedback.tool_call_id == "bad1"
@@ -143,11 +143,7 @@ def test_an_invalid_answer_is_retried_with_the_reason_and_never_stored(db):
 )
 def test_answers_that_stay_invalid_end_with_an_honest_status(db, bad):
     model = Recording(script=[bad, bad.model_copy(deep=True)])
-    with open_sqlite(db) as saver:
-        graph = build_graph(
-            model, [lookup], policies=READ, checkpointer=saver, response_format=Forecast, limits=Limits(model_retries=1)
-        )
-        out = graph.invoke({"messages": [("user", "weather?")]}, CFG)
+    out = ask(db, model, "weather?", response_format=Forecast, limits=Limits(model_retries=1))
     assert out["status"] == "invalid_answer" and "Forecast" in out["stop_detail"]
     assert out.get("structured_response") is None and out["answer"] is None
     assert [type(m) for m in out["messages"]] == [HumanMessage]  # no invalid answer and no tool ran
@@ -166,9 +162,7 @@ SCHEMA = {
 def test_a_json_schema_answer_is_validated_too(db):
     verdict = [reply(calls=[call("Verdict", {"ok": "yes"}, "v1")]), reply(calls=[call("Verdict", {"ok": True}, "v2")])]
     model = Recording(script=verdict)
-    with open_sqlite(db) as saver:
-        graph = build_graph(model, [lookup], policies=READ, checkpointer=saver, response_format=SCHEMA)
-        out = graph.invoke({"messages": [("user", "ok?")]}, CFG)
+    out = ask(db, model, "ok?", response_format=SCHEMA)
     assert out["structured_response"] == {"ok": True}
     assert "'yes' is not of type 'boolean'" in model.requests[1][-1].content
 
