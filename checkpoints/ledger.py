@@ -247,7 +247,7 @@ class Ledger(Protocol):
     def claimant_alive(self, claimant: str) -> bool: ...
     def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]: ...
     def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool: ...
-    def finish(self, thread_id: str, call_id: str, outcome: FinishedState, result: Any) -> None: ...
+    def finish(self, thread_id: str, call_id: str, state: FinishedState, result: Any) -> None: ...
     def get(self, thread_id: str, call_id: str) -> LedgerEntry | None: ...
     def entries(self, thread_id: str) -> list[LedgerEntry]: ...
     def record(
@@ -308,12 +308,12 @@ class SqlLedger(EvidenceStore):
         )
         return changed == 1
 
-    def finish(self, thread_id: str, call_id: str, outcome: FinishedState, result: Any) -> None:
-        """Record the outcome once; a second finish of the same call is ignored."""
+    def finish(self, thread_id: str, call_id: str, state: FinishedState, result: Any) -> None:
+        """Record how the claimed call finished, once; a second finish of the same call is ignored."""
         self._write(
             "UPDATE gatedloop_ledger SET state=?, result=?, finished_at=? "
             "WHERE thread_id=? AND call_id=? AND state='claimed'",
-            (outcome, json.dumps(result, ensure_ascii=False, default=str), time.time(), thread_id, call_id),
+            (state, json.dumps(result, ensure_ascii=False, default=str), time.time(), thread_id, call_id),
         )
 
     def get(self, thread_id: str, call_id: str) -> LedgerEntry | None:
