@@ -15,7 +15,7 @@ from typing import Literal
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools.arguments import args_digest
-from gatedloop.tools.errors import ToolFailure
+from gatedloop.tools.errors import ToolFailure, invalid_arguments
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import CheckedCall, ToolRegistry
 
@@ -35,7 +35,7 @@ class Admission:
 
 
 def _refuse(plan: CallPlan, reason: str) -> Admission:
-    return Admission("refuse", plan, ToolFailure(reason, error_type="invalid_arguments"))
+    return Admission("refuse", plan, invalid_arguments(reason))
 
 
 def requester_context(record: CallRecord) -> CallContext:

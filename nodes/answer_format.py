@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from gatedloop.nodes.answers import error_message, tool_message
 from gatedloop.tools.arguments import UnreadArguments, read_arguments
-from gatedloop.tools.errors import ToolFailure
+from gatedloop.tools.errors import invalid_arguments
 
 ANSWER_TOOL_DESCRIPTION = (
     "Give your final answer with this tool, once and alone, after the other tools you needed have answered. "
@@ -111,7 +111,7 @@ class AnswerFormat:
 def _answer(call: Any, text: str, *, error: bool) -> ToolMessage:
     call_id = call.get("id") or ""
     if error:
-        return error_message(call_id, call.get("name"), ToolFailure(text, error_type="invalid_arguments"))
+        return error_message(call_id, call.get("name"), invalid_arguments(text))
     return tool_message(call_id, call.get("name"), "ok", text)
 
 

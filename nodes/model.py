@@ -40,7 +40,7 @@ class ResponseProblem(Exception):
     (`incomplete`, `refused`, `error`, `invalid_answer`).
 
     Not a `ToolFailure`: that is one call's answer, read by the model; a response with a problem never enters
-    the history, so no call of it is answered, and the problem becomes the run's status, read by the caller.
+    the history, so no call of it is answered, and the problem becomes the request's status, read by the caller.
     """
 
     def __init__(self, kind: str, detail: str):

@@ -100,7 +100,7 @@ def _registered(
         record = records.get(plan["id"])
         clash = record is None or record.tool != plan["name"] or record.args_digest != plan["digest"]
         if plan["verdict"] != "answered" and clash:
-            refusal = errors.ToolFailure(VALIDATED_BEFORE, error_type="invalid_arguments")
+            refusal = errors.invalid_arguments(VALIDATED_BEFORE)
             answers.append(error_message(plan["id"], plan["name"], refusal))
             plan = {**plan, "verdict": "answered"}
         checked.append(plan)

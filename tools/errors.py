@@ -94,6 +94,11 @@ class ToolFailure(Exception):
         return error_json(self.error_type, self.message, retryable=self.retryable)
 
 
+def invalid_arguments(message: str) -> ToolFailure:
+    """The refusal of a call whose arguments cannot run as given (unreadable, off-schema, changed, refused)."""
+    return ToolFailure(message, error_type="invalid_arguments")
+
+
 def error_body(error_type: ErrorType, message: str, *, retryable: bool | None = None, **extra: Any) -> dict[str, Any]:
     """The structured body of a failed call, as the model receives it."""
     error: dict[str, Any] = {

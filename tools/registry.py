@@ -81,10 +81,10 @@ class ToolRegistry:
             return errors.ToolFailure(message, error_type="unknown_tool")
         policy = self.policies[name]
         if isinstance(arguments, UnreadArguments):  # includes inexact values: NaN, deep nesting, lone surrogates...
-            return _invalid(errors.INVALID_JSON.format(detail=arguments.problem))
+            return errors.invalid_arguments(errors.INVALID_JSON.format(detail=arguments.problem))
         problem = self._schema_problem(name, arguments.args)
         if problem:
-            return _invalid(errors.SCHEMA_MISMATCH.format(detail=problem))
+            return errors.invalid_arguments(errors.SCHEMA_MISMATCH.format(detail=problem))
         if policy.roles is not None and not (policy.roles & context.roles):
             message = f"Calling {name} needs one of the roles: {sorted(policy.roles)}."
             return errors.ToolFailure(message, error_type="permission_denied")
@@ -125,10 +125,6 @@ def _describe(error: Mapping[str, Any]) -> str:
     return f"{where}: {error.get('msg', 'invalid')}"
 
 
-def _invalid(message: str) -> errors.ToolFailure:
-    return errors.ToolFailure(message, error_type="invalid_arguments")
-
-
 def _run_validator(
     policy: ToolPolicy, name: str, args: dict[str, Any], context: CallContext
 ) -> errors.ToolFailure | None:
@@ -141,7 +137,7 @@ def _run_validator(
         log.exception("validator for %s raised; refusing the call", name)
         return errors.ToolFailure("The call could not be checked; it was not run.", error_type="tool_error")
     if reason:
-        return _invalid(str(reason))
+        return errors.invalid_arguments(str(reason))
     return None
 
 
