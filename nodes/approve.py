@@ -23,12 +23,14 @@ from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
 from gatedloop.nodes.admission import admit, approvers_so_far, expired, expires_at, requester_context
 from gatedloop.nodes.answers import error_message, record_answers, result_message
 from gatedloop.nodes.hitl import (
+    ANONYMOUS,
     Decision,
     GatedActionRequest,
     GatedHITLRequest,
     InvalidDecision,
     ReviewConfig,
     check_answer,
+    decider,
 )
 from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, Verdict
@@ -38,7 +40,6 @@ from gatedloop.tools.policy import MASK, CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
 
 EXPIRED = "Not run: the approval request expired before a reviewer approved it."
-ANONYMOUS = "anonymous"
 
 
 def request_id(gated: list[CallPlan]) -> str:
@@ -248,10 +249,7 @@ def _apply(
     """One decision applied to one gated call, after checking that this reviewer may make it; an edit is
     validated again, as the requester, like a fresh proposal."""
     policy = parts.registry.policy(plan["name"])
-    refusal = policy.reviewer_refusal(reviewer, record.requester.user_id)
-    if refusal:
-        raise InvalidDecision(f"{plan['name']} ({plan['id']}): {refusal}")
-    who = reviewer.user_id or ANONYMOUS
+    who = decider(policy, reviewer, record.requester.user_id, f"{plan['name']} ({plan['id']})")
     kind = decision["type"]
     base: CallPlan = {**plan, "decided_by": who, "decision": kind}
     now = parts.clock()

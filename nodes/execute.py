@@ -192,8 +192,8 @@ class _Turn:
                     content = errors.error_json("duplicate_call", errors.DUPLICATE_CALL)
                     outcome = {**outcome, "status": "error", "error_type": "duplicate_call"}
                     loop_hit = loop_hit or repeat >= 2
-            answers.append(_message(plan, outcome, content))
             shown = self.parts.registry.policy(plan["name"]).masked(plan["args"])
+            answers.append(_message(plan, shown, outcome, content))
             self.parts.ledger.record(self.thread_id, plan["id"], "executed", _audit(plan, shown, outcome))
         counters["tool_calls"] += len(self.runnable)
         counters["per_tool"] = per_tool
@@ -257,7 +257,9 @@ def _repeat_count(before: dict[str, SeenRead], seen: dict[str, SeenRead], plan: 
     return repeats
 
 
-def _message(plan: CallPlan, outcome: Outcome, content: str) -> ToolMessage:
+def _message(plan: CallPlan, shown_args: dict[str, Any], outcome: Outcome, content: str) -> ToolMessage:
+    """The call's answer; an edited call says what it ran with, secret arguments masked (the model, the history
+    and every stream carry this message)."""
     if outcome["status"] != "ok":
         return tool_message(plan["id"], plan["name"], outcome["status"], content)
     if plan.get("edited"):
@@ -265,7 +267,7 @@ def _message(plan: CallPlan, outcome: Outcome, content: str) -> ToolMessage:
             {
                 "ok": True,
                 "note": "a reviewer edited this call before it ran",
-                "ran_with": plan["args"],
+                "ran_with": shown_args,
                 "result": _loads(content),
             },
             ensure_ascii=False,

@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from gatedloop.tools.policy import ALL_DECISIONS, DecisionType
+from gatedloop.tools.policy import ALL_DECISIONS, CallContext, DecisionType, ToolPolicy
+
+ANONYMOUS = "anonymous"
+"""The audit trail's actor for an answer whose call carried no identity."""
 
 # Mirrors of langchain.agents.middleware.human_in_the_loop's TypedDicts (same keys), declared here so the
 # runtime does not need the `langchain` package for five dict shapes.
@@ -61,6 +64,16 @@ class Decision(TypedDict):
     message: NotRequired[str]
     edited_action: NotRequired[dict[str, Any]]
     note: NotRequired[str]
+
+
+def decider(policy: ToolPolicy, reviewer: CallContext, requester: str | None, call: str) -> str:
+    """The one rule for who may decide a call, for every kind of answer (approval, unknown outcome, any kind
+    added later): the resuming call's identity under the tool's `approvers`, `self_approval` and roles. Returns
+    the name the audit trail records; raises InvalidDecision (nothing applied) when this reviewer may not."""
+    refusal = policy.reviewer_refusal(reviewer, requester)
+    if refusal:
+        raise InvalidDecision(f"{call}: {refusal}")
+    return reviewer.user_id or ANONYMOUS
 
 
 def pending_summary(actions: Sequence[GatedActionRequest]) -> str:

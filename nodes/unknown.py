@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
+from langgraph.config import get_config
 from langgraph.func import task
 from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
 
-from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.nodes.hitl import ANONYMOUS, InvalidDecision, decider
 from gatedloop.nodes.parts import LoopParts, call_context
 from gatedloop.nodes.running import (
     CANNOT_TELL,
@@ -31,8 +32,11 @@ from gatedloop.nodes.running import (
 from gatedloop.nodes.state import CallPlan
 from gatedloop.nodes.tool_env import ToolEnv
 from gatedloop.tools import errors
+from gatedloop.tools.arguments import digest, storable_text
 
 log = logging.getLogger("gatedloop.reconcile")
+
+REFUSED_EVENT = "unknown_answer_refused"
 
 UnknownDecisionType = Literal["done", "not_done", "abandon"]
 UNKNOWN_DECISIONS: tuple[UnknownDecisionType, ...] = ("done", "not_done", "abandon")
@@ -151,14 +155,27 @@ def _rerun(parts: LoopParts, thread_id: str, plan: CallPlan, attempts: int, env:
 def _ask_person(
     parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, *, rerun: bool, env: ToolEnv | None
 ) -> tuple[Outcome, bool]:
-    """Interrupt until a valid answer: done (with its result), not_done (run it now) or abandon."""
+    """Interrupt until a valid answer from someone the tool's policy lets decide: done (with its result),
+    not_done (run it now) or abandon. Who answers is the resuming call's identity (invariant 10), never a name
+    written in the answer; a refused answer changes nothing but the audit trail, and stays refused when this
+    task replays it under a later caller (see `_refused_before`)."""
     key = key_of_record(parts.ledger.get(thread_id, plan["id"]), thread_id, plan["id"])
     request = unknown_request([(plan, outcome, key)])
+    policy = parts.registry.policy(plan["name"])
+    requester = _requester(parts, thread_id, plan)
     error: str | None = None
+    question = 0
     while True:
         answer = interrupt(request if error is None else {**request, "error": error})
+        reviewer = call_context(get_runtime().context)
+        attempt = _attempt_key(question, answer)
+        question += 1
+        error = _refused_before(parts, thread_id, plan, attempt)
+        if error is not None:
+            continue
         try:
             [decision] = check_unknown_answer(answer, 1)
+            who = decider(policy, reviewer, requester, f"{plan['name']} ({plan['id']})")
             claimant = _claimant(parts, thread_id, plan)
             if decision["type"] == "not_done" and _may_be_running(parts, thread_id, plan, claimant):
                 raise InvalidDecision(
@@ -168,8 +185,11 @@ def _ask_person(
             break
         except InvalidDecision as exc:
             error = str(exc)
-    who = call_context(get_runtime().context).user_id or decision["reviewer"]  # identity first; the note as fallback
-    parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", {"decision": decision["type"]}, who)
+            detail = {"kind": "unknown_outcome", "error": error, "roles": sorted(reviewer.roles)}
+            actor = reviewer.user_id or ANONYMOUS
+            parts.ledger.record(thread_id, plan["id"], f"{REFUSED_EVENT}:{attempt}", detail, actor)
+    detail = {"decision": decision["type"], **({"note": decision["note"]} if decision.get("note") else {})}
+    parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
     if decision["type"] == "done":
         return _settle(parts, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who), False
     if decision["type"] == "not_done":
@@ -182,6 +202,29 @@ def _ask_person(
         return (again, False) if again is not None else (outcome, True)
     parts.ledger.finish(thread_id, plan["id"], "abandoned", outcome)
     return {**outcome, "status": "error"}, True
+
+
+def _requester(parts: LoopParts, thread_id: str, plan: CallPlan) -> str | None:
+    record = parts.ledger.calls(thread_id, [plan["id"]]).get(plan["id"])
+    return record.requester.user_id if record is not None else None
+
+
+def _attempt_key(question: int, answer: Any) -> str:
+    """This task's `question`-th answer: LangGraph replays a task's earlier answers, in order, each time the task
+    runs again, so (task, position, answer) names one answer however often it is replayed."""
+    namespace = get_config().get("configurable", {}).get("checkpoint_ns", "")
+    return digest([namespace, question, storable_text(answer)])[:12]
+
+
+def _refused_before(parts: LoopParts, thread_id: str, plan: CallPlan, attempt: str) -> str | None:
+    """Why this answer was refused when it was given, if it was. A replayed answer is judged as it was then,
+    never again under the identity of whoever resumes now (else a refused answer would count once an
+    authorized reviewer resumes the same task)."""
+    event = f"{REFUSED_EVENT}:{attempt}"
+    for row in parts.ledger.audit(thread_id):
+        if row["call_id"] == plan["id"] and row["event"] == event:
+            return str(row["detail"].get("error") or "refused")
+    return None
 
 
 def _claimant(parts: LoopParts, thread_id: str, plan: CallPlan) -> str:
@@ -210,5 +253,6 @@ def check_unknown_answer(answer: Any, count: int) -> list[dict[str, Any]]:
             raise InvalidDecision(f"decision {index}: type must be one of {list(UNKNOWN_DECISIONS)}")
         if decision["type"] == "done" and "result" not in decision:
             raise InvalidDecision(f'decision {index}: "done" needs the "result" the write produced')
-        checked.append({**decision, "reviewer": decision.get("reviewer", reviewer) or "unknown"})
+        note = decision.get("reviewer", reviewer)
+        checked.append({**decision, **({"note": note} if isinstance(note, str) and note else {})})
     return checked

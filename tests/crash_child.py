@@ -151,14 +151,19 @@ def drive(graph: Any, effects: Any, args: argparse.Namespace, emit: Any = mark) 
 
     from gatedloop.checkpoints.lease import ThreadBusy
     from gatedloop.graph import runs
+    from gatedloop.tools import CallContext
 
     config = runs.config_for(args.thread)
+    requester = CallContext(user_id=args.requester)
+    reviewer_name, _, roles = (args.reviewer or "").partition(":")
+    reviewer = CallContext(user_id=reviewer_name or None, roles=frozenset(filter(None, roles.split(","))))
 
     def resume(answer: Any = None) -> None:
         if args.bypass_lease:
-            graph.invoke(Command(resume=answer) if answer is not None else None, config, durability="sync")
+            payload = Command(resume=answer) if answer is not None else None
+            graph.invoke(payload, config, context=reviewer, durability="sync")
         else:
-            runs.resume(graph, args.thread, answer)
+            runs.resume(graph, args.thread, answer, context=reviewer)
 
     try:
         for _ in range(args.max_steps):
@@ -169,7 +174,7 @@ def drive(graph: Any, effects: Any, args: argparse.Namespace, emit: Any = mark) 
                     emit("error no_thread")
                     return 2
                 emit("step start")
-                runs.start(graph, args.thread, args.text)
+                runs.start(graph, args.thread, args.text, context=requester)
             elif request is not None and request.get("kind") == "unknown_outcome":
                 if args.unknown == "wait":
                     emit("waiting unknown_outcome")
@@ -215,17 +220,21 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gate", default=None, help="file whose existence releases a held write")
     parser.add_argument("--barrier", default=None, help="directory: write ready.<pid>, then wait for <dir>/go")
     parser.add_argument("--bypass-lease", action="store_true", help="graph.invoke directly instead of runs.resume")
+    parser.add_argument("--approvers", action="append", default=None, help="roles that may decide `book` calls")
+    parser.add_argument("--requester", default=None, help="the user id that starts the thread")
+    parser.add_argument("--reviewer", default=None, help="USER:ROLE,ROLE: the identity every answer is sent as")
     parser.add_argument("--once", action="store_true", help="do one step only")
     parser.add_argument("--max-steps", type=int, default=12)
     return parser
 
 
-def _overrides(reconcile: str) -> dict[str, Any]:
-    if reconcile == "absent":
-        return {"reconcile": None}
-    if reconcile == "raises":
-        return {"reconcile": _raise_cannot_tell}
-    return {}
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides: dict[str, Any] = {"approvers": frozenset(args.approvers)} if args.approvers else {}
+    if args.reconcile == "absent":
+        overrides["reconcile"] = None
+    if args.reconcile == "raises":
+        overrides["reconcile"] = _raise_cannot_tell
+    return overrides
 
 
 def child_main(argv: list[str] | None = None) -> int:
@@ -235,7 +244,7 @@ def child_main(argv: list[str] | None = None) -> int:
     from sample_app import build
 
     effects = _marked_effects(args.effects, args)
-    overrides = _overrides(args.reconcile)
+    overrides = _overrides(args)
     with open_checkpointer(args.db) as saver:
         _mark_checkpoint_writes(saver, args)
         graph = build(saver, effects, **overrides)
@@ -255,7 +264,7 @@ def drive_here(argv: list[str]) -> ChildRun:
     lines: list[str] = []
     effects = Effects(args.effects)
     with open_checkpointer(args.db) as saver:
-        graph = build(saver, effects, **_overrides(args.reconcile))
+        graph = build(saver, effects, **_overrides(args))
         code = drive(graph, effects, args, emit=lambda *parts: lines.append(" ".join(map(str, parts))))
     return ChildRun(code, lines, killed=False, stderr="")
 

@@ -49,6 +49,7 @@ from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.graph import runs
 from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.tools import CallContext
 
 pytestmark = pytest.mark.slow
 
@@ -112,13 +113,13 @@ def test_seeded_crash_trials_keep_every_invariant(backend: Backend, tmp_path: Pa
 # ------------------------------------------------------------------ unknown outcomes created by a real kill
 
 
-def killed_in_write(tmp_path: Path, where: str, text: str = "book 2 seat") -> tuple[str, Effects]:
+def killed_in_write(tmp_path: Path, where: str, text: str = "book 2 seat", *extra: str) -> tuple[str, Effects]:
     """A real child approves the thread's writes and is SIGKILLed inside the first one, before or after its
-    effect is recorded (it waits on a gate file that never appears). The ledger claim stays `claimed`."""
+    effect is recorded (it waits on a gate file that never appears). The ledger claim stays `claimed`.
+    `extra`: more child options (who asks, who approves, the tool's approvers)."""
     db, effects_path = str(tmp_path / "runs.sqlite"), str(tmp_path / "effects.sqlite")
-    cmd = child_command(
-        db, effects_path, THREAD, "--text", text, "--hold", where, "--hold-call", "c1_0", "--gate", str(tmp_path / "x")
-    )
+    held = ("--hold", where, "--hold-call", "c1_0", "--gate", str(tmp_path / "x"))
+    cmd = child_command(db, effects_path, THREAD, "--text", text, *held, *extra)
     run = run_child(cmd, tmp_path / "child.stderr", KillPlan(f"hold_{where}"))
     assert run.killed, run.lines
     effects = Effects(effects_path)
@@ -235,10 +236,14 @@ def test_cannot_tell_asks_a_person_and_done_records_their_result(tmp_path: Path,
             runs.resume(graph, THREAD, {"decisions": [{"type": "done"}]})  # done needs the result
         assert runs.pending_request(graph, THREAD)["kind"] == "unknown_outcome"
         result = {"booking": "B-77", "note": "seen in the back office"}
-        out = runs.resume(graph, THREAD, {"decisions": [{"type": "done", "result": result}], "reviewer": "ops"})
+        answer = {"decisions": [{"type": "done", "result": result}], "reviewer": "a note, not a name"}
+        out = runs.resume(graph, THREAD, answer, context=CallContext(user_id="ops"))
         assert ledger_state(saver) == ("done", 1)
-        marked = [e for e in saver.ledger.audit(THREAD) if e["event"] == "marked done"]
-        assert [e["actor"] for e in marked] == ["ops"]
+        audit = saver.ledger.audit(THREAD)
+        marked = [e for e in audit if e["event"] == "marked done"]
+        assert [e["actor"] for e in marked] == ["ops"]  # the resuming call's identity, never the answer's note
+        [decided] = [e for e in audit if e["event"] == "unknown_outcome_decision"]
+        assert decided["detail"] == {"decision": "done", "note": "a note, not a name"}
     assert out["status"] == "completed"
     assert len(effects.rows()) == 1
     assert json.loads(tool_answers(out)["c1_0"].content) == result
@@ -271,6 +276,40 @@ def test_cannot_tell_then_abandon_stops_with_needs_attention(tmp_path: Path, rec
     assert answers["c1_0"].status == "error"
     assert json.loads(answers["c1_0"].content)["error"]["type"] == "outcome_unknown"
     assert answers["c1_1"].status == "success"
+    assert_each_call_answered_once(out["messages"])
+
+
+def test_only_an_approver_settles_a_killed_write_and_a_refused_answer_never_counts_later(tmp_path: Path):
+    """Issue 19, finding 1: `book` needs a finance approver; bo (finance) approved and the child was SIGKILLed
+    right after the payment. ana (the requester), and an answer with no identity that names bo in its note,
+    may not settle it: each is refused and audited, and nothing runs. When bo then answers, the task replays
+    ana's `not_done` first: it stays refused (judged as when it was given), so the write never runs twice."""
+    who = ("--approvers", "finance", "--requester", "ana", "--reviewer", "bo:finance")
+    db, effects = killed_in_write(tmp_path, "after", "book 2 seat", *who)
+    with open_sqlite(db) as saver:
+        graph = build(saver, effects, reconcile=None, approvers={"finance"})
+        paused_on_unknown(graph)
+        ana = CallContext(user_id="ana", roles={"staff"})
+        with pytest.raises(InvalidDecision, match=r"needs one of the roles \['finance'\]"):
+            runs.resume(graph, THREAD, {"decisions": [{"type": "not_done"}]}, context=ana)
+        with pytest.raises(InvalidDecision, match="needs an identified reviewer"):
+            runs.resume(graph, THREAD, {"decisions": [{"type": "not_done"}], "reviewer": "bo"})
+        assert len(effects.rows()) == 1
+        assert ledger_state(saver) == ("claimed", 1)
+        bo = CallContext(user_id="bo", roles={"finance"})
+        out = runs.resume(graph, THREAD, {"decisions": [{"type": "abandon"}]}, context=bo)
+        assert ledger_state(saver) == ("abandoned", 1)
+        audit = [e for e in saver.ledger.audit(THREAD) if e["call_id"] == "c1_0"]
+    assert out["status"] == "needs_attention"
+    assert len(effects.rows()) == 1  # one real payment, never a second
+    refused = [e for e in audit if e["event"].startswith("unknown_answer_refused:")]
+    assert [(e["actor"], e["detail"]["kind"]) for e in refused] == [
+        ("ana", "unknown_outcome"),
+        ("anonymous", "unknown_outcome"),
+    ]
+    assert [(e["actor"], e["detail"]) for e in audit if e["event"] == "unknown_outcome_decision"] == [
+        ("bo", {"decision": "abandon"})
+    ]
     assert_each_call_answered_once(out["messages"])
 
 

@@ -125,8 +125,11 @@ class ToolPolicy:
                 return "deciding this call needs an identified reviewer (runtime context user_id)"
             if not self.approvers & reviewer.roles:
                 return f"deciding this call needs one of the roles {sorted(self.approvers)}"
-        if not self.allows_self_approval and reviewer.user_id is not None and reviewer.user_id == requester:
-            return "the requester may not decide her own call"
+        if not self.allows_self_approval:
+            if reviewer.user_id is None:  # an answer with no identity could be the requester's own
+                return "deciding this call needs an identified reviewer (the requester may not decide her own call)"
+            if reviewer.user_id == requester:
+                return "the requester may not decide her own call"
         return None
 
     def masked(self, args: Any) -> dict[str, Any]:
