@@ -60,6 +60,9 @@ CREATE TABLE IF NOT EXISTS gatedloop_approvals (
 );
 """
 
+SUPERSEDED_SOURCE = "superseded"
+"""`answer_source` of a call answered because a new user message arrived while it was open."""
+
 CALL_COLUMNS = "call_id, tool, args_digest, verdict, requester, requested_at, answer_digest, answer_source"
 APPROVAL_COLUMNS = "call_id, tool, args_digest, reviewer, roles, decision, at"
 
@@ -271,3 +274,13 @@ class EvidenceStore:
             (thread_id, *call_ids),
         )
         return [ApprovalRecord.from_row(row) for row in rows]
+
+    def replaced_request(self, thread_id: str, requested_at: float) -> bool:
+        """Whether the gated calls answered last before `requested_at` were answered by a new user message
+        (`superseded`): the approval request they were in was replaced, unanswered, by a later one."""
+        rows = self._run(
+            "SELECT answer_source FROM gatedloop_calls WHERE thread_id=? AND verdict='ask'"
+            " AND answered_at IS NOT NULL AND answered_at <= ? ORDER BY answered_at DESC LIMIT 1",
+            (thread_id, requested_at),
+        )
+        return bool(rows) and rows[0][0] == SUPERSEDED_SOURCE

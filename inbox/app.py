@@ -77,18 +77,26 @@ def create_app(
         return request.app.state.backend
 
     def session_of(request: Request) -> str | None:
-        return request.cookies.get(SESSION_COOKIE)
+        """The request's session id, if this process issued it; a planted or made-up id is never adopted. A
+        browser may send several (a cookie planted for path "/" beside ours for "/inbox"): a signed-in one wins."""
+        sent = [value for name, value in _cookies(request) if name == SESSION_COOKIE and sessions.issued(value)]
+        return next((s for s in sent if sessions.signed_in(s)), sent[0] if sent else None)
+
+    def set_session(request: Request, response: Response, session_id: str) -> Response:
+        secure = request.url.scheme == "https"
+        response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict", secure=secure, path="/inbox")
+        return response
 
     def render(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
-        session_id = session_of(request) or Sessions.new_id()
+        session_id = session_of(request) or sessions.new_id()
         response = TEMPLATES.TemplateResponse(
             request,
             template,
             {"title": title, "csrf": sessions.csrf_token(session_id), "poll_ms": POLL_MS, **context},
             status_code=status,
         )
-        if session_of(request) != session_id:
-            response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict", path="/inbox")
+        if (SESSION_COOKIE, session_id) not in _cookies(request):
+            set_session(request, response, session_id)
         return response
 
     def reviewer_of(request: Request) -> Reviewer | None:
@@ -133,16 +141,18 @@ def create_app(
         session_id = session_of(request)
         if not sessions.csrf_ok(session_id, _field(form, "csrf")) or session_id is None:
             return sign_in_page(request, "This form has expired; try again.", 403)
-        if sessions.sign_in(session_id, _field(form, "token") or "") is None:
+        fresh = sessions.sign_in(session_id, _field(form, "token") or "")
+        if fresh is None:
             return sign_in_page(request, "Unknown reviewer token.", 401)
-        return RedirectResponse("/inbox", status_code=303)
+        return set_session(request, RedirectResponse("/inbox", status_code=303), fresh)
 
     async def logout(request: Request) -> Response:
         form = await request.form()
         session_id = session_of(request)
+        response = RedirectResponse("/inbox", status_code=303)
         if session_id and sessions.csrf_ok(session_id, _field(form, "csrf")):
-            sessions.sign_out(session_id)
-        return RedirectResponse("/inbox", status_code=303)
+            set_session(request, response, sessions.sign_out(session_id))
+        return response
 
     async def thread(request: Request) -> Response:
         reviewer = reviewer_of(request)
@@ -268,3 +278,9 @@ def _audit(backend: InboxBackend, reviewer: Reviewer, thread_id: str) -> dict[st
         "detail": summary.detail,
         "view": view,
     }
+
+
+def _cookies(request: Request) -> list[tuple[str, str]]:
+    """Every (name, value) of the Cookie header, duplicates kept (`request.cookies` keeps one per name)."""
+    pairs = (part.strip().partition("=") for part in request.headers.get("cookie", "").split(";"))
+    return [(name, value) for name, _, value in pairs if name]

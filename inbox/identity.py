@@ -4,8 +4,12 @@ The inbox uses the same identities as the API (`gatedloop.graph.auth`): the toke
 `GATEDLOOP_AUTH_TOKENS` / `GATEDLOOP_AUTH_FILE` (or `gatedloop inbox --auth-file FILE`), `{"approver_roles": [...],
 "tokens": {"<token or sha256:hex>": {"user_id": "ana", "roles": [...]}}}`. A browser cannot add an
 `Authorization: Bearer` header to page loads and forms, so the reviewer signs in once by pasting her token on the
-login form; the session is an HttpOnly, SameSite=Strict cookie holding a random id (kept in memory here). The
-token maps to the same user and roles as on the API.
+login form; the session is an HttpOnly, SameSite=Strict cookie (`Secure` over HTTPS) holding a random id (kept in
+memory here). The token maps to the same user and roles as on the API.
+
+Session fixation: a browser on the same host (a page on another port) can plant a cookie. So an id this process did
+not issue is never adopted (each id carries an HMAC under the per-process secret), and signing in or out always
+starts a new id: a planted id, even one this process issued, is worth nothing once its browser signs in.
 
 In order, the reviewer is:
 
@@ -80,31 +84,48 @@ class Sessions:
         """Under LangGraph Server: token sign-in when configured, else the API's unrestricted local user."""
         return cls(config, None if config is not None else Reviewer(LOCAL_USER_ID, frozenset(), "fixed"))
 
-    @staticmethod
-    def new_id() -> str:
-        return secrets.token_urlsafe(24)
+    def new_id(self) -> str:
+        nonce = secrets.token_urlsafe(24)
+        return f"{nonce}.{self._mac('session', nonce)}"
+
+    def issued(self, session_id: str | None) -> bool:
+        """Whether this process issued `session_id` (not merely whether a client sent one)."""
+        nonce, _, mac = (session_id or "").partition(".")
+        return bool(nonce and mac) and hmac.compare_digest(self._mac("session", nonce), mac)
+
+    def _mac(self, purpose: str, value: str) -> str:
+        return hmac.new(self._secret, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
 
     def csrf_token(self, session_id: str) -> str:
-        return hmac.new(self._secret, session_id.encode(), hashlib.sha256).hexdigest()
+        return self._mac("csrf", session_id)
 
     def csrf_ok(self, session_id: str | None, token: str | None) -> bool:
-        if not session_id or not token:
+        if not session_id or not token or not self.issued(session_id):
             return False
         return hmac.compare_digest(self.csrf_token(session_id), token)
 
-    def sign_in(self, session_id: str, token: str) -> Reviewer | None:
+    def sign_in(self, session_id: str, token: str) -> str | None:
+        """The new session id of the reviewer `token` names (the old id is dropped), or None for no reviewer."""
         config = self.config
         user = config.user_for(token.strip()) if config is not None and token.strip() else None
         if config is None or user is None:
             return None
         reviewer = Reviewer(user.user_id, frozenset(user.roles), "token", config.is_approver(user.user_id))
-        with self._lock:
-            self._signed_in[session_id] = reviewer
-        return reviewer
-
-    def sign_out(self, session_id: str) -> None:
+        fresh = self.new_id()
         with self._lock:
             self._signed_in.pop(session_id, None)
+            self._signed_in[fresh] = reviewer
+        return fresh
+
+    def signed_in(self, session_id: str) -> bool:
+        with self._lock:
+            return session_id in self._signed_in
+
+    def sign_out(self, session_id: str) -> str:
+        """Forget the session; the id the browser gets instead."""
+        with self._lock:
+            self._signed_in.pop(session_id, None)
+        return self.new_id()
 
     def reviewer(self, request: Request, session_id: str | None) -> Reviewer | None:
         found = server_reviewer(request, self.config)

@@ -24,11 +24,13 @@ from gatedloop.nodes.admission import admit, approvers_so_far, expired, expires_
 from gatedloop.nodes.answers import error_message, record_answers, result_message
 from gatedloop.nodes.hitl import (
     ANONYMOUS,
+    REPLACED,
     Decision,
     GatedActionRequest,
     GatedHITLRequest,
     InvalidDecision,
     ReviewConfig,
+    check_addressed,
     check_answer,
     decider,
 )
@@ -39,6 +41,7 @@ from gatedloop.tools.arguments import args_digest, digest, storable_text
 from gatedloop.tools.policy import MASK, CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
 
+SHOWN_EVENT = "replaced_request_shown"
 EXPIRED = "Not run: the approval request expired before a reviewer approved it."
 
 
@@ -141,9 +144,12 @@ def make_approve_node(parts: LoopParts):
                 plans[plan["id"]] = _expire(parts, thread_id, plan, answers)
             return _update(parts, state, thread_id, list(plans.values()), answers, error=None)
         request = approval_request(parts, gated, records, approvals, state.get("review_error"))
+        if _replaced(parts, thread_id, request, records):
+            request["replaced"] = True
         answer = interrupt(request)
         reviewer = call_context(runtime.context)
         try:
+            check_addressed(answer, request)
             decisions = check_answer(answer, request)
             applied = {
                 plan["id"]: _apply(parts, plan, records[plan["id"]], approvals, decisions[plan["id"]], reviewer)
@@ -151,6 +157,8 @@ def make_approve_node(parts: LoopParts):
             }
         except InvalidDecision as exc:
             _audit_refused(parts, thread_id, request, reviewer, answer, str(exc))
+            if str(exc).startswith(REPLACED):
+                parts.ledger.record(thread_id, gated[0]["id"], f"{SHOWN_EVENT}:{request['request_id']}", {})
             return _update(parts, state, thread_id, list(plans.values()), answers, error=str(exc))
         fresh = [
             applied[p["id"]][2]
@@ -212,6 +220,16 @@ def _expire(parts: LoopParts, thread_id: str, plan: CallPlan, answers: list[Tool
     answers.append(error_message(plan["id"], plan["name"], errors.ToolFailure(EXPIRED, error_type="approval_expired")))
     parts.ledger.record(thread_id, plan["id"], "approval_expired", {"tool": plan["name"]})
     return {**plan, "verdict": "answered"}
+
+
+def _replaced(parts: LoopParts, thread_id: str, request: GatedHITLRequest, records: dict[str, CallRecord]) -> bool:
+    """This request replaced one a new message left unanswered (ledger evidence, never the state), and it has
+    not yet been shown again to a sender of an answer that named nothing."""
+    started = min(records[a["tool_call_id"]].requested_at for a in request["action_requests"])
+    if not parts.ledger.replaced_request(thread_id, started):
+        return False
+    event = f"{SHOWN_EVENT}:{request['request_id']}"
+    return not any(row["event"] == event for row in parts.ledger.audit(thread_id))
 
 
 def _expired(parts: LoopParts, plan: CallPlan, records: dict[str, CallRecord], now: float) -> bool:

@@ -50,6 +50,9 @@ class GatedHITLRequest(TypedDict):
     action_requests: list[GatedActionRequest]
     review_configs: list[ReviewConfig]
     error: NotRequired[str]
+    replaced: NotRequired[bool]
+    """True when this request replaced one a new message left unanswered: an answer must name it (see
+    `check_addressed`) until the reviewer has been shown it once."""
 
 
 class InvalidDecision(ValueError):
@@ -108,9 +111,33 @@ def check_answer(answer: Any, request: Any) -> dict[str, Decision]:
     return checked
 
 
+REPLACED = (
+    "the request changed since it was shown (a new message replaced the one it answered); answer it by request_id "
+    "or tool_call_id"
+)
+
+
+def check_addressed(answer: Any, request: GatedHITLRequest) -> None:
+    """Invariant 10's second half: an answer that names neither its request nor any of its calls never applies
+    to a request that replaced the one its sender may have been shown. Such an answer to a `replaced` request is
+    refused with the current request (the node shows it again, no longer `replaced`)."""
+    if not request.get("replaced") or not isinstance(answer, dict) or answer.get("request_id") is not None:
+        return
+    decisions = answer.get("decisions")
+    if isinstance(decisions, list) and any(_names_a_call(d) for d in decisions):
+        return
+    raise InvalidDecision(
+        f"{REPLACED}; pending now is request {request['request_id']!r}: {pending_summary(request['action_requests'])}"
+    )
+
+
+def _names_a_call(decision: Any) -> bool:
+    return isinstance(decision, dict) and ("tool_call_id" in decision or "args_digest" in decision)
+
+
 def _addressed(decisions: list[Any], actions: Sequence[GatedActionRequest]) -> list[int]:
     """Which action each decision answers: by the call it names, or in order when none names one."""
-    named = [isinstance(d, dict) and ("tool_call_id" in d or "args_digest" in d) for d in decisions]
+    named = [_names_a_call(d) for d in decisions]
     if not any(named):
         return list(range(len(actions)))
     positions: list[int] = []

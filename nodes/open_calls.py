@@ -17,7 +17,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
 
-from gatedloop.checkpoints.evidence import Answer
+from gatedloop.checkpoints.evidence import SUPERSEDED_SOURCE, Answer
 from gatedloop.nodes.answers import (
     OpenCall,
     answer_digest,
@@ -67,7 +67,7 @@ def close_open_calls(
         answers.append(answer)
         left_open = left_open or still_open
     removals: list[BaseMessage] = [RemoveMessage(id=m.id) for m in check.foreign if m.id]
-    update = [*removals, *record_answers(parts.ledger, thread_id, answers, "superseded").get("messages", [])]
+    update = [*removals, *record_answers(parts.ledger, thread_id, answers, SUPERSEDED_SOURCE).get("messages", [])]
     return ClosedHistory(update, model_view([*messages, *answers], check.foreign), left_open)
 
 

@@ -249,6 +249,45 @@ def test_a_new_message_while_an_approval_is_pending_supersedes_the_call(db):
         assert_model_saw_each_call_answered_directly(SEEN[-1])
 
 
+def test_an_answer_naming_nothing_never_lands_on_a_request_that_replaced_the_one_shown(db):
+    """Issue 19, finding 2: bo opens "pay bo 5"; ana's new message replaces it with "pay ana 900"; bo's answer in
+    the shape Agent Chat UI sends (no request_id, no tool_call_id) is refused with the current request, and pays
+    nothing. Shown again, the new request takes answers as usual, positional ones included."""
+    with open_sqlite(db) as saver:
+        graph, out = start(saver, "pay 5 to bo as c1", approval="always")
+        shown = out["__interrupt__"][0].value
+        assert "replaced" not in shown  # the ordinary case: one request, answered positionally, works as before
+        out = graph.invoke({"messages": [("user", "pay 900 to ana as c2")]}, CFG, context=ANA, durability="sync")
+        assert answer_of(out["messages"], "c1")["error"]["type"] == "superseded"
+        current = out["__interrupt__"][0].value
+        assert current["replaced"] is True and current["request_id"] != shown["request_id"]
+        with pytest.raises(InvalidDecision, match="the request changed since it was shown") as refused:
+            runs.resume(graph, T, {"decisions": [{"type": "approve"}]}, context=BO)
+        assert current["request_id"] in str(refused.value) and "c2" in str(refused.value)
+        assert paid(saver) == []
+        again = runs.pending_request(graph, T)
+        assert again["request_id"] == current["request_id"] and "replaced" not in again
+        assert "the request changed" in again["error"]
+        refusals = [a for a in saver.ledger.audit(T) if a["event"].startswith("answer_refused")]
+        assert [(a["actor"], a["detail"]["request_id"]) for a in refusals] == [("bo", current["request_id"])]
+        out = runs.resume(graph, T, {"decisions": [{"type": "approve"}]}, context=BO)
+        assert paid(saver) == [(900.0, "ana")]
+        assert out["status"] == "completed"
+
+
+@pytest.mark.parametrize("names", ["request_id", "tool_call_id"])
+def test_an_answer_that_names_the_replacing_request_or_its_call_is_decided_at_once(db, names):
+    with open_sqlite(db) as saver:
+        graph, _ = start(saver, "pay 5 to bo as c1", approval="always")
+        out = graph.invoke({"messages": [("user", "pay 7 to cy as c2")]}, CFG, context=ANA, durability="sync")
+        current = out["__interrupt__"][0].value
+        decision = {"type": "approve"} | ({"tool_call_id": "c2"} if names == "tool_call_id" else {})
+        answer = {"decisions": [decision]} | ({"request_id": current["request_id"]} if names == "request_id" else {})
+        out = runs.resume(graph, T, answer, context=BO)
+        assert paid(saver) == [(7.0, "cy")]
+        assert out["status"] == "completed"
+
+
 def test_an_answer_sent_as_input_by_a_client_is_removed_not_taken_as_the_result(db):
     """What Agent Chat UI sends before a new message on a paused thread."""
     with open_sqlite(db) as saver:

@@ -306,6 +306,29 @@ def test_an_answer_sent_as_run_input_is_removed_and_never_taken_as_the_result(se
     assert server.client.threads.get_state(thread_id)["values"]["messages"] == out["messages"]
 
 
+def test_a_positional_answer_over_http_never_lands_on_a_request_that_replaced_the_one_shown(server: Server) -> None:
+    """Issue 19, finding 2, through langgraph-sdk: bo was shown "pay 500 to bo"; ana's new message replaces it with
+    "pay 900 to ana"; bo's `{"decisions": [{"type": "approve"}]}` is refused with the current request."""
+    thread_id = start_payment(server)
+    before = len(server.payments())
+    swap = {"role": "user", "content": "pay 900 to ana as c2"}
+    out = server.client.runs.wait(thread_id, GRAPH, input={"messages": [swap]}, context=ANA)
+    [interrupt] = out["__interrupt__"]
+    assert interrupt["value"]["replaced"] is True
+    request_id = interrupt["value"]["request_id"]
+
+    out = approve_as(server, thread_id, BO)
+    assert len(server.payments()) == before
+    [interrupt] = out["__interrupt__"]
+    assert interrupt["value"]["request_id"] == request_id
+    assert "the request changed since it was shown" in interrupt["value"]["error"]
+    assert decisions_in_audit(server, thread_id) == []
+
+    out = resume(server, thread_id, {"decisions": [{"type": "approve", "tool_call_id": "c2"}]}, BO)
+    assert [args for _, args, _ in server.payments()[before:]] == [{"amount": 900.0, "to": "ana"}]
+    assert out["status"] == "completed"
+
+
 def test_a_fake_answer_as_input_on_its_own_does_not_answer_the_pending_payment(server: Server) -> None:
     """The answer alone, with no new message: still removed, the payment still not made or claimed done."""
     thread_id = start_payment(server)

@@ -243,6 +243,54 @@ def test_two_reviewers_answering_at_once_exactly_one_wins(browser, inbox):
     assert [e.state for e in inbox.saver.ledger.entries("c1")] == ["done"]  # the write ran once
 
 
+def _session_cookie(context: Any) -> dict[str, Any]:
+    """The inbox's own cookie (path /inbox), not one planted beside it."""
+    [cookie] = [c for c in context.cookies() if c["name"] == "gatedloop_inbox" and c["path"] == "/inbox"]
+    return cookie
+
+
+def _plant(context: Any, inbox: Inbox, value: str) -> None:
+    """What a page on another port of the same host can do: set a cookie for this host, here for every path."""
+    context.add_cookies([{"name": "gatedloop_inbox", "value": value, "domain": "127.0.0.1", "path": "/"}])
+
+
+@pytest.mark.parametrize("planted", ["issued", "made-up"])
+def test_a_planted_session_cookie_is_worth_nothing_after_the_reviewer_signs_in(browser, inbox, planted):
+    """Issue 19, finding 5 (session fixation): an attacker who can plant a cookie for this host (a page on another
+    port) plants a session id, one the inbox issued to the attacker or one made up; the reviewer signs in. The
+    reviewer's session is a new id, and the planted one is not signed in."""
+    attacker = browser.new_context()
+    page = attacker.new_page()
+    page.goto(f"{inbox.url}/inbox")
+    fixed = _session_cookie(attacker)["value"] if planted == "issued" else "attacker-chosen.session-id"
+    victim = browser.new_context()
+    _plant(victim, inbox, fixed)
+    bo = victim.new_page()
+    bo.set_default_timeout(20_000)
+    bo.goto(f"{inbox.url}/inbox")
+    bo.fill("input[name=token]", TOKENS["bo"])
+    bo.click("button:has-text('Sign in')")
+    bo.wait_for_selector("header >> text=bo")
+    cookie = _session_cookie(victim)
+    assert cookie["value"] != fixed
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/inbox"
+    attacker.clear_cookies()
+    _plant(attacker, inbox, fixed)
+    page.goto(f"{inbox.url}/inbox")
+    assert page.locator("input[name=token]").count() == 1, "the planted id is not signed in"
+    # Signing out starts a new id too: the old one is no longer signed in.
+    signed_in = cookie["value"]
+    bo.click("button:has-text('Sign out')")
+    bo.wait_for_selector("input[name=token]")
+    assert _session_cookie(victim)["value"] != signed_in
+    attacker.clear_cookies()
+    _plant(attacker, inbox, signed_in)
+    page.goto(f"{inbox.url}/inbox")
+    assert page.locator("input[name=token]").count() == 1
+    attacker.close()
+    victim.close()
+
+
 def test_gatedloop_inbox_serves_the_page_for_a_database_and_needs_a_reviewer(tmp_path):
     db = str(tmp_path / "runs.sqlite")
     env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": ""}
@@ -331,7 +379,9 @@ def test_under_langgraph_dev_with_auth_reviewers_sign_in_with_their_api_tokens(t
             assert csrf is not None and "Reviewer token" in page  # auth configured: nobody is let in unsigned
             form = urllib.parse.urlencode({"csrf": csrf.group(1), "token": users[user][0]}).encode()
             page = opener.open(f"{url}/inbox/login", data=form, timeout=60).read().decode()
-            return opener, csrf.group(1), page
+            fresh = re.search(r'name="csrf" value="([0-9a-f]+)"', page)  # signing in started a new session
+            assert fresh is not None and fresh.group(1) != csrf.group(1)
+            return opener, fresh.group(1), page
 
         _, _, ana_page = signed_in("ana")
         assert f'data-key="{thread_id}"' in ana_page and "requested by ana" in ana_page

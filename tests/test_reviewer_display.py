@@ -142,6 +142,36 @@ def test_secret_arguments_are_masked_in_the_cli_the_log_and_the_stream_events(
     assert any("tool call" in r.getMessage() and "login" in r.getMessage() for r in caplog.records), "it was logged"
 
 
+def test_a_reviewers_edit_of_a_secret_argument_never_reaches_the_conversation(tmp_path: Path):
+    """Issue 19, finding 3: the reviewer types a new password in an edit. The tool runs with it; the call's
+    answer (which the model, the history and every stream carry) says `ran_with` with the value masked, and
+    neither the audit trail nor the custom events hold it. (The edited value stays in the call plan, `calls`,
+    which the README's list of places a secret can appear names.)"""
+    app = Login()
+    model = ScriptedChatModel(
+        script=[reply(calls=[call("login", {"user": "ana", "password": SECRET}, "l1")]), reply("done")]
+    )
+    edited = "edited-by-the-reviewer-77"
+    chunks: list[Any] = []
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(model, app.tools, policies=app.policies, checkpointer=saver)
+        runs.start(graph, "t", "log me in")
+        edit = {"type": "edit", "edited_action": {"name": "login", "args": {"user": "ana", "password": edited}}}
+        for mode, chunk in runs.stream_resume(graph, "t", {"decisions": [edit]}):
+            if mode in ("messages", "custom"):
+                chunks.append(chunk)
+        out = runs.output(graph, "t")
+        audit = json.dumps(saver.ledger.audit("t"))
+    assert app.logins == [("ana", edited)], "the tool gets the edited value"
+    [answer] = [m for m in out["messages"] if m.type == "tool"]
+    body = json.loads(answer.content)
+    assert body["ran_with"] == {"user": "ana", "password": "***"}
+    assert body["note"].startswith("a reviewer edited")
+    assert edited not in json.dumps([str(m.content) for m in out["messages"]])
+    assert edited not in audit and '"password": "***"' in audit
+    assert edited not in repr(chunks)
+
+
 def test_unparsed_arguments_of_a_tool_with_secrets_are_masked_whole():
     token = SECRET_POLICIES.set(Login().policies)
     try:
