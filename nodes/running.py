@@ -21,6 +21,7 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
 from gatedloop.checkpoints.ledger import FinishedState, Ledger, LedgerEntry, idempotency_key
+from gatedloop.nodes.masked_trace import run_masked
 from gatedloop.nodes.state import CallPlan
 from gatedloop.nodes.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.tools import errors
@@ -58,10 +59,15 @@ class Outcome(TypedDict):
     reused: NotRequired[bool]
 
 
-def invoke_tool(tool: BaseTool, tool_input: Any, config: RunnableConfig) -> Any:
-    if getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None:
-        return tool_output(tool.name, asyncio.run(tool.ainvoke(tool_input, config)))
-    return tool_output(tool.name, tool.invoke(tool_input, config))
+def invoke_tool(tool: BaseTool, tool_input: Any, config: RunnableConfig, shown_args: dict[str, Any] | None) -> Any:
+    """Run the tool; with `shown_args` (a tool with `secret_args`), callbacks see only those (nodes/masked_trace.py)."""
+
+    def run(config: RunnableConfig) -> Any:
+        if getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None:
+            return asyncio.run(tool.ainvoke(tool_input, config))
+        return tool.invoke(tool_input, config)
+
+    return tool_output(tool.name, run(config) if shown_args is None else run_masked(tool, shown_args, config, run))
 
 
 def submit(registry: ToolRegistry, plan: CallPlan, args: dict[str, Any], env: ToolEnv | None) -> Future[Any]:
@@ -75,7 +81,9 @@ def submit(registry: ToolRegistry, plan: CallPlan, args: dict[str, Any], env: To
         failed: Future[Any] = Future()
         failed.set_exception(exc)
         return failed
-    return _POOL.submit(contextvars.copy_context().run, invoke_tool, tool, prepared, config)
+    policy = registry.policy(plan["name"])
+    shown = policy.masked(args) if policy.secret_args else None
+    return _POOL.submit(contextvars.copy_context().run, invoke_tool, tool, prepared, config, shown)
 
 
 def _failure(exc: BaseException, name: str, call_id: str) -> Outcome:

@@ -33,6 +33,7 @@ from gatedloop.nodes.state import CallPlan
 from gatedloop.nodes.tool_env import ToolEnv
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text
+from gatedloop.tools.registry import ToolRegistry
 
 log = logging.getLogger("gatedloop.reconcile")
 
@@ -61,15 +62,16 @@ def reconciled_outcome(parts: LoopParts, result: Any) -> Outcome:
     return _ok(result, parts.limits.max_result_chars)
 
 
-def unknown_request(pending: list[tuple[CallPlan, Outcome, str]]) -> UnknownOutcomeRequest:
-    """The question for a person; each call with the idempotency key its write was started with."""
+def unknown_request(registry: ToolRegistry, pending: list[tuple[CallPlan, Outcome, str]]) -> UnknownOutcomeRequest:
+    """The question for a person; each call with the idempotency key its write was started with, and its
+    arguments as a reviewer sees them (`secret_args` masked)."""
     return {
         "kind": "unknown_outcome",
         "calls": [
             {
                 "tool_call_id": plan["id"],
                 "name": plan["name"],
-                "args": plan["args"],
+                "args": registry.policy(plan["name"]).masked(plan["args"]),
                 "idempotency_key": key,
                 "reason": str(outcome.get("unknown", "unknown")),
             }
@@ -160,7 +162,7 @@ def _ask_person(
     written in the answer; a refused answer changes nothing but the audit trail, and stays refused when this
     task replays it under a later caller (see `_refused_before`)."""
     key = key_of_record(parts.ledger.get(thread_id, plan["id"]), thread_id, plan["id"])
-    request = unknown_request([(plan, outcome, key)])
+    request = unknown_request(parts.registry, [(plan, outcome, key)])
     policy = parts.registry.policy(plan["name"])
     requester = _requester(parts, thread_id, plan)
     error: str | None = None

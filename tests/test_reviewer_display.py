@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tools import tool
+from langgraph.types import Command
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import build_graph, runs
@@ -170,6 +172,59 @@ def test_a_reviewers_edit_of_a_secret_argument_never_reaches_the_conversation(tm
     assert edited not in json.dumps([str(m.content) for m in out["messages"]])
     assert edited not in audit and '"password": "***"' in audit
     assert edited not in repr(chunks)
+
+
+class ToolRuns(BaseCallbackHandler):
+    """What a tracer records of each tool run: its inputs, and that it ended."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, str, Any]] = []
+        self.ended = 0
+
+    def on_tool_start(self, serialized: dict[str, Any], input_str: str, *, inputs: Any = None, **kw: Any) -> None:
+        self.started.append((serialized["name"], input_str, inputs))
+
+    def on_tool_end(self, output: Any, **kw: Any) -> None:
+        self.ended += 1
+
+
+def test_callbacks_see_a_secret_tools_run_with_masked_inputs_and_other_tools_as_langchain_reports_them(
+    tmp_path: Path,
+):
+    """Issue 19, finding 4: a callback handler (what LangSmith or any tracer records) gets the `login` run with
+    its password masked, and an ordinary tool's run with its real inputs, as LangChain reports them."""
+    app = Login()
+
+    @tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    model = ScriptedChatModel(
+        script=[
+            reply(
+                calls=[
+                    call("login", {"user": "ana", "password": SECRET}, "l1"),
+                    call("weather", {"city": "Oslo"}, "w1"),
+                ]
+            ),
+            reply("done"),
+        ]
+    )
+    policies = {**app.policies, "weather": ToolPolicy(effect="read", approval="never")}
+    runs_seen = ToolRuns()
+    cfg: Any = {"configurable": {"thread_id": "t"}, "callbacks": [runs_seen]}
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(model, [*app.tools, weather], policies=policies, checkpointer=saver)
+        graph.invoke({"messages": [("user", "log me in")]}, cfg)
+        out = graph.invoke(Command(resume={"decisions": [{"type": "approve", "tool_call_id": "l1"}]}), cfg)
+    assert out["status"] == "completed" and app.logins == [("ana", SECRET)]
+    by_tool = {name: (text, inputs) for name, text, inputs in runs_seen.started}
+    assert by_tool["login"][1] == {"user": "ana", "password": "***"}
+    assert SECRET not in by_tool["login"][0] and "***" in by_tool["login"][0]
+    assert by_tool["weather"][1] == {"city": "Oslo"}
+    assert runs_seen.ended == 2
+    assert SECRET not in repr(runs_seen.started)
 
 
 def test_unparsed_arguments_of_a_tool_with_secrets_are_masked_whole():
