@@ -4,7 +4,8 @@ which answer each got.
 Anything in the state can be rewritten (`update_state`, LangGraph Server's state API, a bug), so the gate does
 not trust it. `model` records the calls each model response proposed (`validate` accepts no other), `validate`
 registers each call it accepted (tool, exact-argument digest, requester, verdict), `approve` records each
-accepted decision (reviewer identity from the runtime context, never from the answer), and every node that
+accepted decision (reviewer identity from the runtime context, never from the answer) and, for a tool with
+`secret_args`, the arguments a reviewer's edit produced (the state holds them masked), and every node that
 answers a call records the digest of that answer. `execute` runs a call only against these rows, and a
 `ToolMessage` whose digest is not recorded is foreign and dropped.
 
@@ -57,6 +58,14 @@ CREATE TABLE IF NOT EXISTS gatedloop_approvals (
     decision TEXT NOT NULL,
     at REAL NOT NULL,
     UNIQUE (thread_id, call_id, args_digest, reviewer, decision)
+);
+CREATE TABLE IF NOT EXISTS gatedloop_edited_args (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    args_digest TEXT NOT NULL,
+    args TEXT NOT NULL,
+    UNIQUE (thread_id, call_id, args_digest)
 );
 """
 
@@ -284,3 +293,28 @@ class EvidenceStore:
             (thread_id, requested_at),
         )
         return bool(rows) and rows[0][0] == SUPERSEDED_SOURCE
+
+    def record_edited_args(self, thread_id: str, edits: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+        """(call id, digest, arguments) of reviewers' edits of calls to tools with `secret_args`: the graph state
+        shows such arguments masked, and `execute` runs the call with these."""
+        self._run_batch(
+            [
+                (
+                    "INSERT INTO gatedloop_edited_args (thread_id, call_id, args_digest, args) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (thread_id, call_id, args_digest) DO NOTHING",
+                    (thread_id, call_id, digest, json.dumps(args, ensure_ascii=False)),
+                )
+                for call_id, digest, args in edits
+            ]
+        )
+
+    def edited_args(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """call id -> the arguments of the latest recorded edit of it (see `record_edited_args`)."""
+        if not call_ids:
+            return {}
+        rows = self._run(
+            "SELECT call_id, args FROM gatedloop_edited_args WHERE thread_id=? AND call_id IN"
+            f" ({_placeholders(len(call_ids))}) ORDER BY seq",
+            (thread_id, *call_ids),
+        )
+        return {call_id: json.loads(args) for call_id, args in rows}

@@ -195,6 +195,7 @@ CALL_COLUMNS_COPIED = (
     "call_id, tool, args_digest, verdict, requester, requested_at, answer_digest, answer_source, answered_at"
 )
 AUDIT_COLUMNS_COPIED = "call_id, event, actor, at, detail"
+EDITED_COLUMNS_COPIED = "call_id, args_digest, args"
 
 
 def refuse_taken_copy_target(source: str, target: str, placeholder: str) -> Statements[None]:
@@ -224,6 +225,9 @@ def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[N
         f"INSERT INTO gatedloop_approvals (thread_id, {APPROVAL_COLUMNS}) "
         f"SELECT {p}, {APPROVAL_COLUMNS} FROM gatedloop_approvals a WHERE a.thread_id = {p} AND EXISTS "
         "(SELECT 1 FROM gatedloop_ledger l WHERE l.thread_id = a.thread_id AND l.call_id = a.call_id) ORDER BY seq",
+        f"INSERT INTO gatedloop_edited_args (thread_id, {EDITED_COLUMNS_COPIED}) "
+        f"SELECT {p}, {EDITED_COLUMNS_COPIED} FROM gatedloop_edited_args e WHERE e.thread_id = {p} AND EXISTS "
+        "(SELECT 1 FROM gatedloop_ledger l WHERE l.thread_id = e.thread_id AND l.call_id = e.call_id) ORDER BY seq",
         f"INSERT INTO gatedloop_audit (thread_id, {AUDIT_COLUMNS_COPIED}) "
         f"SELECT {p}, {AUDIT_COLUMNS_COPIED} FROM gatedloop_audit WHERE thread_id = {p} ORDER BY seq",
     ):
@@ -266,6 +270,8 @@ class Ledger(Protocol):
     def record_approvals(self, thread_id: str, records: Sequence[ApprovalRecord]) -> None: ...
     def approvals(self, thread_id: str, call_ids: Sequence[str]) -> list[ApprovalRecord]: ...
     def replaced_request(self, thread_id: str, requested_at: float) -> bool: ...
+    def record_edited_args(self, thread_id: str, edits: Sequence[tuple[str, str, dict[str, Any]]]) -> None: ...
+    def edited_args(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
 
 
 class SqlLedger(EvidenceStore):

@@ -8,11 +8,12 @@ A call with no validation record, with arguments nobody validated or approved, o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
+from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.errors import ToolFailure, invalid_arguments
@@ -44,12 +45,18 @@ def requester_context(record: CallRecord) -> CallContext:
 
 
 def admit(
-    registry: ToolRegistry, plan: CallPlan, record: CallRecord | None, approvals: Sequence[ApprovalRecord]
+    registry: ToolRegistry,
+    plan: CallPlan,
+    record: CallRecord | None,
+    approvals: Sequence[ApprovalRecord],
+    edited_args: Mapping[str, dict[str, Any]],
 ) -> Admission:
+    """`edited_args`: the ledger's latest recorded edit per call id (`Ledger.edited_args`)."""
     name = plan["name"]
     if record is None or record.tool != name or record.verdict not in ("run", "ask") or name not in registry:
         return _refuse(plan, NOT_VALIDATED)
-    args = plan["args"]
+    args = _actual_args(registry.policy(name), plan, edited_args.get(plan["id"]))
+    plan = {**plan, "args": args}
     # Recomputed, never taken from the plan: this is where arguments changed in the state since validation
     # (or approval) are caught.
     digest = args_digest(name, args)
@@ -71,6 +78,36 @@ def admit(
     if needs and len(approvers_so_far(policy, record, mine, digest)) < policy.approvals_required:
         return Admission("ask", admitted)
     return Admission("run", admitted)
+
+
+def _actual_args(policy: ToolPolicy, plan: CallPlan, stored: dict[str, Any] | None) -> Any:
+    """A reviewer's edit of a tool with `secret_args` is in the state masked (`for_state`); its arguments are the
+    latest edit the ledger recorded, provided the state still shows that edit. Anything else is the state's, and
+    the digest check below decides."""
+    if not plan.get("edited") or not policy.secret_args or stored is None:
+        return plan["args"]
+    return stored if policy.masked(stored) == policy.masked(plan["args"]) else plan["args"]
+
+
+def for_state(registry: ToolRegistry, plan: CallPlan) -> CallPlan:
+    """The plan as the graph state holds it: an edited call of a tool with `secret_args` shows them masked, so a
+    reviewer's value never enters the state, its streams or its checkpoints (the ledger keeps it)."""
+    policy = registry.policy(plan["name"])
+    if not plan.get("edited") or not policy.secret_args or not isinstance(plan.get("args"), dict):
+        return plan
+    return {**plan, "args": policy.masked(plan["args"])}
+
+
+def with_edited_args(registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan) -> CallPlan | None:
+    """Inside a tool task, whose input LangGraph reports (`tasks`/`debug` streams) and so gets the plan as the
+    state holds it (`for_state`): the plan with the arguments it runs with, or None when the ledger holds no edit
+    with the plan's digest (never run a masked value)."""
+    if for_state(registry, plan) is plan:
+        return plan
+    stored = ledger.edited_args(thread_id, [plan["id"]]).get(plan["id"])
+    if stored is None or args_digest(plan["name"], stored) != plan["digest"]:
+        return None
+    return {**plan, "args": stored}
 
 
 def approvers_so_far(

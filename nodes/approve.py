@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
-from gatedloop.nodes.admission import admit, approvers_so_far, expired, expires_at, requester_context
+from gatedloop.nodes.admission import admit, approvers_so_far, expired, expires_at, for_state, requester_context
 from gatedloop.nodes.answers import error_message, record_answers, result_message
 from gatedloop.nodes.hitl import (
     ANONYMOUS,
@@ -123,13 +123,14 @@ def make_approve_node(parts: LoopParts):
         gated_ids = [c["id"] for c in calls if c["verdict"] == "ask"]
         records = parts.ledger.calls(thread_id, gated_ids)
         approvals = parts.ledger.approvals(thread_id, gated_ids)
+        edited_args = parts.ledger.edited_args(thread_id, gated_ids)
         now = parts.clock()
         plans: dict[str, CallPlan] = {c["id"]: c for c in calls}
         answers: list[ToolMessage] = []
         gated: list[CallPlan] = []
         for call_id in gated_ids:
             plan = plans[call_id]
-            admission = admit(parts.registry, plan, records.get(call_id), approvals)
+            admission = admit(parts.registry, plan, records.get(call_id), approvals, edited_args)
             if admission.refusal is not None:  # tampered or never validated: depends on validate's rows only
                 answers.append(error_message(call_id, plan["name"], admission.refusal))
                 plans[call_id] = {**plan, "verdict": "answered"}
@@ -165,6 +166,8 @@ def make_approve_node(parts: LoopParts):
             for p in live
             if not any(_same(a, applied[p["id"]][2]) for a in approvals if a.call_id == p["id"])
         ]
+        # An edit's secret values are kept before the approval that lets them run (the state shows them masked).
+        parts.ledger.record_edited_args(thread_id, _secret_edits(parts, live, applied))
         parts.ledger.record_approvals(thread_id, fresh)  # one transaction: a crash keeps all or none of them
         for plan in gated:
             if plan not in live:
@@ -204,7 +207,7 @@ def _update(
     answers: list[ToolMessage],
     error: str | None,
 ) -> dict[str, Any]:
-    update: dict[str, Any] = {"calls": plans, "review_error": error}
+    update: dict[str, Any] = {"calls": [for_state(parts.registry, p) for p in plans], "review_error": error}
     if error is None:
         counters: RequestCounters = {**state["counters"]}
         paused_at = counters.get("paused_at")
@@ -213,6 +216,17 @@ def _update(
             counters["paused_at"] = None
         update["counters"] = counters
     return {**update, **record_answers(parts.ledger, thread_id, answers, "approve")}
+
+
+def _secret_edits(
+    parts: LoopParts, live: list[CallPlan], applied: dict[str, tuple[CallPlan, ToolMessage | None, ApprovalRecord]]
+) -> list[tuple[str, str, dict[str, Any]]]:
+    edits = []
+    for plan in live:
+        new_plan, _, approval = applied[plan["id"]]
+        if approval.decision == "edit" and parts.registry.policy(plan["name"]).secret_args:
+            edits.append((plan["id"], approval.args_digest, new_plan["args"]))
+    return edits
 
 
 def _expire(parts: LoopParts, thread_id: str, plan: CallPlan, answers: list[ToolMessage]) -> CallPlan:

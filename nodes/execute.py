@@ -23,7 +23,7 @@ from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.admission import admit
+from gatedloop.nodes.admission import ARGS_CHANGED, admit, for_state, with_edited_args
 from gatedloop.nodes.answers import error_message, record_answers, result_message, tool_message
 from gatedloop.nodes.parts import LoopParts, current_thread_id
 from gatedloop.nodes.running import Outcome, run_read, run_write
@@ -42,10 +42,16 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
     max_chars = parts.limits.max_result_chars
 
     def read(plan: CallPlan, env: ToolEnv) -> Outcome:
-        return _reported(plan, lambda: run_read(parts.registry, plan, max_chars, env))
+        actual = with_edited_args(parts.registry, parts.ledger, current_thread_id(), plan)
+        if actual is None:
+            return _not_run(ARGS_CHANGED)
+        return _reported(plan, lambda: run_read(parts.registry, actual, max_chars, env))
 
     def write(thread_id: str, plan: CallPlan, env: ToolEnv) -> Outcome:
-        return _reported(plan, lambda: run_write(parts.registry, parts.ledger, thread_id, plan, max_chars, env))
+        actual = with_edited_args(parts.registry, parts.ledger, thread_id, plan)
+        if actual is None:
+            return _not_run(ARGS_CHANGED)
+        return _reported(plan, lambda: run_write(parts.registry, parts.ledger, thread_id, actual, max_chars, env))
 
     # One LangGraph task per call: a finished call's result is kept in the checkpoint and never re-run.
     # (cast: langgraph's `task` overloads do not type-check a plain sync function under mypy.)
@@ -53,6 +59,10 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
     write_task: Any = task(name="tool_write")(cast(Any, write))
 
     settle_task = make_settle_task(parts)
+
+    def shown(plan: CallPlan) -> CallPlan:
+        """A task's input is reported by LangGraph (`tasks`, `debug` streams): the plan as the state holds it."""
+        return for_state(parts.registry, plan)
 
     def execute(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         turn = _Turn(parts, state, runtime)
@@ -62,7 +72,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         batch: list[CallPlan] = []
 
         def flush() -> None:
-            futures = [(plan, read_task(plan, env)) for plan in batch]
+            futures = [(plan, read_task(shown(plan), env)) for plan in batch]
             for plan, future in futures:
                 turn.outcomes[plan["id"]] = future.result()
             batch.clear()
@@ -72,11 +82,11 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
                 batch.append(plan)
                 continue
             flush()
-            outcome = write_task(turn.thread_id, plan, env).result()
+            outcome = write_task(turn.thread_id, shown(plan), env).result()
             turn.record_write(
                 plan,
                 outcome,
-                settle_task(turn.thread_id, plan, outcome, True, env).result() if _unknown(outcome) else None,
+                settle_task(turn.thread_id, shown(plan), outcome, True, env).result() if _unknown(outcome) else None,
             )
         flush()
         return turn.update()
@@ -90,7 +100,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         batch: list[CallPlan] = []
 
         async def flush() -> None:
-            results = await asyncio.gather(*(read_task(plan, env) for plan in batch))
+            results = await asyncio.gather(*(read_task(shown(plan), env) for plan in batch))
             turn.outcomes.update({plan["id"]: result for plan, result in zip(batch, results, strict=True)})
             batch.clear()
 
@@ -99,11 +109,11 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
                 batch.append(plan)
                 continue
             await flush()
-            outcome = await write_task(turn.thread_id, plan, env)
+            outcome = await write_task(turn.thread_id, shown(plan), env)
             turn.record_write(
                 plan,
                 outcome,
-                await settle_task(turn.thread_id, plan, outcome, True, env) if _unknown(outcome) else None,
+                await settle_task(turn.thread_id, shown(plan), outcome, True, env) if _unknown(outcome) else None,
             )
         await flush()
         return await asyncio.to_thread(turn.update)
@@ -134,13 +144,14 @@ class _Turn:
         ids = [c["id"] for c in calls if c["verdict"] == "run"]
         records = self.parts.ledger.calls(self.thread_id, ids)
         approvals = self.parts.ledger.approvals(self.thread_id, ids)
+        edited_args = self.parts.ledger.edited_args(self.thread_id, ids)
         admitted: list[CallPlan] = []
         runnable: list[CallPlan] = []
         for plan in calls:
             if plan["verdict"] != "run":
                 admitted.append(plan)
                 continue
-            admission = admit(self.parts.registry, plan, records.get(plan["id"]), approvals)
+            admission = admit(self.parts.registry, plan, records.get(plan["id"]), approvals, edited_args)
             if admission.refusal is not None:
                 log.warning("not running call %s (%s): %s", plan["id"], plan["name"], admission.refusal.message)
                 self.refused.append(error_message(plan["id"], plan["name"], admission.refusal))
@@ -148,9 +159,9 @@ class _Turn:
             elif admission.action == "skip":
                 admitted.append({**plan, "verdict": "answered"})
             elif admission.action == "ask":
-                admitted.append({**admission.plan, "verdict": "ask"})
+                admitted.append(for_state(self.parts.registry, {**admission.plan, "verdict": "ask"}))
             else:
-                admitted.append(admission.plan)
+                admitted.append(for_state(self.parts.registry, admission.plan))
                 runnable.append(admission.plan)
         return admitted, runnable
 
@@ -209,6 +220,11 @@ class _Turn:
         elif loop_hit:
             update.update(stop="loop_detected", stop_detail="the model repeated the same call with the same result")
         return update
+
+
+def _not_run(reason: str) -> Outcome:
+    failure = errors.invalid_arguments(reason)
+    return {"status": "error", "content": failure.to_json(), "error_type": failure.error_type, "duration_ms": 0.0}
 
 
 def _unknown(outcome: Outcome) -> bool:

@@ -16,6 +16,7 @@ from langgraph.func import task
 from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
 
+from gatedloop.nodes.admission import with_edited_args
 from gatedloop.nodes.hitl import ANONYMOUS, InvalidDecision, decider
 from gatedloop.nodes.parts import LoopParts, call_context
 from gatedloop.nodes.running import (
@@ -89,7 +90,10 @@ def make_settle_task(parts: LoopParts) -> Any:
     def settle(
         thread_id: str, plan: CallPlan, outcome: Outcome, rerun: bool, env: ToolEnv | None = None
     ) -> dict[str, Any]:
-        settled, left_open = settle_unknown(parts, thread_id, plan, outcome, rerun=rerun, env=env)
+        actual = with_edited_args(parts.registry, parts.ledger, thread_id, plan)
+        if actual is None:  # the edit it ran with is not recorded: never re-run a masked value; a person decides
+            return {"outcome": {**outcome, "status": "error"}, "left_open": True}
+        settled, left_open = settle_unknown(parts, thread_id, actual, outcome, rerun=rerun, env=env)
         return {"outcome": settled, "left_open": left_open}
 
     # (cast: langgraph's `task` overloads do not type-check a plain sync function under mypy.)

@@ -199,6 +199,24 @@ def test_the_requester_may_not_approve_her_own_call(db):
         assert runs.pending_request(graph, T)["action_requests"][0]["requested_by"] == "ana"
 
 
+def test_without_approvers_a_forbidden_self_approval_refuses_an_answer_with_no_identity(db):
+    """Issue 19, finding 6: `self_approval=False` and no `approvers`: an answer from a call with no user id could be
+    the requester's own, so it is refused (with the reviewer's note ignored), as is the requester's; anyone else
+    identified may approve."""
+    with open_sqlite(db) as saver:
+        graph, _ = start(saver, "pay 500 to bo as c1", approvers=None, self_approval=False)
+        with pytest.raises(InvalidDecision, match="needs an identified reviewer"):
+            runs.resume(graph, T, {"decisions": [{"type": "approve"}], "reviewer": "bo"})
+        with pytest.raises(InvalidDecision, match="requester may not decide her own call"):
+            runs.resume(graph, T, {"decisions": [{"type": "approve"}]}, context=ANA)
+        assert paid(saver) == []
+        refused = [a for a in saver.ledger.audit(T) if a["event"].startswith("answer_refused")]
+        assert [a["actor"] for a in refused] == ["anonymous", "ana"]
+        runs.resume(graph, T, {"decisions": [{"type": "approve"}]}, context=MALLORY)
+        assert paid(saver) == [(500.0, "bo")]
+        assert decisions_in_audit(saver) == [("c1", "mallory", "approve")]
+
+
 def test_a_quorum_needs_distinct_reviewers_and_the_same_reviewer_counts_once(db):
     with open_sqlite(db) as saver:
         graph, _ = start(saver, "pay 500 to bo as c1", approvers={"finance"}, approvals_required=2)

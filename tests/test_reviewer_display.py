@@ -32,7 +32,7 @@ from gatedloop.graph.display import (
     step_lines,
 )
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
-from gatedloop.tools import ToolPolicy
+from gatedloop.tools import CallContext, ToolPolicy
 
 WIDTH = 60
 # 100 characters, the most `participant` takes; what matters to the reviewer is at the end.
@@ -146,24 +146,26 @@ def test_secret_arguments_are_masked_in_the_cli_the_log_and_the_stream_events(
 
 def test_a_reviewers_edit_of_a_secret_argument_never_reaches_the_conversation(tmp_path: Path):
     """Issue 19, finding 3: the reviewer types a new password in an edit. The tool runs with it; the call's
-    answer (which the model, the history and every stream carry) says `ran_with` with the value masked, and
-    neither the audit trail nor the custom events hold it. (The edited value stays in the call plan, `calls`,
-    which the README's list of places a secret can appear names.)"""
+    answer (which the model, the history and every stream carry) says `ran_with` with the value masked; the
+    call plan in the state shows it masked (the ledger keeps it), and no stream mode, audit row or event holds it."""
     app = Login()
     model = ScriptedChatModel(
         script=[reply(calls=[call("login", {"user": "ana", "password": SECRET}, "l1")]), reply("done")]
     )
     edited = "edited-by-the-reviewer-77"
-    chunks: list[Any] = []
+    modes: Any = ["updates", "values", "messages", "custom", "debug", "tasks", "checkpoints"]
+    chunks: dict[str, list[Any]] = {mode: [] for mode in modes}
+    cfg: Any = {"configurable": {"thread_id": "t"}}
     with open_sqlite(tmp_path / "runs.sqlite") as saver:
         graph = build_graph(model, app.tools, policies=app.policies, checkpointer=saver)
         runs.start(graph, "t", "log me in")
         edit = {"type": "edit", "edited_action": {"name": "login", "args": {"user": "ana", "password": edited}}}
-        for mode, chunk in runs.stream_resume(graph, "t", {"decisions": [edit]}):
-            if mode in ("messages", "custom"):
-                chunks.append(chunk)
+        for mode, chunk in graph.stream(Command(resume={"decisions": [edit]}), cfg, stream_mode=modes):
+            chunks[mode].append(chunk)
         out = runs.output(graph, "t")
         audit = json.dumps(saver.ledger.audit("t"))
+        saver_edits = saver.ledger.edited_args("t", ["l1"])
+    [plan] = next(chunk["approve"]["calls"] for chunk in chunks["updates"] if "approve" in chunk)
     assert app.logins == [("ana", edited)], "the tool gets the edited value"
     [answer] = [m for m in out["messages"] if m.type == "tool"]
     body = json.loads(answer.content)
@@ -171,7 +173,32 @@ def test_a_reviewers_edit_of_a_secret_argument_never_reaches_the_conversation(tm
     assert body["note"].startswith("a reviewer edited")
     assert edited not in json.dumps([str(m.content) for m in out["messages"]])
     assert edited not in audit and '"password": "***"' in audit
-    assert edited not in repr(chunks)
+    assert plan["args"] == {"user": "ana", "password": "***"} and plan["edited"]  # the state's call plan
+    for mode in modes:  # every stream mode: node updates, state, messages, events, task inputs and results
+        assert chunks[mode] and edited not in repr(chunks[mode]), mode
+    assert saver_edits == {"l1": {"user": "ana", "password": edited}}  # the ledger keeps what runs
+
+
+def test_an_edit_that_keeps_a_masked_secret_runs_with_it_after_a_second_approval(tmp_path: Path):
+    """The reviewer sees "***" and sends it back while changing another field: the tool gets the original secret.
+    With a quorum of two, the edit waits in the state masked and the second approval runs it from the ledger."""
+    app = Login()
+    policies = {"login": ToolPolicy(effect="write", secret_args=frozenset({"password"}), approvals_required=2)}
+    model = ScriptedChatModel(
+        script=[reply(calls=[call("login", {"user": "ana", "password": SECRET}, "l1")]), reply("done")]
+    )
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(model, app.tools, policies=policies, checkpointer=saver)
+        runs.start(graph, "t", "log me in")
+        edit = {"type": "edit", "edited_action": {"name": "login", "args": {"user": "bo", "password": "***"}}}
+        out = runs.resume(graph, "t", {"decisions": [edit]}, context=CallContext(user_id="cy"))
+        [action] = out["__interrupt__"][0].value["action_requests"]
+        assert action["args"] == {"user": "bo", "password": "***"} and action["approved_by"] == ["cy"]
+        assert graph.get_state(runs.config_for("t")).values["calls"][0]["args"] == {"user": "bo", "password": "***"}
+        assert app.logins == []
+        out = runs.resume(graph, "t", {"decisions": [{"type": "approve"}]}, context=CallContext(user_id="dee"))
+    assert out["status"] == "completed"
+    assert app.logins == [("bo", SECRET)]
 
 
 class ToolRuns(BaseCallbackHandler):
