@@ -8,7 +8,9 @@ Runs, through pytest (so fixtures work as in the suite):
 - `tests/test_properties.py`: whatever the model proposes and the reviewer answers, the loop holds its
   invariants (nothing unapproved runs, every call answered once, a known status);
 - `tests/test_tool_results.py`: any tool return value or exception is answered once, as JSON text, and no
-  exception text reaches the model.
+  exception text reaches the model;
+- `tests/test_gate_devserver.py` (`http_forgery`): forged state written over HTTP to the real `langgraph dev` never
+  pays without an authorized approval (about 3.5 s an example: give it `--examples 200`, not the default).
 
 The tests pin `max_examples` and `derandomize=True` in their own `@settings`; a profile cannot override an
 explicit decorator, so a small pytest plugin replaces each Hypothesis test's settings object after collection
@@ -39,6 +41,8 @@ TARGETS = {
     "test_the_loop_never_raises_never_runs_what_it_should_not_and_answers_every_call",
     "tool_results": "tests/test_tool_results.py::"
     "test_any_tool_result_or_exception_is_answered_once_as_json_and_never_leaks",
+    "http_forgery": "tests/test_gate_devserver.py::"
+    "test_forged_state_over_http_never_pays_without_an_authorized_approval",
 }
 
 
@@ -94,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         "-q",
         "-p",
         "no:cacheprovider",
+        "-n",
+        "0",  # in this process: the suite's parallel workers (pyproject addopts) would not get this plugin's budgets
         "--import-mode=importlib",
         "--rootdir",
         str(ROOT),

@@ -13,8 +13,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from pydantic import BaseModel
 
-from gatedloop.checkpoints.contract import GatedSaver
-from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
+from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.checkpoints.ledger_for import ledger_for
 from gatedloop.graph.models import bind_loop_tools
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
 from gatedloop.nodes.answer_format import AnswerFormat
@@ -45,8 +45,9 @@ def build_graph(
 ) -> CompiledStateGraph:
     """Compile the gated loop.
 
-    The ledger defaults to the one inside a saver from `open_sqlite`; with another checkpointer (or none,
-    as under `langgraph dev`) pass `ledger=` explicitly, else an in-memory ledger guards this process only.
+    The ledger (approvals, claims, audit) must be as durable as the checkpoints: by default it is the one inside
+    gatedloop's savers, gatedloop's ledger in a plain `SqliteSaver`'s file, or in memory for an in-memory saver (or
+    none, as under `langgraph dev`: pass `ledger=`); another saver is refused (`gatedloop.checkpoints.ledger_for`).
     `system_prompt` (a string, or a function of (state, context)) starts every model call and is never stored;
     `response_format` (a pydantic model or JSON schema) makes the final answer a validated `structured_response`;
     `store` is compiled into the graph and handed to tools (`ToolRuntime.store`, `InjectedStore`).
@@ -54,7 +55,7 @@ def build_graph(
     limits = limits or Limits()
     registry = ToolRegistry(tools, policies)
     if ledger is None:
-        ledger = checkpointer.ledger if isinstance(checkpointer, GatedSaver) else SqliteLedger(":memory:")
+        ledger = ledger_for(checkpointer)
     if system_prompt is not None and not (isinstance(system_prompt, str) or callable(system_prompt)):
         raise TypeError("system_prompt must be a string or a function of (state, context)")
     answer = AnswerFormat(response_format) if response_format is not None else None

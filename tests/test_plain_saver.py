@@ -1,0 +1,103 @@
+"""No saver loses an approval silently (invariant 12; issue 22, item 3): `build_graph` gives a plain `SqliteSaver`
+gatedloop's ledger in the same file, an in-memory saver an in-memory ledger, and refuses any other saver with what
+to pass instead. Pausing in one real process and approving in another runs the approved write exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from sample_app import Effects, build
+
+from gatedloop.checkpoints.ledger import LedgerError, SqliteLedger
+
+TESTS = Path(__file__).resolve().parent
+
+CHILD = textwrap.dedent(
+    """
+    import json, sqlite3, sys
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.types import Command
+    from sample_app import Effects, build
+
+    db, effects, step = sys.argv[1:4]
+    graph = build(SqliteSaver(sqlite3.connect(db, check_same_thread=False)), Effects(effects))
+    cfg = {"configurable": {"thread_id": "t1"}}
+    if step == "start":
+        out = graph.invoke({"messages": [("user", "book 2 seat, 1 lunch")]}, cfg)
+    else:
+        out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}, {"type": "approve"}]}), cfg)
+    answers = {m.tool_call_id: [m.status, json.loads(m.content)] for m in out["messages"] if m.type == "tool"}
+    print(json.dumps({"paused": "__interrupt__" in out, "status": out.get("status"), "answers": answers}))
+    """
+)
+
+
+def run_child(db: Path, effects: Path, step: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(db), str(effects), step],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_plain_sqlite_saver_paused_in_one_process_runs_the_approved_writes_once_in_another(tmp_path: Path):
+    db, effects = tmp_path / "runs.sqlite", tmp_path / "effects.sqlite"
+    paused = run_child(db, effects, "start")
+    assert paused["paused"] and paused["answers"] == {}
+    resumed = run_child(db, effects, "approve")
+    assert resumed["status"] == "completed"
+    assert [status for status, _ in resumed["answers"].values()] == ["success", "success"]
+    assert sorted((args["item"], args["quantity"]) for _, args, _ in Effects(effects).rows()) == [
+        ("lunch", 1),
+        ("seat", 2),
+    ]
+    with sqlite3.connect(db) as conn:  # the ledger lives in the saver's own file
+        assert conn.execute("SELECT call_id, state FROM gatedloop_ledger ORDER BY call_id").fetchall() == [
+            ("c1_0", "done"),
+            ("c1_1", "done"),
+        ]
+
+
+def test_an_in_memory_saver_gets_an_in_memory_ledger(tmp_path: Path):
+    graph = build(InMemorySaver(), Effects(tmp_path / "effects.sqlite"))
+    cfg = {"configurable": {"thread_id": "t1"}}
+    assert graph.invoke({"messages": [("user", "book 1 seat")]}, cfg)["__interrupt__"]
+
+
+def test_a_saver_gatedloop_cannot_give_a_durable_ledger_is_refused_with_what_to_use(tmp_path: Path):
+    async def refused() -> None:
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "runs.sqlite")) as saver:
+            with pytest.raises(ValueError, match=r"AsyncSqliteSaver.*open_async_sqlite\(path\).*ledger="):
+                build(saver, Effects(tmp_path / "effects.sqlite"))
+
+    asyncio.run(refused())
+
+
+def test_an_existing_sqlite_saver_file_without_a_ledger_says_how_to_adopt_it(tmp_path: Path):
+    """A file a plain SqliteSaver wrote before gatedloop: its writes in flight are unknown, so nothing is guessed."""
+    db = tmp_path / "runs.sqlite"
+    saver = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
+    saver.setup()
+    saver.conn.execute("INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id) VALUES ('old', '', '1')")
+    saver.conn.commit()
+    with pytest.raises(LedgerError, match=r"recreate=True"):
+        build(saver, Effects(tmp_path / "effects.sqlite"))
+    ledger = SqliteLedger(db, recreate=True)
+    graph = build(saver, Effects(tmp_path / "effects.sqlite"))
+    assert graph.invoke({"messages": [("user", "book 1 seat")]}, {"configurable": {"thread_id": "t2"}})["__interrupt__"]
+    ledger.close()
