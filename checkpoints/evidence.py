@@ -59,6 +59,12 @@ CREATE TABLE IF NOT EXISTS gatedloop_approvals (
     at REAL NOT NULL,
     UNIQUE (thread_id, call_id, args_digest, reviewer, decision)
 );
+CREATE TABLE IF NOT EXISTS gatedloop_thread_graphs (
+    thread_id TEXT PRIMARY KEY,
+    graph_name TEXT NOT NULL,
+    graph_digest TEXT NOT NULL,
+    recorded_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS gatedloop_edited_args (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     thread_id TEXT NOT NULL,
@@ -130,6 +136,17 @@ class ApprovalRecord:
     def from_row(cls, row: Sequence[Any]) -> ApprovalRecord:
         call_id, tool, digest, reviewer, roles, decision, at = row
         return cls(call_id, tool, digest, reviewer, frozenset(json.loads(roles)), decision, at)
+
+
+@dataclass(frozen=True)
+class GraphIdentity:
+    """The graph that made a thread: its name and a digest of its tools (names, descriptions, argument schemas)."""
+
+    name: str
+    digest: str
+
+    def __str__(self) -> str:
+        return f"{self.name!r} (tools {self.digest[:8]})"
 
 
 @dataclass(frozen=True)
@@ -318,3 +335,26 @@ class EvidenceStore:
             (thread_id, *call_ids),
         )
         return {call_id: json.loads(args) for call_id, args in rows}
+
+    def thread_graph(self, thread_id: str) -> GraphIdentity | None:
+        """The graph recorded as the one that made `thread_id` (None for a thread from before it was recorded)."""
+        rows = self._run("SELECT graph_name, graph_digest FROM gatedloop_thread_graphs WHERE thread_id=?", (thread_id,))
+        return GraphIdentity(*rows[0]) if rows else None
+
+    def record_thread_graph(self, thread_id: str, graph: GraphIdentity, *, replace: bool = False) -> None:
+        """Remember which graph made a thread; the first one recorded stays unless `replace` (an upgrade)."""
+        conflict = (
+            "DO UPDATE SET graph_name=excluded.graph_name, graph_digest=excluded.graph_digest,"
+            " recorded_at=excluded.recorded_at"
+            if replace
+            else "DO NOTHING"
+        )
+        self._run_batch(
+            [
+                (
+                    "INSERT INTO gatedloop_thread_graphs (thread_id, graph_name, graph_digest, recorded_at)"
+                    f" VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) {conflict}",
+                    (thread_id, graph.name, graph.digest, time.time()),
+                )
+            ]
+        )

@@ -36,6 +36,7 @@ from gatedloop.checkpoints.evidence import (
     ApprovalRecord,
     CallRecord,
     EvidenceStore,
+    GraphIdentity,
     NewCall,
     Proposal,
 )
@@ -228,6 +229,8 @@ def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[N
         f"INSERT INTO gatedloop_edited_args (thread_id, {EDITED_COLUMNS_COPIED}) "
         f"SELECT {p}, {EDITED_COLUMNS_COPIED} FROM gatedloop_edited_args e WHERE e.thread_id = {p} AND EXISTS "
         "(SELECT 1 FROM gatedloop_ledger l WHERE l.thread_id = e.thread_id AND l.call_id = e.call_id) ORDER BY seq",
+        f"INSERT INTO gatedloop_thread_graphs (thread_id, graph_name, graph_digest, recorded_at) "
+        f"SELECT {p}, graph_name, graph_digest, recorded_at FROM gatedloop_thread_graphs WHERE thread_id = {p}",
         f"INSERT INTO gatedloop_audit (thread_id, {AUDIT_COLUMNS_COPIED}) "
         f"SELECT {p}, {AUDIT_COLUMNS_COPIED} FROM gatedloop_audit WHERE thread_id = {p} ORDER BY seq",
     ):
@@ -272,6 +275,8 @@ class Ledger(Protocol):
     def replaced_request(self, thread_id: str, requested_at: float) -> bool: ...
     def record_edited_args(self, thread_id: str, edits: Sequence[tuple[str, str, dict[str, Any]]]) -> None: ...
     def edited_args(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
+    def thread_graph(self, thread_id: str) -> GraphIdentity | None: ...
+    def record_thread_graph(self, thread_id: str, graph: GraphIdentity, *, replace: bool = False) -> None: ...
 
 
 class SqlLedger(EvidenceStore):

@@ -22,7 +22,9 @@ from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
 from gatedloop.checkpoints.sqlite import open_sqlite_readonly
 from gatedloop.demo import DemoStore, build_demo_tools, choose_model, demo_model, demo_policies
 from gatedloop.graph import build_graph
+from gatedloop.graph.build import parts_of, with_saver
 from gatedloop.graph.display import SECRET_POLICIES
+from gatedloop.graph.load import GraphNotFound, NamedGraph, choose_graph
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED, EXIT_NOT_FOUND, EXIT_BUSY, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
 EXIT_INTERRUPTED = 130
@@ -123,11 +125,33 @@ def demo_store(db: str) -> DemoStore:
         raise DatabaseUnavailable(f"cannot open the demo tools' data file {path} (beside --db): {exc}") from exc
 
 
+def named_graph(given: str | None) -> NamedGraph | None:
+    """The user's graph (`--graph`, `GATEDLOOP_GRAPH`, or the working folder's langgraph.json), or None: the demo."""
+    try:
+        return choose_graph(given, dict(os.environ), Path.cwd())
+    except GraphNotFound as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+
+
 @contextmanager
-def open_app(db: str, *, with_model: bool = True, read_only: bool = False) -> Iterator[tuple[CompiledStateGraph, Any]]:
-    """The CLI's graph: the configured model, the demo tools (data beside the database), SQLite or Postgres
-    checkpoints. Commands that only read or flag threads (`with_model=False`) get the offline model and leave the
-    tools' data file alone: reading state never calls either, so they need no API key and touch no data file."""
+def open_app(
+    db: str, *, named: NamedGraph | None = None, with_model: bool = True, read_only: bool = False
+) -> Iterator[tuple[CompiledStateGraph, Any]]:
+    """The CLI's graph over the database: the user's `named` graph, or else the demo (the configured model, the
+    demo tools with their data beside the database). Commands that only read or flag threads
+    (`with_model=False`) get the demo's offline model and leave its data file alone: reading state never calls
+    either, so they need no API key and touch no data file. What the CLI prints masks the graph's own
+    `secret_args`."""
+    if named is not None:
+        with open_saver(db, read_only=read_only) as saver:
+            graph = with_saver(named.graph, saver)
+            parts = parts_of(graph)
+            shown = SECRET_POLICIES.set(parts.registry.policies if parts is not None else {})
+            try:
+                yield graph, saver
+            finally:
+                SECRET_POLICIES.reset(shown)
+        return
     model = choose_model() if with_model else demo_model()
     with open_saver(db, read_only=read_only) as saver:
         store = demo_store(db) if with_model else DemoStore(demo_data_path(db), prepare=False)

@@ -43,16 +43,16 @@ from gatedloop.cli.app import (
     EXIT_USAGE,
     CliError,
     DatabaseUnavailable,
-    demo_store,
+    named_graph,
     open_app,
-    open_saver,
     shown_db,
     writable_hint,
 )
 from gatedloop.cli.review import ask_reviewer
-from gatedloop.demo import build_demo_tools, choose_model, demo_policies
+from gatedloop.demo import choose_model
 from gatedloop.demo.model import describe_choice
-from gatedloop.graph import build_graph, runs
+from gatedloop.graph import runs
+from gatedloop.graph.build import parts_of
 from gatedloop.graph.display import (
     STOP_WORDS,
     approval_table,
@@ -146,6 +146,8 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, 
             out.record("request", thread_id=thread_id, request=request)
             out.say(approval_table(request))
             named = f" --request {request['request_id']}" if request.get("request_id") else ""
+            if args.graph:
+                named = f" --graph {args.graph}{named}"
             out.say(f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id}{named} {ANSWER_HINT}")
             return EXIT_PAUSED
         try:
@@ -175,9 +177,14 @@ def stream(out: Output, thread_id: str, events: Iterator[tuple[str, Any]]) -> No
 def cmd_run(args: argparse.Namespace) -> int:
     out = Output(args.json)
     thread_id = validate_thread_id(args.thread or f"t-{uuid.uuid4().hex[:12]}")
-    with open_app(args.db) as (graph, _saver):
-        out.say(f"model: {describe_choice()}   thread: {thread_id}   db: {shown_db(args.db)}")
-        stream(out, thread_id, runs.stream_start(graph, thread_id, args.question, context=context_of(args)))
+    named = named_graph(args.graph)
+    with open_app(args.db, named=named) as (graph, _saver):
+        model = f"graph: {named.reference}" if named is not None else f"model: {describe_choice()}"
+        out.say(f"{model}   thread: {thread_id}   db: {shown_db(args.db)}")
+        events = runs.stream_start(
+            graph, thread_id, args.question, context=context_of(args), upgrade=args.upgrade_graph
+        )
+        stream(out, thread_id, events)
         return settle(graph, thread_id, args, out)
 
 
@@ -254,8 +261,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     out = Output(args.json)
     thread_id = validate_thread_id(args.thread)
     answering = any(getattr(args, flag) not in (None, False) for flag in DECISION_FLAGS)
-    with open_app(args.db) as (graph, saver):
+    with open_app(args.db, named=named_graph(args.graph)) as (graph, saver):
         require_thread(graph, thread_id, args.db)
+        if not args.upgrade_graph:
+            runs.check_thread_graph(graph, thread_id)
         summary = describe_thread(graph, thread_id, saver.ledger)
         request = runs.pending_request(graph, thread_id)
         if answering and (summary.status == "cancelled" or request is None):
@@ -270,7 +279,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
         answer = resume_answer(args, request) if request is not None else None
         for sentence in unsettled_writes(saver.ledger, thread_id):
             out.say(f"settling: {sentence}")
-        stream(out, thread_id, runs.stream_resume(graph, thread_id, answer, context=context_of(args)))
+        events = runs.stream_resume(graph, thread_id, answer, context=context_of(args), upgrade=args.upgrade_graph)
+        stream(out, thread_id, events)
         after = runs.pending_request(graph, thread_id)
         if request is not None and after is not None and after.get("error"):
             raise CliError(f"answer refused: {after['error']}; thread {thread_id} is still waiting", EXIT_REFUSED)
@@ -279,7 +289,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_threads(args: argparse.Namespace) -> int:
     out = Output(args.json)
-    with open_app(args.db, with_model=False, read_only=True) as (graph, saver):
+    with open_app(args.db, named=named_graph(args.graph), with_model=False, read_only=True) as (graph, saver):
         listed = saver.thread_ids()
         for thread_id in listed:
             summary = describe_thread(graph, thread_id, saver.ledger)
@@ -299,8 +309,9 @@ def cmd_threads(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     out = Output(args.json)
     thread_id = validate_thread_id(args.thread)
-    with open_app(args.db, with_model=False, read_only=True) as (graph, saver):
+    with open_app(args.db, named=named_graph(args.graph), with_model=False, read_only=True) as (graph, saver):
         require_thread(graph, thread_id, args.db)
+        runs.check_thread_graph(graph, thread_id)  # another graph's policies would not mask this thread's secrets
         summary = describe_thread(graph, thread_id, saver.ledger)
         if args.mermaid:
             drawing = path_mermaid(node_path(graph, thread_id), summary.status)
@@ -324,8 +335,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     out = Output(args.json)
     thread_id = validate_thread_id(args.thread)
-    with open_app(args.db, with_model=False) as (graph, saver):
+    with open_app(args.db, named=named_graph(args.graph), with_model=False) as (graph, saver):
         require_thread(graph, thread_id, args.db)
+        runs.check_thread_graph(graph, thread_id)
         summary = describe_thread(graph, thread_id, saver.ledger)
         if summary.status not in ("waiting", "interrupted", "cancelled"):
             out.record("cancel", thread_id=thread_id, cancelled=False, status=summary.status)
@@ -363,16 +375,19 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         )
     fixed = Reviewer(args.as_user, context_of(args).roles, "fixed") if args.as_user else None
 
+    named = named_graph(args.graph)
+
     @contextmanager
     def open_backend() -> Iterator[InboxBackend]:
-        with open_saver(args.db) as saver:
-            store = demo_store(args.db)
-            tools, policies = build_demo_tools(store), demo_policies(store)
-            graph = build_graph(choose_model(), tools, policies=policies, checkpointer=saver)
+        with open_app(args.db, named=named) as (graph, saver):
+            parts = parts_of(graph)
+            assert parts is not None  # open_app builds with build_graph
+            tools, policies = list(parts.registry.tools.values()), parts.registry.policies
             listing = saver.thread_ids
             yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, listing, tools, policies))
 
-    choose_model()  # a model that is not configured is a one-line error now, not at the first answer
+    if named is None:
+        choose_model()  # a model that is not configured is a one-line error now, not at the first answer
     app = create_app(open_backend, Sessions(config, fixed))
     print(f"gatedloop inbox on http://{args.host}:{args.port}/inbox  (db: {shown_db(args.db)})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="debug" if args.debug else "warning")
@@ -402,6 +417,18 @@ def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         "--db",
         default=default(os.environ.get("GATEDLOOP_DB", DEFAULT_DB)),
         help="SQLite file or postgresql:// URL (GATEDLOOP_DB)",
+    )
+    parser.add_argument(
+        "--graph",
+        default=default(None),
+        help="your graph: MODULE:ATTR or file.py:ATTR (as langgraph.json names it), or a graph name of the "
+        "langgraph.json in this folder (GATEDLOOP_GRAPH; default: that langgraph.json's graph, else the demo)",
+    )
+    parser.add_argument(
+        "--upgrade-graph",
+        action="store_true",
+        default=default(False),
+        help="run a thread another graph made with this graph anyway (recorded in the audit trail)",
     )
     parser.add_argument("--json", action="store_true", default=default(False), help="print JSON lines only (stdout)")
     parser.add_argument("--debug", action="store_true", default=default(False), help="log details and tracebacks")
@@ -502,6 +529,8 @@ def explain(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
         return str(exc), EXIT_BUSY
     if isinstance(exc, InvalidDecision):
         return f"answer refused: {exc}", EXIT_REFUSED
+    if isinstance(exc, runs.GraphMismatch):
+        return f"{exc}; name that graph with --graph MODULE:ATTR (or GATEDLOOP_GRAPH)", EXIT_REFUSED
     if isinstance(exc, DatabaseUnavailable):
         return str(exc), EXIT_FAILED
     if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):

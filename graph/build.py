@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
@@ -13,6 +15,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from pydantic import BaseModel
 
+from gatedloop.checkpoints.evidence import GraphIdentity
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.ledger_for import ledger_for
 from gatedloop.graph.models import bind_loop_tools
@@ -26,6 +29,7 @@ from gatedloop.nodes.model import make_model_node
 from gatedloop.nodes.parts import LoopParts, SystemPrompt
 from gatedloop.nodes.state import GatedState, InputState, OutputState
 from gatedloop.nodes.validate import make_validate_node
+from gatedloop.tools.arguments import digest
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import ToolRegistry
 
@@ -74,7 +78,12 @@ def build_graph(
         system_prompt=system_prompt,
         answer_format=answer,
     )
+    return _compile(parts, checkpointer, store, name)
 
+
+def _compile(
+    parts: LoopParts, checkpointer: BaseCheckpointSaver | None, store: BaseStore | None, name: str
+) -> CompiledStateGraph:
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(
         GatedState, context_schema=CallContext, input_schema=InputState, output_schema=OutputState
     )
@@ -90,6 +99,47 @@ def build_graph(
     builder.add_conditional_edges("execute", after_execute, ["approve", "model", "finalize"])
     builder.add_edge("finalize", END)
     graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
+    _PARTS[graph.nodes["model"].bound] = parts
     # max_concurrency sizes LangGraph's task executor: its default (cores + 4) would run a turn's reads in
     # rounds (8 reads of 200 ms took 450 ms on 2 cores instead of about 240).
+    limits = parts.limits
     return graph.with_config(recursion_limit=limits.recursion_limit(), max_concurrency=limits.max_concurrency())
+
+
+# What each compiled graph was built from, keyed by its `model` node's runnable: the one object LangGraph's copies
+# of a compiled graph (`with_config`, `copy`) share, so a user's graph can be found again and served over another
+# saver. Hand-written: a compiled graph has no slot for it (`Pregel.copy` passes every attribute to `__init__`).
+_PARTS: WeakKeyDictionary[Any, LoopParts] = WeakKeyDictionary()
+
+
+def parts_of(graph: Any) -> LoopParts | None:
+    """What `build_graph` built `graph` from (its tools, policies, model, limits), or None for another graph."""
+    nodes = getattr(graph, "nodes", None)
+    model = nodes.get("model") if isinstance(nodes, Mapping) else None
+    return _PARTS.get(model.bound) if model is not None else None
+
+
+def with_saver(graph: CompiledStateGraph, checkpointer: BaseCheckpointSaver) -> CompiledStateGraph:
+    """The same graph (model, tools, policies, limits, prompt, store, name) over `checkpointer`, with the ledger
+    that saver's database holds: how the CLI and the inbox run a user's graph on `--db`."""
+    parts = parts_of(graph)
+    if parts is None:
+        raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")
+    return _compile(replace(parts, ledger=ledger_for(checkpointer)), checkpointer, graph.store, graph.name)
+
+
+def graph_identity(graph: Any) -> GraphIdentity:
+    """A graph's name and a digest of its tools' names, descriptions and argument schemas: what a thread it made
+    remembers, so that another graph (or this one with other tools) never resumes it unnoticed."""
+    parts = parts_of(graph)
+    if parts is None:
+        raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")
+    tools = [
+        [name, tool.description, tool.tool_call_schema.model_json_schema() if _has_schema(tool) else None]
+        for name, tool in sorted(parts.registry.tools.items())
+    ]
+    return GraphIdentity(graph.name, digest(tools)[:16])
+
+
+def _has_schema(tool: BaseTool) -> bool:
+    return isinstance(tool.tool_call_schema, type) and issubclass(tool.tool_call_schema, BaseModel)

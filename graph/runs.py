@@ -17,8 +17,10 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Interrupt, StateSnapshot, StreamMode
 
 from gatedloop.checkpoints.contract import GatedSaver
+from gatedloop.checkpoints.evidence import GraphIdentity
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import validate_thread_id
+from gatedloop.graph.build import graph_identity, parts_of
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.hitl import check_answer as check_approval
 from gatedloop.nodes.unknown import check_unknown_answer
@@ -60,6 +62,52 @@ def check_answer(request: dict[str, Any], answer: Any) -> None:
         check_approval(answer, request)
 
 
+class GraphMismatch(ValueError):
+    """The thread was made by another graph (or by this one with other tools); nothing was run or changed."""
+
+    def __init__(self, thread_id: str, recorded: GraphIdentity, offered: GraphIdentity):
+        super().__init__(
+            f"thread {thread_id!r} was made by graph {recorded}, not by graph {offered}: resume it with the graph "
+            "that made it, or upgrade it to this one explicitly (upgrade=True; CLI: --upgrade-graph)"
+        )
+        self.recorded, self.offered = recorded, offered
+
+
+def claim_thread(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    thread_id: str,
+    *,
+    upgrade: bool = False,
+    context: CallContext | None = None,
+) -> None:
+    """Invariant 11: a thread is run only by the graph that made it. A thread with no graph recorded (new, or from
+    before graphs were recorded) is this graph's from now on; another graph raises GraphMismatch, unless
+    `upgrade`, which records the new graph and who upgraded in the audit trail."""
+    parts = parts_of(graph)
+    if parts is None:  # not a gatedloop graph: nothing to check against
+        return
+    offered, recorded = graph_identity(graph), parts.ledger.thread_graph(thread_id)
+    if recorded is None or recorded == offered:
+        if recorded is None:
+            parts.ledger.record_thread_graph(thread_id, offered)
+        return
+    if not upgrade:
+        raise GraphMismatch(thread_id, recorded, offered)
+    parts.ledger.record_thread_graph(thread_id, offered, replace=True)
+    detail = {"from": [recorded.name, recorded.digest], "to": [offered.name, offered.digest]}
+    parts.ledger.record(
+        thread_id, "", f"graph_upgraded:{offered.digest[:8]}", detail, context.user_id if context else None
+    )
+
+
+def check_thread_graph(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> None:
+    """Raise GraphMismatch if another graph made this thread; records nothing (for reading and flagging)."""
+    parts = parts_of(graph)
+    recorded = parts.ledger.thread_graph(thread_id) if parts is not None else None
+    if recorded is not None and recorded != graph_identity(graph):
+        raise GraphMismatch(thread_id, recorded, graph_identity(graph))
+
+
 def lease_for(
     graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, wait_s: float
 ) -> AbstractContextManager[None]:
@@ -78,10 +126,12 @@ def stream_start(
     *,
     context: CallContext | None = None,
     wait_s: float = 0.0,
+    upgrade: bool = False,
 ) -> Iterator[tuple[str, Any]]:
     """Start (or continue) a thread with a user message, yielding (mode, chunk) as steps happen."""
     config = config_for(thread_id)
     with lease_for(graph, thread_id, wait_s):
+        claim_thread(graph, thread_id, upgrade=upgrade, context=context)
         yield from cast(
             Iterator[tuple[str, Any]],
             graph.stream(
@@ -97,10 +147,12 @@ def stream_resume(
     *,
     context: CallContext | None = None,
     wait_s: float = 0.0,
+    upgrade: bool = False,
 ) -> Iterator[tuple[str, Any]]:
     """Resume a paused thread with an answer (or, with None, a thread stopped mid-run by a crash)."""
     config = config_for(thread_id)
     with lease_for(graph, thread_id, wait_s):
+        claim_thread(graph, thread_id, upgrade=upgrade, context=context)
         pending = graph.get_state(config).interrupts  # one load: rebuilding a long thread is the costly part
         payload = _resume_payload(thread_id, pending, answer)
         events = graph.stream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
@@ -188,10 +240,12 @@ async def astream_start(
     *,
     context: CallContext | None = None,
     wait_s: float = 0.0,
+    upgrade: bool = False,
 ) -> AsyncIterator[tuple[str, Any]]:
     """Async twin of `stream_start`."""
     config = config_for(thread_id)
     async with _alease(graph, thread_id, wait_s):
+        await asyncio.to_thread(claim_thread, graph, thread_id, upgrade=upgrade, context=context)
         events = graph.astream(
             {"messages": [("user", text)]}, config, context=context, stream_mode=STREAM_MODES, durability="sync"
         )
@@ -206,10 +260,12 @@ async def astream_resume(
     *,
     context: CallContext | None = None,
     wait_s: float = 0.0,
+    upgrade: bool = False,
 ) -> AsyncIterator[tuple[str, Any]]:
     """Async twin of `stream_resume`."""
     config = config_for(thread_id)
     async with _alease(graph, thread_id, wait_s):
+        await asyncio.to_thread(claim_thread, graph, thread_id, upgrade=upgrade, context=context)
         payload = _resume_payload(thread_id, (await graph.aget_state(config)).interrupts, answer)
         events = graph.astream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
         async for event in cast(AsyncIterator[tuple[str, Any]], events):

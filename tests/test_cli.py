@@ -36,7 +36,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": ""}
+    env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": "", "GATEDLOOP_GRAPH": "demo"}
     env.pop("OPENAI_BASE_URL", None)
     env.update(extra)
     return env

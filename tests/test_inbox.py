@@ -293,7 +293,7 @@ def test_a_planted_session_cookie_is_worth_nothing_after_the_reviewer_signs_in(b
 
 def test_gatedloop_inbox_serves_the_page_for_a_database_and_needs_a_reviewer(tmp_path):
     db = str(tmp_path / "runs.sqlite")
-    env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": ""}
+    env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": "", "GATEDLOOP_GRAPH": "demo"}
     for name in ("GATEDLOOP_AUTH_TOKENS", "GATEDLOOP_AUTH_FILE"):
         env.pop(name, None)
     command = [sys.executable, "-m", "gatedloop.cli.main", "--db", db, "inbox"]

@@ -1,0 +1,187 @@
+"""Your agent, through the CLI (issue 22, items 1 and 2): a user's own module in a fresh folder, outside this repo,
+named as langgraph.json names graphs. `run`, `show`, `resume` use its tools, policies and model; a thread
+remembers the graph that made it and refuses another one (the demo included) without changing anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+MY_AGENT = textwrap.dedent(
+    '''
+    """Someone's own agent: a seat booking that needs an `events` approver and keeps a card number secret."""
+    import json
+    import os
+
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import tool
+
+    from gatedloop.graph import build_graph
+    from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+    from gatedloop.tools import ToolPolicy
+
+
+    @tool
+    def reserve_seat(seats: int, card: str) -> str:
+        """Reserve seats at the conference, paid with a card."""
+        with open(os.environ["MY_AGENT_EFFECTS"], "a") as effects:
+            effects.write(json.dumps({"seats": seats, "card": card}) + "\\n")
+        return f"RSV-{seats:04d}"
+
+
+    def responder(messages):
+        if isinstance(messages[-1], ToolMessage):
+            return reply(f"Booked: {messages[-1].content}")
+        return reply(calls=[call("reserve_seat", {"seats": 2, "card": "4111-1111-1111-1111"})])
+
+
+    POLICIES = {
+        "reserve_seat": ToolPolicy(
+            effect="write", approval="always", approvers=frozenset({"events"}), secret_args=frozenset({"card"})
+        )
+    }
+
+
+    def make_graph():
+        return build_graph(ScriptedChatModel(responder=responder), [reserve_seat], policies=POLICIES, name="seats")
+
+
+    graph = make_graph()
+    '''
+)
+CARD = "4111-1111-1111-1111"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A fresh folder with the user's module, far from this repo (no langgraph.json yet)."""
+    (tmp_path / "my_agent.py").write_text(MY_AGENT)
+    return tmp_path
+
+
+def gatedloop(folder: Path, *args: str, code: int) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GATEDLOOP_")}
+    env.update(GATEDLOOP_MODEL="demo", OPENAI_API_KEY="", MY_AGENT_EFFECTS=str(folder / "effects.jsonl"))
+    done = subprocess.run(
+        [sys.executable, "-m", "gatedloop.cli.main", "--db", "runs.sqlite", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert done.returncode == code, done.stdout + done.stderr
+    return done
+
+
+def effects(folder: Path) -> list[dict]:
+    path = folder / "effects.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def checkpoints(folder: Path) -> int:
+    with sqlite3.connect(folder / "runs.sqlite") as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0])
+
+
+def request_id(output: str) -> str:
+    return next(json.loads(line)["request"]["request_id"] for line in output.splitlines() if '"request"' in line)
+
+
+@pytest.mark.parametrize("reference", ["my_agent:graph", "my_agent:make_graph", "./my_agent.py:graph"])
+def test_your_graph_pauses_with_its_tool_masks_its_secret_and_runs_once_when_an_approver_approves(
+    folder: Path, reference: str
+):
+    asked = gatedloop(
+        folder, "--graph", reference, "--json", "--user", "ana", "run", "two seats", "--thread", "t1", code=3
+    )
+    request = next(json.loads(line)["request"] for line in asked.stdout.splitlines() if '"request"' in line)
+    [action] = request["action_requests"]
+    assert (action["name"], action["args"]) == ("reserve_seat", {"seats": 2, "card": "***"})
+    assert "Reserve seats at the conference" in action["description"] and action["approvers"] == ["events"]
+    assert CARD not in asked.stdout + asked.stderr
+
+    shown = gatedloop(folder, "--graph", reference, "show", "t1", code=0)
+    assert "reserve_seat" in shown.stdout and '"card": "***"' in shown.stdout and CARD not in shown.stdout
+
+    answer = ("resume", "t1", "--request", request["request_id"], "--approve")
+    refused = gatedloop(folder, "--graph", reference, "--user", "ana", "--roles", "staff", *answer, code=6)
+    assert "events" in refused.stderr and effects(folder) == []
+    done = gatedloop(folder, "--graph", reference, "--user", "bo", "--roles", "events", *answer, code=0)
+    assert effects(folder) == [{"seats": 2, "card": CARD}]  # the tool ran once, with the real card
+    assert "Booked: RSV-0002" in done.stdout and CARD not in done.stdout
+
+
+def test_another_graph_never_resumes_your_thread_and_nothing_is_written(folder: Path):
+    asked = gatedloop(folder, "--graph", "my_agent:graph", "--json", "run", "two seats", "--thread", "t1", code=3)
+    before = checkpoints(folder)
+    answer = ("resume", "t1", "--request", request_id(asked.stdout), "--approve", "--roles", "events")
+    for refused in (gatedloop(folder, *answer, code=6), gatedloop(folder, "--graph", "demo", *answer, code=6)):
+        [line] = refused.stderr.strip().splitlines()
+        assert "was made by graph 'seats'" in line and "not by graph 'gatedloop'" in line and "--graph" in line
+    assert "was made by graph 'seats'" in gatedloop(folder, "show", "t1", code=6).stderr  # demo's policies: no mask
+    assert checkpoints(folder) == before and effects(folder) == []
+    gatedloop(folder, "--graph", "my_agent:graph", "--user", "bo", *answer, code=0)
+    assert len(effects(folder)) == 1
+
+
+def test_an_explicit_upgrade_runs_the_thread_with_the_new_graph_and_is_audited(folder: Path):
+    asked = gatedloop(folder, "--graph", "my_agent:graph", "--json", "run", "two seats", "--thread", "t1", code=3)
+    (folder / "my_agent.py").write_text(MY_AGENT.replace("paid with a card", "paid with a card (v2)"))
+    answer = ("resume", "t1", "--request", request_id(asked.stdout), "--approve")
+    refused = gatedloop(folder, "--graph", "my_agent:graph", "--roles", "events", *answer, code=6)
+    assert "was made by graph 'seats'" in refused.stderr  # a changed tool description is another graph
+    gatedloop(
+        folder,
+        "--graph",
+        "my_agent:graph",
+        "--upgrade-graph",
+        "--user",
+        "ops",
+        "--roles",
+        "events",
+        *answer,
+        code=0,
+    )
+    assert len(effects(folder)) == 1
+    with sqlite3.connect(folder / "runs.sqlite") as conn:
+        [(event, actor)] = conn.execute(
+            "SELECT event, actor FROM gatedloop_audit WHERE event LIKE 'graph_upgraded:%'"
+        ).fetchall()
+    assert actor == "ops"
+
+
+def test_the_graph_of_the_folders_langgraph_json_is_the_default_and_a_name_picks_one(folder: Path):
+    manifest = {"graphs": {"seats": "./my_agent.py:graph", "other": "my_agent:make_graph"}}
+    (folder / "langgraph.json").write_text(json.dumps(manifest))
+    several = gatedloop(folder, "run", "two seats", code=2)
+    assert "names several graphs (other, seats); pick one with --graph NAME" in several.stderr
+    asked = gatedloop(folder, "--graph", "seats", "--json", "run", "two seats", "--thread", "t1", code=3)
+    assert '"reserve_seat"' in asked.stdout
+    (folder / "langgraph.json").write_text(json.dumps({"graphs": {"seats": "./my_agent.py:graph"}}))
+    answer = ("resume", "t1", "--request", request_id(asked.stdout), "--approve")
+    gatedloop(folder, "--user", "bo", "--roles", "events", *answer, code=0)
+    assert len(effects(folder)) == 1
+
+
+@pytest.mark.parametrize(
+    ("reference", "complaint"),
+    [
+        ("nowhere:graph", "cannot import nowhere: ModuleNotFoundError"),
+        ("my_agent:missing", "my_agent has no attribute 'missing'"),
+        ("my_agent:POLICIES", "is a dict, not a graph from gatedloop.graph.build_graph"),
+        ("unnamed", "neither MODULE:ATTR nor one of no langgraph.json"),
+    ],
+)
+def test_a_graph_that_cannot_be_loaded_is_one_line_saying_why(folder: Path, reference: str, complaint: str):
+    failed = gatedloop(folder, "--graph", reference, "run", "hi", code=2)
+    [line] = failed.stderr.strip().splitlines()
+    assert complaint in line, line
