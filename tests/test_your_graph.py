@@ -153,7 +153,7 @@ def test_an_explicit_upgrade_runs_the_thread_with_the_new_graph_and_is_audited(f
     )
     assert len(effects(folder)) == 1
     with sqlite3.connect(folder / "runs.sqlite") as conn:
-        [(event, actor)] = conn.execute(
+        [(_event, actor)] = conn.execute(
             "SELECT event, actor FROM gatedloop_audit WHERE event LIKE 'graph_upgraded:%'"
         ).fetchall()
     assert actor == "ops"
