@@ -46,6 +46,7 @@ def build_graph(
     system_prompt: SystemPrompt | None = None,
     response_format: type[BaseModel] | Mapping[str, Any] | None = None,
     name: str = "gatedloop",
+    context_schema: type[Any] = CallContext,
 ) -> CompiledStateGraph:
     """Compile the gated loop.
 
@@ -55,6 +56,8 @@ def build_graph(
     `system_prompt` (a string, or a function of (state, context)) starts every model call and is never stored;
     `response_format` (a pydantic model or JSON schema) makes the final answer a validated `structured_response`;
     `store` is compiled into the graph and handed to tools (`ToolRuntime.store`, `InjectedStore`).
+    `context_schema` is the runtime context's type, as in `create_agent` (Studio's context form, `Runtime.context`);
+    whatever it is, the caller's identity is read from its `user_id` and `roles` (gatedloop.nodes.identity).
     """
     limits = limits or Limits()
     registry = ToolRegistry(tools, policies)
@@ -77,6 +80,7 @@ def build_graph(
         ledger=ledger,
         system_prompt=system_prompt,
         answer_format=answer,
+        context_schema=context_schema,
     )
     return _compile(parts, checkpointer, store, name)
 
@@ -85,7 +89,7 @@ def _compile(
     parts: LoopParts, checkpointer: BaseCheckpointSaver | None, store: BaseStore | None, name: str
 ) -> CompiledStateGraph:
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(
-        GatedState, context_schema=CallContext, input_schema=InputState, output_schema=OutputState
+        GatedState, context_schema=parts.context_schema, input_schema=InputState, output_schema=OutputState
     )
     builder.add_node("model", make_model_node(parts))
     builder.add_node("validate", make_validate_node(parts))

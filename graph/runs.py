@@ -19,7 +19,7 @@ from langgraph.types import Command, Interrupt, StateSnapshot, StreamMode
 from gatedloop.checkpoints.contract import GatedSaver
 from gatedloop.checkpoints.evidence import GraphIdentity
 from gatedloop.checkpoints.ledger import Ledger
-from gatedloop.checkpoints.threads import validate_thread_id
+from gatedloop.checkpoints.threads import UnknownThread, validate_thread_id
 from gatedloop.graph.build import graph_identity, parts_of
 from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.hitl import check_answer as check_approval
@@ -152,15 +152,19 @@ def stream_resume(
     """Resume a paused thread with an answer (or, with None, a thread stopped mid-run by a crash)."""
     config = config_for(thread_id)
     with lease_for(graph, thread_id, wait_s):
+        snapshot = graph.get_state(config)  # one load: rebuilding a long thread is the costly part
+        payload = _resume_payload(thread_id, snapshot, answer)
         claim_thread(graph, thread_id, upgrade=upgrade, context=context)
-        pending = graph.get_state(config).interrupts  # one load: rebuilding a long thread is the costly part
-        payload = _resume_payload(thread_id, pending, answer)
         events = graph.stream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
         yield from cast(Iterator[tuple[str, Any]], events)
 
 
-def _resume_payload(thread_id: str, pending: Sequence[Interrupt], answer: Any) -> Command | None:
-    """The answer addressed to the pending interrupt, checked first (InvalidDecision, nothing changed)."""
+def _resume_payload(thread_id: str, snapshot: StateSnapshot, answer: Any) -> Command | None:
+    """The answer addressed to the pending interrupt, checked first (InvalidDecision, nothing changed). A thread
+    with no checkpoint is UnknownThread, not "not waiting": a typo in a thread id must not read as a finished one."""
+    if snapshot.created_at is None:
+        raise UnknownThread(thread_id, "this graph's checkpointer")
+    pending = snapshot.interrupts
     request = _request_of(pending)
     if request is not None:
         if answer is None:
@@ -265,8 +269,8 @@ async def astream_resume(
     """Async twin of `stream_resume`."""
     config = config_for(thread_id)
     async with _alease(graph, thread_id, wait_s):
+        payload = _resume_payload(thread_id, await graph.aget_state(config), answer)
         await asyncio.to_thread(claim_thread, graph, thread_id, upgrade=upgrade, context=context)
-        payload = _resume_payload(thread_id, (await graph.aget_state(config)).interrupts, answer)
         events = graph.astream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
         async for event in cast(AsyncIterator[tuple[str, Any]], events):
             yield event

@@ -57,6 +57,9 @@ def client_context(context: Any) -> CallContext:
             roles=frozenset(context.get("roles") or ()),
             extra={k: v for k, v in context.items() if k not in ("user_id", "roles")},
         )
+    if context is not None and hasattr(context, "user_id"):  # a `context_schema` of the user's (dataclass, model)
+        roles = getattr(context, "roles", None) or ()
+        return CallContext(user_id=context.user_id, roles=frozenset(roles), extra={"context": context})
     return CallContext()
 
 

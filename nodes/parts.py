@@ -33,6 +33,7 @@ class LoopParts:
     clock: Callable[[], float] = field(default=time.time)
     system_prompt: SystemPrompt | None = None
     answer_format: AnswerFormat | None = None
+    context_schema: type[Any] = CallContext
 
     def prompt(self, state: Any, context: Any) -> list[BaseMessage]:
         """The system message every model call starts with; built per call, never stored in the state."""

@@ -76,3 +76,18 @@ def test_the_readmes_architecture_names_files_and_tests_that_exist():
     assert not missing, f"tests named that do not exist: {missing}"
     invariants = re.findall(r"^\| (\d)\. ", section, re.MULTILINE)
     assert invariants == [str(n) for n in range(1, 10)], "one row per invariant, 1 to 9"
+
+
+def test_the_manifest_installs_what_its_http_app_needs():
+    """`langgraph build` installs langgraph.json's dependencies only (a local "." without extras): the inbox's
+    packages must be listed there (.ci/check_manifest.sh then serves the manifest from exactly those)."""
+    import tomllib
+
+    def name(spec: str) -> str:
+        return re.split(r"[<>=\[ ;]", spec, maxsplit=1)[0].lower()
+
+    manifest = json.loads((ROOT / "langgraph.json").read_text())
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    listed = {name(dep) for dep in manifest["dependencies"] if not dep.startswith(".")}
+    assert "." in manifest["dependencies"]
+    assert {name(dep) for dep in extras["inbox"]} <= listed
