@@ -27,11 +27,13 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import lru_cache
 from pathlib import Path
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
+from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
 from gatedloop.checkpoints.sqlite import open_async_sqlite
 
 DB_ENV = "GATEDLOOP_DB"
@@ -56,3 +58,19 @@ async def studio_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
         return
     async with open_async_sqlite(studio_db_path()) as saver:
         yield saver
+
+
+@lru_cache(maxsize=1)
+def served_ledger() -> Ledger:
+    """The ledger in the database `studio_checkpointer` keeps the server's checkpoints in (`GATEDLOOP_DB`), one per
+    process. A graph the server serves is compiled without a checkpointer, so `build_graph` cannot find its ledger
+    by itself: pass `build_graph(..., ledger=served_ledger())` and its approvals, claims and audit trail live with
+    its checkpoints (an in-memory ledger would lose them when the server restarts)."""
+    target = os.environ.get(DB_ENV) or ""
+    if target.startswith(POSTGRES_PREFIXES):
+        from gatedloop.checkpoints.postgres import PostgresLedger
+
+        return PostgresLedger(target)
+    path = studio_db_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteLedger(path)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from langgraph.graph.state import CompiledStateGraph
 from starlette.applications import Starlette
@@ -28,6 +28,7 @@ from gatedloop.inbox.forms import FormError, parse_edit
 from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
 from gatedloop.inbox.pending import PendingRequests, PendingView, age_text
 from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.tools.policy import CallContext
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 POLL_MS = 2000
@@ -35,13 +36,32 @@ ANSWER_WAIT_S = 10.0
 """How long an answer waits for the thread's lease (another reviewer's answer in flight) before giving up."""
 
 
+class RequestSource(Protocol):
+    """Where a reviewer's pending requests come from (`PendingRequests`: the database; `ServedRequests`: the API)."""
+
+    def visible(self, reviewer: CallContext, *, own_threads_only: bool = False) -> list[PendingView]: ...
+    def get(self, thread_id: str) -> PendingView | None: ...
+    def refusal(self, view: PendingView, reviewer: CallContext) -> str | None: ...
+
+
 @dataclass
 class InboxBackend:
-    """What the inbox reads and answers: a graph with its checkpointer, its ledger, and the pending requests."""
+    """What the inbox reads and answers: a graph with its checkpointer, its ledger, and the pending requests.
+
+    Standalone (`gatedloop inbox --db`), answers run `runs.resume` on the database directly; inside LangGraph
+    Server, `gatedloop.inbox.served.ServedBackend` reads and answers through the server's API instead."""
 
     graph: CompiledStateGraph
     ledger: Ledger
     pending: PendingRequests
+
+    def requests(self, reviewer: Reviewer, origin: str) -> RequestSource:
+        """The requests as `reviewer` may see them; `origin` is the URL the page was loaded from."""
+        return self.pending
+
+    def send(self, reviewer: Reviewer, origin: str, view: PendingView, answer: dict[str, Any]) -> dict[str, Any]:
+        """Apply an answer; the thread's values afterwards (with `__interrupt__` if it waits again)."""
+        return runs.resume(self.graph, view.thread_id, answer, context=reviewer.context, wait_s=ANSWER_WAIT_S)
 
 
 @dataclass(frozen=True)
@@ -76,6 +96,9 @@ def create_app(
     def backend_of(request: Request) -> InboxBackend:
         return request.app.state.backend
 
+    def origin(request: Request) -> str:
+        return str(request.base_url).rstrip("/")
+
     def session_of(request: Request) -> str | None:
         """The request's session id, if this process issued it; a planted or made-up id is never adopted. A
         browser may send several (a cookie planted for path "/" beside ours for "/inbox"): a signed-in one wins."""
@@ -109,7 +132,7 @@ def create_app(
         reviewer = reviewer_of(request)
         if reviewer is None:
             return sign_in_page(request)
-        views = await run_in_threadpool(_visible, backend_of(request), reviewer)
+        views = await run_in_threadpool(_visible, backend_of(request), reviewer, origin(request))
         session_id = session_of(request) or ""
         notes = flashes.pop(session_id, [])
         return render(
@@ -120,7 +143,7 @@ def create_app(
         reviewer = reviewer_of(request)
         if reviewer is None:
             return HTMLResponse("signed out", status_code=401)
-        views = await run_in_threadpool(_visible, backend_of(request), reviewer)
+        views = await run_in_threadpool(_visible, backend_of(request), reviewer, origin(request))
         return render(request, "_cards.html", {"reviewer": reviewer, "views": views, "now": time.time()})
 
     async def answer(request: Request) -> Response:
@@ -132,7 +155,7 @@ def create_app(
         if reviewer is None or session_id is None:
             return sign_in_page(request, "Sign in to answer requests.", 401)
         thread_id = _field(form, "thread_id") or ""
-        note = await run_in_threadpool(_answer, backend_of(request), reviewer, thread_id, form)
+        note = await run_in_threadpool(_answer, backend_of(request), reviewer, origin(request), thread_id, form)
         flashes.setdefault(session_id, []).append(note)
         return RedirectResponse("/inbox", status_code=303)
 
@@ -159,7 +182,7 @@ def create_app(
         if reviewer is None:
             return sign_in_page(request)
         thread_id = request.path_params["thread_id"]
-        shown = await run_in_threadpool(_audit, backend_of(request), reviewer, thread_id)
+        shown = await run_in_threadpool(_audit, backend_of(request), reviewer, origin(request), thread_id)
         if shown is None:
             message = f"No thread {thread_id!r} that you review."
             return render(request, "message.html", {"message": message}, 404)
@@ -178,15 +201,15 @@ def create_app(
     )
 
 
-def _visible(backend: InboxBackend, reviewer: Reviewer) -> list[PendingView]:
-    return backend.pending.visible(reviewer.context, own_threads_only=not reviewer.sees_all_threads)
+def _visible(backend: InboxBackend, reviewer: Reviewer, origin: str) -> list[PendingView]:
+    return backend.requests(reviewer, origin).visible(reviewer.context, own_threads_only=not reviewer.sees_all_threads)
 
 
-def _may_decide(backend: InboxBackend, reviewer: Reviewer, view: PendingView) -> str | None:
+def _may_decide(source: RequestSource, reviewer: Reviewer, view: PendingView) -> str | None:
     """Why this reviewer may not decide this request (None: she may), as the page decides what to show."""
     if not reviewer.sees_all_threads and view.requested_by != reviewer.user_id:
         return "only approvers may decide other people's requests"
-    return backend.pending.refusal(view, reviewer.context)
+    return source.refusal(view, reviewer.context)
 
 
 def _field(form: FormData, name: str) -> str | None:
@@ -194,17 +217,18 @@ def _field(form: FormData, name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _answer(backend: InboxBackend, reviewer: Reviewer, thread_id: str, form: FormData) -> Flash:
-    """Apply the reviewer's answer through `runs.resume` (the CLI's checked path); a note for the page."""
-    view = backend.pending.get(thread_id) if thread_id else None
+def _answer(backend: InboxBackend, reviewer: Reviewer, origin: str, thread_id: str, form: FormData) -> Flash:
+    """Apply the reviewer's answer (the CLI's checked path, or a run through the server); a note for the page."""
+    source = backend.requests(reviewer, origin)
+    view = source.get(thread_id) if thread_id else None
     if view is None or view.request_id != _field(form, "request_id"):
         return Flash("error", f"Thread {thread_id}: this request was already answered or cancelled.", thread_id)
-    refusal = _may_decide(backend, reviewer, view)
+    refusal = _may_decide(source, reviewer, view)
     if refusal is not None:
         return Flash("error", f"Thread {thread_id}: you may not decide this request: {refusal}.", thread_id)
     try:
         answer = answer_from_form(view, form, reviewer)
-        result = runs.resume(backend.graph, thread_id, answer, context=reviewer.context, wait_s=ANSWER_WAIT_S)
+        result = backend.send(reviewer, origin, view, answer)
     except FormError as exc:
         return Flash("error", f"Thread {thread_id}: not sent: {exc}", thread_id)
     except InvalidDecision as exc:
@@ -257,14 +281,15 @@ def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> d
     return answer
 
 
-def _audit(backend: InboxBackend, reviewer: Reviewer, thread_id: str) -> dict[str, Any] | None:
+def _audit(backend: InboxBackend, reviewer: Reviewer, origin: str, thread_id: str) -> dict[str, Any] | None:
     """A thread's history for a reviewer who has a request in it to decide, or decided something in it."""
     try:
         audit = backend.ledger.audit(thread_id)
     except Exception:
         return None
-    view = backend.pending.get(thread_id)
-    may_see = (view is not None and _may_decide(backend, reviewer, view) is None) or any(
+    source = backend.requests(reviewer, origin)
+    view = source.get(thread_id)
+    may_see = (view is not None and _may_decide(source, reviewer, view) is None) or any(
         e.get("actor") == reviewer.user_id for e in audit
     )
     if not may_see:

@@ -32,7 +32,7 @@ import hashlib
 import hmac
 import secrets
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -50,6 +50,8 @@ class Reviewer:
     roles: frozenset[str]
     source: str  # "server", "token" or "fixed"
     sees_all_threads: bool = True
+    authorization: str | None = field(default=None, repr=False)
+    """How to act as this reviewer on the server's API (`Bearer <token>`); never shown on a page."""
 
     @property
     def context(self) -> CallContext:
@@ -66,7 +68,8 @@ def server_reviewer(request: Request, config: AuthConfig | None) -> Reviewer | N
         return None
     identity = str(user.identity)
     roles = frozenset(str(r) for r in getter("roles") or [])
-    return Reviewer(identity, roles, "server", config is None or config.is_approver(identity))
+    authorization = request.headers.get("authorization")
+    return Reviewer(identity, roles, "server", config is None or config.is_approver(identity), authorization)
 
 
 class Sessions:
@@ -110,7 +113,8 @@ class Sessions:
         user = config.user_for(token.strip()) if config is not None and token.strip() else None
         if config is None or user is None:
             return None
-        reviewer = Reviewer(user.user_id, frozenset(user.roles), "token", config.is_approver(user.user_id))
+        approver = config.is_approver(user.user_id)
+        reviewer = Reviewer(user.user_id, frozenset(user.roles), "token", approver, f"Bearer {token.strip()}")
         fresh = self.new_id()
         with self._lock:
             self._signed_in.pop(session_id, None)

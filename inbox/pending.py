@@ -53,6 +53,7 @@ class PendingView:
     expires_at: float | None
     error: str | None
     recent: list[tuple[str, str]]
+    graph: str = ""  # under LangGraph Server: the graph (assistant) the thread runs, which answers go to
 
     @property
     def version(self) -> str:
@@ -154,58 +155,74 @@ class PendingRequests:
         if not snapshot.interrupts or not isinstance(snapshot.interrupts[0].value, dict):
             return None
         interrupt = snapshot.interrupts[0]
-        request: dict[str, Any] = interrupt.value
-        kind = str(request.get("kind") or "approval")
-        if kind == "unknown_outcome":
-            actions = [
+        messages = (snapshot.values or {}).get("messages", [])
+        return pending_view(thread_id, interrupt.id, interrupt.value, messages, self.tools, self.policy, checkpoint_ts)
+
+
+def pending_view(
+    thread_id: str,
+    interrupt_id: str,
+    request: dict[str, Any],
+    messages: Sequence[BaseMessage],
+    tools: Mapping[str, BaseTool],
+    policy: Callable[[str], ToolPolicy],
+    checkpoint_ts: Any = None,
+    graph: str = "",
+) -> PendingView:
+    """A pending request (the interrupt value, as the wire format has it) as the inbox shows it; `tools` give the
+    edit forms their fields (a tool not among them gets no edit form)."""
+    kind = str(request.get("kind") or "approval")
+    if kind == "unknown_outcome":
+        actions = [
+            ActionView(
+                index=i,
+                name=c["name"],
+                args=c["args"],
+                description="",
+                tool_call_id=c["tool_call_id"],
+                args_digest="",
+                allowed=list(request.get("allowed_decisions") or []),
+                reason=str(c.get("reason", "")),
+            )
+            for i, c in enumerate(request.get("calls") or [])
+        ]
+    else:
+        configs = request.get("review_configs") or []
+        actions = []
+        for i, action in enumerate(request.get("action_requests") or []):
+            config = configs[i] if i < len(configs) else {}
+            tool = tools.get(action["name"])
+            actions.append(
                 ActionView(
                     index=i,
-                    name=c["name"],
-                    args=c["args"],
-                    description="",
-                    tool_call_id=c["tool_call_id"],
-                    args_digest="",
-                    allowed=list(request.get("allowed_decisions") or []),
-                    reason=str(c.get("reason", "")),
+                    name=action["name"],
+                    args=action.get("args") or {},
+                    description=str(action.get("description") or ""),
+                    tool_call_id=str(action.get("tool_call_id") or ""),
+                    args_digest=str(action.get("args_digest") or ""),
+                    allowed=list(config.get("allowed_decisions") or []),
+                    approvals_required=int(action.get("approvals_required") or 1),
+                    approved_by=list(action.get("approved_by") or []),
+                    approvers=action.get("approvers"),
+                    fields=edit_fields(tool, action.get("args") or {}, policy(action["name"]).secret_args)
+                    if tool is not None
+                    else [],
                 )
-                for i, c in enumerate(request.get("calls") or [])
-            ]
-        else:
-            configs = request.get("review_configs") or []
-            actions = []
-            for i, action in enumerate(request.get("action_requests") or []):
-                config = configs[i] if i < len(configs) else {}
-                tool = self.tools.get(action["name"])
-                actions.append(
-                    ActionView(
-                        index=i,
-                        name=action["name"],
-                        args=action.get("args") or {},
-                        description=str(action.get("description") or ""),
-                        tool_call_id=str(action.get("tool_call_id") or ""),
-                        args_digest=str(action.get("args_digest") or ""),
-                        allowed=list(config.get("allowed_decisions") or []),
-                        approvals_required=int(action.get("approvals_required") or 1),
-                        approved_by=list(action.get("approved_by") or []),
-                        approvers=action.get("approvers"),
-                        fields=edit_fields(tool, action.get("args") or {}, self.policy(action["name"]).secret_args)
-                        if tool is not None
-                        else [],
-                    )
-                )
-        first = (request.get("action_requests") or [{}])[0] if kind != "unknown_outcome" else {}
-        return PendingView(
-            thread_id=thread_id,
-            interrupt_id=interrupt.id,
-            request_id=str(request.get("request_id") or interrupt.id),
-            kind=kind,
-            actions=actions,
-            requested_by=first.get("requested_by"),
-            requested_at=first.get("requested_at") or _epoch(checkpoint_ts),
-            expires_at=first.get("expires_at"),
-            error=request.get("error"),
-            recent=recent_conversation((snapshot.values or {}).get("messages", [])),
-        )
+            )
+    first = (request.get("action_requests") or [{}])[0] if kind != "unknown_outcome" else {}
+    return PendingView(
+        thread_id=thread_id,
+        interrupt_id=interrupt_id,
+        request_id=str(request.get("request_id") or interrupt_id),
+        kind=kind,
+        actions=actions,
+        requested_by=first.get("requested_by"),
+        requested_at=first.get("requested_at") or _epoch(checkpoint_ts),
+        expires_at=first.get("expires_at"),
+        error=request.get("error"),
+        recent=recent_conversation(messages),
+        graph=graph,
+    )
 
 
 def _epoch(ts: Any) -> float | None:

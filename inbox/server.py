@@ -1,9 +1,10 @@
 """The inbox inside LangGraph Server / `langgraph dev`: `"http": {"app": "gatedloop.inbox.server:app"}`.
 
-It reads and answers the threads of the graph the server serves (`gatedloop.demo.studio`), on the same storage:
-`GATEDLOOP_DB` (a SQLite file, default `.gatedloop/studio.sqlite`, or a `postgresql://` URL: on LangGraph Server the
-database of `POSTGRES_URI`). Answers run `runs.resume` in the server's process with the reviewer's identity; the
-server's own thread list (its runtime) does not see that run, the checkpoints do (Studio shows the new state).
+It lists and answers the pending requests of every graph the server serves through the server's own API, as the
+signed-in reviewer (`gatedloop.inbox.served`): an answer is a run in the server's queue. A thread's history and
+audit trail are read from the storage the server keeps them in, `GATEDLOOP_DB` (a SQLite file, default
+`.gatedloop/studio.sqlite`, or a `postgresql://` URL: on LangGraph Server the database of `POSTGRES_URI`), which is
+why a served graph uses gatedloop's checkpointer (`gatedloop.checkpoints.devserver.studio_checkpointer`).
 
 Reviewers: the users of the server's auth configuration (`GATEDLOOP_AUTH_TOKENS` / `GATEDLOOP_AUTH_FILE`), who sign
 in with their token; with none configured, the API's unrestricted local user (see `gatedloop.inbox.identity`).
@@ -20,9 +21,11 @@ from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
 from gatedloop.checkpoints.devserver import DB_ENV, studio_db_path
 from gatedloop.checkpoints.sqlite import open_sqlite
 from gatedloop.graph.auth import load_auth_config
+from gatedloop.graph.build import with_saver
 from gatedloop.inbox.app import InboxBackend, create_app
 from gatedloop.inbox.identity import Sessions
 from gatedloop.inbox.pending import PendingRequests
+from gatedloop.inbox.served import ServedBackend
 
 
 @contextmanager
@@ -40,13 +43,15 @@ def _storage() -> Iterator[tuple[Any, Any]]:
 
 
 @contextmanager
-def open_studio_backend() -> Iterator[InboxBackend]:
+def open_served_backend() -> Iterator[InboxBackend]:
+    """Requests and answers through the server's API, for every graph it serves; the storage only for reading a
+    thread's history and audit trail (every gatedloop graph has the same state)."""
     from gatedloop.demo import studio
 
     with _storage() as (saver, listing):
-        graph = studio.make_studio_graph().copy(update={"checkpointer": saver})  # `studio.graph` is a factory
-        pending = PendingRequests(graph, saver.ledger, listing, studio.tools, studio.policies)
-        yield InboxBackend(graph, saver.ledger, pending)
+        reader = with_saver(studio.make_studio_graph(), saver)
+        pending = PendingRequests(reader, saver.ledger, listing, studio.tools, studio.policies)
+        yield ServedBackend(reader, saver.ledger, pending)
 
 
-app = create_app(open_studio_backend, Sessions.local_fallback(load_auth_config(os.environ)))
+app = create_app(open_served_backend, Sessions.local_fallback(load_auth_config(os.environ)))

@@ -1,0 +1,1 @@
+"""An agent of its own (tools, policies, model), served with gatedloop: see ../README.md."""
