@@ -9,11 +9,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, NotRequired, Self, TypedDict, cast
+from typing import Annotated, Any, Literal, NotRequired, Self, cast
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, convert_to_messages
 from langgraph.channels import DeltaChannel
 from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict  # pydantic (Studio's schemas) needs it on Python 3.11
 
 Status = Literal[
     "completed",

@@ -146,3 +146,12 @@ def test_the_inbox_answers_as_the_signed_in_reviewer_so_the_servers_auth_and_the
             "SELECT actor FROM gatedloop_audit WHERE thread_id=? AND event='decision'", (thread_id,)
         ).fetchall()
     assert actors == [("hal",)]
+
+
+def test_each_served_graph_has_real_input_and_output_schemas_for_studio(served: Served) -> None:
+    """Studio renders a graph's input form from the server's schema endpoint (it was `null`)."""
+    api = served.api("hal")
+    for assistant in api.assistants.search():
+        schemas = api.assistants.get_schemas(assistant["assistant_id"])
+        assert "messages" in schemas["input_schema"]["properties"], assistant["graph_id"]
+        assert {"messages", "status", "answer"} <= set(schemas["output_schema"]["properties"]), assistant["graph_id"]
