@@ -28,7 +28,7 @@ from gatedloop.inbox.forms import FormError, parse_edit
 from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
 from gatedloop.inbox.pending import PendingRequests, PendingView, age_text
 from gatedloop.nodes.hitl import InvalidDecision
-from gatedloop.tools.policy import CallContext
+from gatedloop.tools.policy import MASK, CallContext
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 POLL_MS = 2000
@@ -263,6 +263,10 @@ def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> d
             decisions.append(decision)
             continue
         bound = {"args_digest": action.args_digest, "tool_call_id": action.tool_call_id}
+        typed = {f.name: _field(form, f"arg-{action.index}-{f.name}") for f in action.fields}
+        sent = any(value is not None for value in typed.values())
+        if choice == "approve" and any(f.changed(typed[f.name], sent) for f in action.fields):
+            choice = "edit"  # a reviewer who changed the arguments approves her changes, never the original ones
         if choice == "approve":
             decisions.append({"type": "approve", **bound})
         elif choice == "reject":
@@ -272,8 +276,12 @@ def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> d
                 raise FormError(f"{action.name}: write the answer the model should get")
             decisions.append({"type": "respond", "message": message, **bound})
         else:
-            values = {f.name: _field(form, f"arg-{action.index}-{f.name}") for f in action.fields}
-            args = parse_edit(action.fields, {k: v for k, v in values.items() if v is not None})
+            if "edit" not in action.allowed:
+                raise FormError(f"{action.name}: its arguments cannot be edited here; undo your changes to approve")
+            kept = {f.name for f in action.fields if f.secret and not typed[f.name]}  # the graph keeps their value
+            shown = [f for f in action.fields if f.name not in kept]
+            args = parse_edit(shown, {f.name: text for f in shown if (text := typed[f.name]) is not None})
+            args.update(dict.fromkeys(kept, MASK))
             decisions.append({"type": "edit", "edited_action": {"name": action.name, "args": args}, **bound})
     answer: dict[str, Any] = {"decisions": decisions, "reviewer": reviewer.user_id}
     if view.request_id != view.interrupt_id:

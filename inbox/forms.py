@@ -28,6 +28,23 @@ class FormField:
     title: str
     description: str
     choices: tuple[str, ...] = ()
+    secret: bool = False  # shown empty; left empty, the call keeps its value
+
+    def changed(self, submitted: str | None, form_sent: bool) -> bool:
+        """Whether the reviewer changed this field from what the form showed. `form_sent`: the request carried
+        this call's argument fields at all (a client that sends none changed nothing); then an unchecked box is
+        the one field a browser leaves out. Browsers send textareas with CRLF line ends; an empty secret is
+        "keep it"."""
+        if not form_sent:
+            return False
+        if self.kind == "boolean":
+            return (submitted not in (None, "", "false", "off")) != (self.value == "true")
+        if submitted is None:
+            return False
+        text = (submitted or "").replace("\r\n", "\n")
+        if self.secret:
+            return text != ""
+        return text.strip() != self.value.strip() if self.kind != "text" else text != self.value
 
 
 def _schema(tool: BaseTool) -> dict[str, Any]:
@@ -60,7 +77,8 @@ def _shown(kind: str, value: Any) -> str:
 
 def edit_fields(tool: BaseTool, args: Mapping[str, Any], secret: frozenset[str] = frozenset()) -> list[FormField]:
     """The form for editing a call of `tool`, prefilled with its current arguments; a `secret` argument (shown
-    masked) starts empty, so an edit never sends the mask back as its value: the reviewer types it again."""
+    masked) starts empty: left empty, the edit keeps its value (the graph restores a masked value), typed, it
+    replaces it."""
     schema = _schema(tool)
     required = set(schema.get("required") or [])
     fields = []
@@ -73,9 +91,10 @@ def edit_fields(tool: BaseTool, args: Mapping[str, Any], secret: frozenset[str] 
                 value="" if name in secret else _shown(kind, args.get(name, spec.get("default"))),
                 required=name in required,
                 title=str(spec.get("title") or name),
-                description=("secret: type it again to edit. " if name in secret else "")
+                description=("secret: leave empty to keep it, or type a new value. " if name in secret else "")
                 + str(spec.get("description") or ""),
                 choices=tuple(str(c) for c in spec.get("enum") or ()),
+                secret=name in secret,
             )
         )
     return fields

@@ -191,6 +191,24 @@ def test_an_invalid_edit_shows_its_error_and_a_valid_one_runs_the_edited_call(br
     assert body.get("result", body)["participant"] == "Bob"
 
 
+def test_changing_an_argument_and_choosing_approve_runs_the_change_never_the_original(browser, inbox):
+    """Issue 23's first finding (a person approves exactly the arguments that run): the reviewer typed a new
+    participant and chose "approve"; the call ran with what she typed, recorded as her edit."""
+    ana = sign_in(browser, inbox, "ana")
+    inbox.pause("x1", SEAT.format(who="Alice"), requester="rita")
+    form = card(ana, "x1")
+    form.wait_for()
+    form.locator("details.edit summary").click()
+    form.locator("input[name=arg-0-participant]").fill("Bea Ortiz")
+    form.locator("input[value=approve]").check()
+    form.locator("button.send").click()
+    ana.wait_for_selector(".flash.ok >> text=x1")
+    body = json.loads(inbox.tool_message("x1").content)
+    assert body["ran_with"]["participant"] == "Bea Ortiz", body
+    assert body["result"]["participant"] == "Bea Ortiz", body
+    assert [(d["actor"], d["detail"]["decision"]) for d in inbox.decisions("x1")] == [("ana", "edit")]
+
+
 def test_a_reject_with_a_reason_reaches_the_model(browser, inbox):
     ana = sign_in(browser, inbox, "ana")
     inbox.pause("r1", SEAT.format(who="Alice"))
