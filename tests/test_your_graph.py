@@ -4,15 +4,20 @@ remembers the graph that made it and refuses another one (the demo included) wit
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from gatedloop.cli.main import main
 
 MY_AGENT = textwrap.dedent(
     '''
@@ -66,20 +71,73 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def gatedloop(folder: Path, *args: str, code: int) -> subprocess.CompletedProcess[str]:
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli_env(folder: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("GATEDLOOP_")}
     env.update(GATEDLOOP_MODEL="demo", OPENAI_API_KEY="", MY_AGENT_EFFECTS=str(folder / "effects.jsonl"))
-    done = subprocess.run(
-        [sys.executable, "-m", "gatedloop.cli.main", "--db", "runs.sqlite", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
+    return env
+
+
+def gatedloop(folder: Path, *args: str, code: int) -> Ran:
+    """`gatedloop --db runs.sqlite ARGS` run in this process as a fresh one would run it: in `folder`, with only its
+    environment, and the user's module imported anew (a real process is `test_the_cli_as_a_real_process`)."""
+    argv = ["--db", "runs.sqlite", *args]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    saved_env, saved_path, saved_cwd = dict(os.environ), list(sys.path), Path.cwd()
+    for name in [m for m in sys.modules if m == "my_agent" or m.startswith("gatedloop_user_graph_")]:
+        del sys.modules[name]
+    os.environ.clear()
+    os.environ.update(cli_env(folder))
+    os.chdir(folder)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            returncode = main(argv)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
+    ran = Ran(returncode, stdout.getvalue(), stderr.getvalue())
+    assert ran.returncode == code, ran.stdout + ran.stderr
+    return ran
+
+
+def test_the_cli_as_a_real_process_runs_your_graph_from_a_fresh_folder(folder: Path):
+    """The smoke test the in-process ones stand for: two real processes, paused then approved."""
+
+    def real(*args: str, code: int) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gatedloop.cli.main",
+                "--db",
+                "runs.sqlite",
+                "--graph",
+                "./my_agent.py:graph",
+                *args,
+            ],
+            cwd=folder,
+            env=cli_env(folder),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
+        assert done.returncode == code, done.stdout + done.stderr
+        return done
+
+    asked = real("--json", "run", "two seats", "--thread", "t1", code=3)
+    real(
+        "--user", "bo", "--roles", "events", "resume", "t1", "--request", request_id(asked.stdout), "--approve", code=0
     )
-    assert done.returncode == code, done.stdout + done.stderr
-    return done
+    assert effects(folder) == [{"seats": 2, "card": CARD}]
 
 
 def effects(folder: Path) -> list[dict]:
