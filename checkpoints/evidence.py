@@ -59,6 +59,12 @@ CREATE TABLE IF NOT EXISTS gatedloop_approvals (
     at REAL NOT NULL,
     UNIQUE (thread_id, call_id, args_digest, reviewer, decision)
 );
+CREATE TABLE IF NOT EXISTS gatedloop_tool_pins (
+    thread_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool_digest TEXT NOT NULL,
+    PRIMARY KEY (thread_id, call_id)
+);
 CREATE TABLE IF NOT EXISTS gatedloop_thread_graphs (
     thread_id TEXT PRIMARY KEY,
     graph_name TEXT NOT NULL,
@@ -165,6 +171,7 @@ class NewCall:
     args_digest: str
     verdict: CallVerdict
     requester: Requester
+    tool_digest: str = ""  # the tool's definition when the call was validated (pinned; "" for a refused call)
 
 
 @dataclass(frozen=True)
@@ -216,9 +223,19 @@ class EvidenceStore:
         return {row[0]: Proposal(*row) for row in rows}
 
     def register_calls(self, thread_id: str, calls: Iterable[NewCall]) -> dict[str, CallRecord]:
-        """Record calls as validated; a call id registered before keeps its first record (returned as is)."""
+        """Record calls as validated, with the definition of their tool (pinned); a call id registered before keeps
+        its first record and pin (returned as is)."""
         now = time.time()
         calls = list(calls)
+        pins = [
+            (
+                "INSERT INTO gatedloop_tool_pins (thread_id, call_id, tool_digest) VALUES (?, ?, ?)"
+                " ON CONFLICT (thread_id, call_id) DO NOTHING",
+                (thread_id, c.call_id, c.tool_digest),
+            )
+            for c in calls
+            if c.tool_digest
+        ]
         self._run_batch(
             [
                 (
@@ -228,6 +245,7 @@ class EvidenceStore:
                 )
                 for c in calls
             ]
+            + pins
         )
         return self.calls(thread_id, [c.call_id for c in calls])
 
@@ -358,3 +376,14 @@ class EvidenceStore:
                 )
             ]
         )
+
+    def tool_pins(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, str]:
+        """call id -> the digest of its tool's definition when it was validated (calls from before pins: absent)."""
+        if not call_ids:
+            return {}
+        rows = self._run(
+            "SELECT call_id, tool_digest FROM gatedloop_tool_pins WHERE thread_id=? AND call_id IN"
+            f" ({_placeholders(len(call_ids))})",
+            (thread_id, *call_ids),
+        )
+        return dict(rows)

@@ -229,6 +229,8 @@ def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[N
         f"INSERT INTO gatedloop_edited_args (thread_id, {EDITED_COLUMNS_COPIED}) "
         f"SELECT {p}, {EDITED_COLUMNS_COPIED} FROM gatedloop_edited_args e WHERE e.thread_id = {p} AND EXISTS "
         "(SELECT 1 FROM gatedloop_ledger l WHERE l.thread_id = e.thread_id AND l.call_id = e.call_id) ORDER BY seq",
+        f"INSERT INTO gatedloop_tool_pins (thread_id, call_id, tool_digest) "
+        f"SELECT {p}, call_id, tool_digest FROM gatedloop_tool_pins WHERE thread_id = {p}",
         f"INSERT INTO gatedloop_thread_graphs (thread_id, graph_name, graph_digest, recorded_at) "
         f"SELECT {p}, graph_name, graph_digest, recorded_at FROM gatedloop_thread_graphs WHERE thread_id = {p}",
         f"INSERT INTO gatedloop_audit (thread_id, {AUDIT_COLUMNS_COPIED}) "
@@ -276,6 +278,7 @@ class Ledger(Protocol):
     def record_edited_args(self, thread_id: str, edits: Sequence[tuple[str, str, dict[str, Any]]]) -> None: ...
     def edited_args(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
     def thread_graph(self, thread_id: str) -> GraphIdentity | None: ...
+    def tool_pins(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, str]: ...
     def record_thread_graph(self, thread_id: str, graph: GraphIdentity, *, replace: bool = False) -> None: ...
 
 

@@ -22,6 +22,10 @@ from gatedloop.tools.registry import CheckedCall, ToolRegistry
 
 NOT_VALIDATED = "Not run: this call was never validated."
 ARGS_CHANGED = "Not run: the call's arguments differ from the ones that were validated and approved."
+TOOL_CHANGED = (
+    "Not run: the definition of {name} (its description, arguments or annotations) changed since this call was "
+    "validated and approved; propose the call again to have it checked against the tool as it is now."
+)
 APPROVING_DECISIONS = ("approve", "edit")
 
 
@@ -50,11 +54,16 @@ def admit(
     record: CallRecord | None,
     approvals: Sequence[ApprovalRecord],
     edited_args: Mapping[str, dict[str, Any]],
+    pins: Mapping[str, str],
 ) -> Admission:
-    """`edited_args`: the ledger's latest recorded edit per call id (`Ledger.edited_args`)."""
+    """`edited_args`: the ledger's latest recorded edit per call id (`Ledger.edited_args`); `pins`: the tool
+    definition each call was validated against (`Ledger.tool_pins`)."""
     name = plan["name"]
     if record is None or record.tool != name or record.verdict not in ("run", "ask") or name not in registry:
         return _refuse(plan, NOT_VALIDATED)
+    pinned = pins.get(plan["id"])
+    if pinned is not None and pinned != registry.definition_digest(name):
+        return Admission("refuse", plan, ToolFailure(TOOL_CHANGED.format(name=name), error_type="tool_changed"))
     args = _actual_args(registry.policy(name), plan, edited_args.get(plan["id"]))
     plan = {**plan, "args": args}
     # Recomputed, never taken from the plan: this is where arguments changed in the state since validation
@@ -136,3 +145,10 @@ def expires_at(policy: ToolPolicy, record: CallRecord) -> float | None:
 def expired(policy: ToolPolicy, record: CallRecord, now: float) -> bool:
     deadline = expires_at(policy, record)
     return deadline is not None and now > deadline
+
+
+def audit_refusal(ledger: Ledger, thread_id: str, plan: CallPlan, refusal: ToolFailure, registry: ToolRegistry) -> None:
+    """A refusal worth an operator's attention goes to the audit trail: a tool that changed under a call."""
+    if refusal.error_type == "tool_changed":
+        now = registry.definition_digest(plan["name"]) if plan["name"] in registry else None
+        ledger.record(thread_id, plan["id"], "tool_definition_changed", {"tool": plan["name"], "now": now})

@@ -20,7 +20,15 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
-from gatedloop.nodes.admission import admit, approvers_so_far, expired, expires_at, for_state, requester_context
+from gatedloop.nodes.admission import (
+    admit,
+    approvers_so_far,
+    audit_refusal,
+    expired,
+    expires_at,
+    for_state,
+    requester_context,
+)
 from gatedloop.nodes.answers import error_message, record_answers, result_message
 from gatedloop.nodes.hitl import (
     ANONYMOUS,
@@ -102,6 +110,9 @@ def _description(parts: LoopParts, action: GatedActionRequest, error: str | None
         "Args: " + json.dumps(action["args"], ensure_ascii=False),
         f"Requested by: {action['requested_by'] or 'unknown'}",
     ]
+    note = parts.registry.policy(action["name"]).review_note
+    if note:
+        lines.append(note)
     if action["approvers"] is not None:
         lines.append(f"Approvers: one of the roles {', '.join(action['approvers'])}")
     if action["approvals_required"] > 1:
@@ -124,14 +135,16 @@ def make_approve_node(parts: LoopParts):
         records = parts.ledger.calls(thread_id, gated_ids)
         approvals = parts.ledger.approvals(thread_id, gated_ids)
         edited_args = parts.ledger.edited_args(thread_id, gated_ids)
+        pins = parts.ledger.tool_pins(thread_id, gated_ids)
         now = parts.clock()
         plans: dict[str, CallPlan] = {c["id"]: c for c in calls}
         answers: list[ToolMessage] = []
         gated: list[CallPlan] = []
         for call_id in gated_ids:
             plan = plans[call_id]
-            admission = admit(parts.registry, plan, records.get(call_id), approvals, edited_args)
-            if admission.refusal is not None:  # tampered or never validated: depends on validate's rows only
+            admission = admit(parts.registry, plan, records.get(call_id), approvals, edited_args, pins)
+            if admission.refusal is not None:  # tampered, never validated, or its tool changed since
+                audit_refusal(parts.ledger, thread_id, plan, admission.refusal, parts.registry)
                 answers.append(error_message(call_id, plan["name"], admission.refusal))
                 plans[call_id] = {**plan, "verdict": "answered"}
             else:

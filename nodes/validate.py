@@ -91,7 +91,9 @@ def _registered(
 ) -> tuple[list[CallPlan], list[ToolMessage]]:
     """Register the turn's calls; an accepted call whose id was registered before with other arguments is refused."""
     new = [
-        NewCall(p["id"], p["name"], p["digest"] if p["verdict"] != "answered" else "", _verdict(p), requester)
+        NewCall(p["id"], p["name"], p["digest"], _verdict(p), requester, parts.registry.definition_digest(p["name"]))
+        if p["verdict"] != "answered"
+        else NewCall(p["id"], p["name"], "", "refused", requester)
         for p in plans
     ]
     records = parts.ledger.register_calls(thread_id, new)

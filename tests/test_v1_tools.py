@@ -155,8 +155,31 @@ def test_a_tool_annotated_to_return_a_command_is_refused_at_build_time():
         """Route the graph somewhere."""
         return Command(goto="finalize")
 
-    with pytest.raises(ValueError, match=r"'jump' is annotated to return a langgraph Command.*bypass validate"):
+    with pytest.raises(ValueError, match=r"'jump' is annotated to return only langgraph Commands.*bypass validate"):
         build_graph(ScriptedChatModel(script=[]), [jump], policies={"jump": READ})
+
+    @tool
+    def jumps(x: int) -> list[Command]:
+        """Route the graph twice."""
+        return [Command(goto="finalize")]
+
+    with pytest.raises(ValueError, match=r"'jumps' is annotated to return only langgraph Commands"):
+        build_graph(ScriptedChatModel(script=[]), [jumps], policies={"jumps": READ})
+
+
+def test_a_tool_that_may_return_a_command_is_accepted_and_a_value_it_returns_is_its_answer(db):
+    """As langchain-mcp-adapters annotates its tools (`... | Command`): the annotation alone is not refused."""
+
+    @tool
+    def maybe(x: int) -> str | Command:
+        """Answer, or (never, here) route the graph."""
+        return f"value {x}"
+
+    with open_sqlite(db) as saver:
+        model = ScriptedChatModel(script=[reply(calls=[call("maybe", {"x": 3}, "m1")]), reply("done")])
+        graph = build_graph(model, [maybe], policies={"maybe": READ}, checkpointer=saver)
+        out = graph.invoke({"messages": [("user", "go")]}, CFG)
+    assert answers(out)["m1"].content == "value 3" and out["status"] == "completed"
 
 
 def test_a_command_returned_anyway_is_a_tool_error_and_writes_no_state(db):

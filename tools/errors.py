@@ -25,6 +25,7 @@ ErrorType = Literal[
     "outcome_unknown",
     "approval_expired",
     "superseded",
+    "tool_changed",
 ]
 
 RETRYABLE: dict[str, bool] = {
@@ -42,6 +43,7 @@ RETRYABLE: dict[str, bool] = {
     "outcome_unknown": False,
     "approval_expired": False,
     "superseded": False,
+    "tool_changed": True,
 }
 
 UNKNOWN_TOOL = "No tool named {name!r} exists. Available tools: {available}."

@@ -10,6 +10,8 @@ refuses unknown keys before anything runs).
 
 from __future__ import annotations
 
+import collections.abc
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +22,7 @@ from langgraph.prebuilt.tool_node import _get_all_injected_args, _InjectedArgs
 from langgraph.types import Command
 
 COMMAND_REFUSED = (
-    "tool {name!r} is annotated to return a langgraph Command. gatedloop does not run such tools: a Command "
+    "tool {name!r} is annotated to return only langgraph Commands. gatedloop does not run such tools: a Command "
     "writes graph state and routes the graph, which would bypass validate/approve and could not be recorded in "
     "the execution ledger (a write's outcome must be a value, stored once per call id). Return the result as a "
     "value; keep what later calls need in the store (`runtime.store`, `InjectedStore`)."
@@ -48,8 +50,10 @@ def injections(tool: BaseTool) -> Injections:
     return Injections(_get_all_injected_args(tool), wants_id)
 
 
-def returns_command(tool: BaseTool) -> bool:
-    """Whether the tool's function is annotated to return a Command (alone, in a union or in a list)."""
+def returns_only_commands(tool: BaseTool) -> bool:
+    """Whether the tool's function is annotated to return nothing but Commands (one, or a list of them): such a
+    tool can never answer with a value. A tool that *may* return one (a union, as langchain-mcp-adapters'
+    tools are annotated, though an MCP tool never does) is accepted; a Command it does return is a `tool_error`."""
     func = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
     if func is None:
         return False
@@ -57,15 +61,14 @@ def returns_command(tool: BaseTool) -> bool:
         hints = typing.get_type_hints(func)
     except Exception:  # unresolvable forward references: judge by what the tool returns when it runs
         return False
-    return _mentions_command(hints.get("return"))
+    hint = hints.get("return")
+    return hint is not None and _only_commands(hint)
 
 
-def _mentions_command(hint: Any) -> bool:
-    if hint is None:
-        return False
-    if hint is Command or (isinstance(hint, type) and issubclass(hint, Command)):
+def _only_commands(hint: Any) -> bool:
+    if hint is Command or (isinstance(hint, type) and issubclass(hint, Command)) or typing.get_origin(hint) is Command:
         return True
-    origin = typing.get_origin(hint)
-    if origin is Command:
-        return True
-    return any(_mentions_command(arg) for arg in typing.get_args(hint) if arg is not Ellipsis)
+    origin, args = typing.get_origin(hint), [a for a in typing.get_args(hint) if a is not Ellipsis]
+    if origin in (list, tuple, collections.abc.Sequence, typing.Union, types.UnionType) and args:
+        return all(_only_commands(arg) for arg in args)
+    return False

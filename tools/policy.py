@@ -60,6 +60,7 @@ class ToolPolicy:
     - `approvals_required`: distinct authorized reviewers who must approve (an edit restarts the count).
     - `approval_ttl_s`: a request older than this cannot be approved; the call is answered `approval_expired`.
     - `secret_args`: argument names whose values are masked in requests, audit, CLI, logs and stream events.
+    - `review_note`: a line shown to the reviewer with every request for this tool (e.g. an MCP server's hints).
     """
 
     effect: Effect = "write"
@@ -76,6 +77,7 @@ class ToolPolicy:
     approvals_required: int = 1
     approval_ttl_s: float | None = None
     secret_args: frozenset[str] = frozenset()
+    review_note: str | None = None
 
     def __post_init__(self) -> None:
         if self.effect not in ("read", "write"):

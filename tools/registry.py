@@ -17,8 +17,8 @@ from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from gatedloop.tools import errors
-from gatedloop.tools.arguments import CallArguments, UnreadArguments, read_arguments, safe_text
-from gatedloop.tools.injection import COMMAND_REFUSED, Injections, injections, returns_command
+from gatedloop.tools.arguments import CallArguments, UnreadArguments, digest, read_arguments, safe_text, storable_text
+from gatedloop.tools.injection import COMMAND_REFUSED, Injections, injections, returns_only_commands
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 log = logging.getLogger("gatedloop.tools")
@@ -45,7 +45,7 @@ class ToolRegistry:
                 raise TypeError(f"tools must be LangChain tools (@tool or BaseTool), got {type(item).__name__}")
             if item.name in self.tools:
                 raise ValueError(f"two tools share the name {item.name!r}")
-            if returns_command(item):
+            if returns_only_commands(item):
                 raise ValueError(COMMAND_REFUSED.format(name=item.name))
             self.tools[item.name] = item
         self.injections: dict[str, Injections] = {name: injections(tool) for name, tool in self.tools.items()}
@@ -53,12 +53,26 @@ class ToolRegistry:
         if unknown:
             raise ValueError(f"policies name tools that do not exist: {sorted(unknown)}")
         self.policies = {name: policies.get(name, GATED_WRITE) for name in self.tools}
+        self._definitions: dict[str, str] = {}
 
     def __contains__(self, name: object) -> bool:
         return name in self.tools
 
     def policy(self, name: str) -> ToolPolicy:
         return self.policies[name]
+
+    def definition_digest(self, name: str) -> str:
+        """A digest of what the model and the reviewer were told the tool is: its name, description, argument
+        schema and annotations (`metadata`, where MCP tools keep their hints). A call pins it when validated;
+        a call whose tool changed since (a redeploy, an MCP server that changed the tool) is not run."""
+        found = self._definitions.get(name)
+        if found is None:
+            tool = self.tools[name]
+            schema: Any = tool.tool_call_schema
+            shown = schema if isinstance(schema, dict) else schema.model_json_schema()
+            found = digest([name, tool.description, shown, storable_text(tool.metadata or {})])
+            self._definitions[name] = found
+        return found
 
     def takes_idempotency_key(self, name: str) -> bool:
         schema = self.tools[name].args_schema
