@@ -191,7 +191,7 @@ def test_another_graph_never_resumes_your_thread_and_nothing_is_written(folder: 
     assert len(effects(folder)) == 1
 
 
-def test_an_explicit_upgrade_runs_the_thread_with_the_new_graph_and_is_audited(folder: Path):
+def test_an_explicit_upgrade_lets_the_new_graph_run_the_thread_and_is_audited(folder: Path):
     asked = gatedloop(folder, "--graph", "my_agent:graph", "--json", "run", "two seats", "--thread", "t1", code=3)
     (folder / "my_agent.py").write_text(MY_AGENT.replace("paid with a card", "paid with a card (v2)"))
     answer = ("resume", "t1", "--request", request_id(asked.stdout), "--approve")
@@ -209,12 +209,19 @@ def test_an_explicit_upgrade_runs_the_thread_with_the_new_graph_and_is_audited(f
         *answer,
         code=0,
     )
-    assert len(effects(folder)) == 1
+    # The thread is upgraded, but the call was validated against the old tool: it is answered tool_changed (issue
+    # 20's pin), not run; proposed again, it runs with the new tool once approved.
+    assert effects(folder) == []
     with sqlite3.connect(folder / "runs.sqlite") as conn:
         [(_event, actor)] = conn.execute(
             "SELECT event, actor FROM gatedloop_audit WHERE event LIKE 'graph_upgraded:%'"
         ).fetchall()
+        assert conn.execute("SELECT COUNT(*) FROM gatedloop_audit WHERE event='tool_definition_changed'").fetchone()[0]
     assert actor == "ops"
+    again = gatedloop(folder, "--graph", "my_agent:graph", "--json", "run", "two seats", "--thread", "t1", code=3)
+    answer = ("resume", "t1", "--request", request_id(again.stdout), "--approve")
+    gatedloop(folder, "--graph", "my_agent:graph", "--user", "bo", "--roles", "events", *answer, code=0)
+    assert len(effects(folder)) == 1
 
 
 def test_the_graph_of_the_folders_langgraph_json_is_the_default_and_a_name_picks_one(folder: Path):
