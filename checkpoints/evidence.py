@@ -118,12 +118,13 @@ class CallRecord:
     requested_at: float
     answer_digest: str | None
     answer_source: str | None
+    tool_digest: str | None = None  # the tool's definition when validated (None: before pins, or refused)
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> CallRecord:
-        call_id, tool, digest, verdict, requester, requested_at, answer_digest, answer_source = row
+        call_id, tool, digest, verdict, requester, requested_at, answer_digest, answer_source, pin = row
         who = Requester.from_json(requester)
-        return cls(call_id, tool, digest, verdict, who, requested_at, answer_digest, answer_source)
+        return cls(call_id, tool, digest, verdict, who, requested_at, answer_digest, answer_source, pin)
 
 
 @dataclass(frozen=True)
@@ -252,9 +253,11 @@ class EvidenceStore:
     def calls(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:
         if not call_ids:
             return {}
+        columns = ", ".join(f"c.{column.strip()}" for column in CALL_COLUMNS.split(","))
         rows = self._run(
-            f"SELECT {CALL_COLUMNS} FROM gatedloop_calls WHERE thread_id=? AND call_id IN"
-            f" ({_placeholders(len(call_ids))})",
+            f"SELECT {columns}, p.tool_digest FROM gatedloop_calls c LEFT JOIN gatedloop_tool_pins p"
+            " ON p.thread_id = c.thread_id AND p.call_id = c.call_id"
+            f" WHERE c.thread_id=? AND c.call_id IN ({_placeholders(len(call_ids))})",
             (thread_id, *call_ids),
         )
         return {row[0]: CallRecord.from_row(row) for row in rows}
@@ -376,14 +379,3 @@ class EvidenceStore:
                 )
             ]
         )
-
-    def tool_pins(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, str]:
-        """call id -> the digest of its tool's definition when it was validated (calls from before pins: absent)."""
-        if not call_ids:
-            return {}
-        rows = self._run(
-            "SELECT call_id, tool_digest FROM gatedloop_tool_pins WHERE thread_id=? AND call_id IN"
-            f" ({_placeholders(len(call_ids))})",
-            (thread_id, *call_ids),
-        )
-        return dict(rows)

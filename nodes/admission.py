@@ -54,15 +54,13 @@ def admit(
     record: CallRecord | None,
     approvals: Sequence[ApprovalRecord],
     edited_args: Mapping[str, dict[str, Any]],
-    pins: Mapping[str, str],
 ) -> Admission:
-    """`edited_args`: the ledger's latest recorded edit per call id (`Ledger.edited_args`); `pins`: the tool
-    definition each call was validated against (`Ledger.tool_pins`)."""
+    """`edited_args`: the ledger's latest recorded edit per call id (`Ledger.edited_args`). The record carries the
+    tool definition the call was validated against (its pin)."""
     name = plan["name"]
     if record is None or record.tool != name or record.verdict not in ("run", "ask") or name not in registry:
         return _refuse(plan, NOT_VALIDATED)
-    pinned = pins.get(plan["id"])
-    if pinned is not None and pinned != registry.definition_digest(name):
+    if record.tool_digest is not None and record.tool_digest != registry.definition_digest(name):
         return Admission("refuse", plan, ToolFailure(TOOL_CHANGED.format(name=name), error_type="tool_changed"))
     args = _actual_args(registry.policy(name), plan, edited_args.get(plan["id"]))
     plan = {**plan, "args": args}
@@ -96,6 +94,12 @@ def _actual_args(policy: ToolPolicy, plan: CallPlan, stored: dict[str, Any] | No
     if not plan.get("edited") or not policy.secret_args or stored is None:
         return plan["args"]
     return stored if policy.masked(stored) == policy.masked(plan["args"]) else plan["args"]
+
+
+def edited_ids(plans: Sequence[CallPlan]) -> list[str]:
+    """The calls whose arguments a reviewer edited: the only ones whose recorded edit admission may need (no
+    query at all on the usual step)."""
+    return [p["id"] for p in plans if p.get("edited")]
 
 
 def for_state(registry: ToolRegistry, plan: CallPlan) -> CallPlan:

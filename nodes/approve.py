@@ -24,6 +24,7 @@ from gatedloop.nodes.admission import (
     admit,
     approvers_so_far,
     audit_refusal,
+    edited_ids,
     expired,
     expires_at,
     for_state,
@@ -134,15 +135,14 @@ def make_approve_node(parts: LoopParts):
         gated_ids = [c["id"] for c in calls if c["verdict"] == "ask"]
         records = parts.ledger.calls(thread_id, gated_ids)
         approvals = parts.ledger.approvals(thread_id, gated_ids)
-        edited_args = parts.ledger.edited_args(thread_id, gated_ids)
-        pins = parts.ledger.tool_pins(thread_id, gated_ids)
+        edited_args = parts.ledger.edited_args(thread_id, edited_ids(calls))
         now = parts.clock()
         plans: dict[str, CallPlan] = {c["id"]: c for c in calls}
         answers: list[ToolMessage] = []
         gated: list[CallPlan] = []
         for call_id in gated_ids:
             plan = plans[call_id]
-            admission = admit(parts.registry, plan, records.get(call_id), approvals, edited_args, pins)
+            admission = admit(parts.registry, plan, records.get(call_id), approvals, edited_args)
             if admission.refusal is not None:  # tampered, never validated, or its tool changed since
                 audit_refusal(parts.ledger, thread_id, plan, admission.refusal, parts.registry)
                 answers.append(error_message(call_id, plan["name"], admission.refusal))

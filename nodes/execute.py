@@ -23,7 +23,7 @@ from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.admission import ARGS_CHANGED, admit, audit_refusal, for_state, with_edited_args
+from gatedloop.nodes.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
 from gatedloop.nodes.answers import error_message, record_answers, result_message, tool_message
 from gatedloop.nodes.parts import LoopParts, current_thread_id
 from gatedloop.nodes.running import Outcome, run_read, run_write
@@ -144,15 +144,14 @@ class _Turn:
         ids = [c["id"] for c in calls if c["verdict"] == "run"]
         records = self.parts.ledger.calls(self.thread_id, ids)
         approvals = self.parts.ledger.approvals(self.thread_id, ids)
-        edited_args = self.parts.ledger.edited_args(self.thread_id, ids)
-        pins = self.parts.ledger.tool_pins(self.thread_id, ids)
+        edited_args = self.parts.ledger.edited_args(self.thread_id, edited_ids(calls))
         admitted: list[CallPlan] = []
         runnable: list[CallPlan] = []
         for plan in calls:
             if plan["verdict"] != "run":
                 admitted.append(plan)
                 continue
-            admission = admit(self.parts.registry, plan, records.get(plan["id"]), approvals, edited_args, pins)
+            admission = admit(self.parts.registry, plan, records.get(plan["id"]), approvals, edited_args)
             if admission.refusal is not None:
                 log.warning("not running call %s (%s): %s", plan["id"], plan["name"], admission.refusal.message)
                 audit_refusal(self.parts.ledger, self.thread_id, plan, admission.refusal, self.parts.registry)
