@@ -16,6 +16,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Literal, NotRequired, TypedDict
 
+import anyio
+import httpx
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
@@ -34,7 +36,40 @@ log = logging.getLogger("gatedloop.execute")
 _POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gatedloop-tool")
 
 UnknownReason = Literal["timeout", "connection_lost", "claimant_died", "claimant_running", "ledger_lost"]
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionError,
+    TimeoutError,
+    httpx.TransportError,  # an HTTP tool or MCP server over HTTP that went away mid-call
+    anyio.ClosedResourceError,  # an MCP stdio/HTTP stream closed under the call
+    anyio.BrokenResourceError,
+    anyio.EndOfStream,
+)
+MCP_CONNECTION_CLOSED = -32000
+"""`mcp.types.CONNECTION_CLOSED`: the code of the `McpError` an MCP client raises when its server dies mid-call
+(the `mcp` package is optional, so it is matched by code, not imported)."""
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether a write's failure means its connection was lost, so it may or may not have happened (an unknown
+    outcome, never a failure the model might retry): the exception, its causes, and an exception group's members."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, CONNECTION_ERRORS):
+            return True
+        if type(current).__name__ == "McpError" and getattr(getattr(current, "error", None), "code", None) == (
+            MCP_CONNECTION_CLOSED
+        ):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
+
 
 # Writes of this process that timed out but have not returned yet, so nobody starts them a second time.
 _IN_FLIGHT: dict[tuple[str, str], Future[Any]] = {}
@@ -217,7 +252,7 @@ def start_write(
         _IN_FLIGHT[(thread_id, plan["id"])] = future
         future.add_done_callback(lambda f: _record_late(ledger, thread_id, plan, f, max_chars))
         return unknown("timeout", attempts, time.monotonic() - started)
-    if isinstance(exc, CONNECTION_ERRORS):
+    if exc is not None and lost_connection(exc):
         log.warning("write %s (call %s) lost its connection: %s", plan["name"], plan["id"], type(exc).__name__)
         return unknown("connection_lost", attempts, time.monotonic() - started)
     outcome = _failure(exc, plan["name"], plan["id"]) if exc is not None else _ok(result, max_chars)

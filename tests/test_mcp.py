@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +32,10 @@ SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
 APPROVE = {"decisions": [{"type": "approve"}]}
 
 
-def stdio_tools(effects: Path, description: str | None = None) -> list[Any]:
-    env = {
-        "MCP_EFFECTS": str(effects),
-        "PATH": "/usr/bin:/bin",
-        **({"PAY_DESCRIPTION": description} if description else {}),
-    }
+def stdio_tools(effects: Path, description: str | None = None, **extra: str) -> list[Any]:
+    env = {"MCP_EFFECTS": str(effects), "PATH": "/usr/bin:/bin", **extra}
+    if description:
+        env["PAY_DESCRIPTION"] = description
     client = MultiServerMCPClient(
         {"bank": {"command": sys.executable, "args": [SERVER, "stdio"], "transport": "stdio", "env": env}}
     )
@@ -42,7 +43,8 @@ def stdio_tools(effects: Path, description: str | None = None) -> list[Any]:
 
 
 def payments(effects: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in effects.read_text().splitlines()] if effects.exists() else []
+    paid = [json.loads(line) for line in effects.read_text().splitlines()] if effects.exists() else []
+    return [{k: v for k, v in p.items() if k != "pid"} for p in paid]
 
 
 def responder(messages: list[Any]) -> Any:
@@ -165,5 +167,32 @@ def test_over_streamable_http_under_ainvoke_the_approved_write_runs_once(tmp_pat
             return await runs.aresume(graph, "t1", APPROVE)
 
     out = asyncio.run(scenario())
+    assert out["status"] == "completed"
+    assert payments(effects) == [{"amount": 30.0, "to": "bo"}]
+
+
+def test_a_server_killed_mid_call_leaves_an_unknown_outcome_that_a_person_settles_never_a_second_payment(
+    tmp_path: Path,
+):
+    """The server pays, then dies before answering: the write's outcome is unknown (not an error, not a retry);
+    with no reconcile, a person is asked, and "done" closes it with the payment made once."""
+    effects = tmp_path / "effects.jsonl"
+    tools = stdio_tools(effects, PAY_HOLD="1")
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = graph_of(saver, tools, trusted=True)
+        runs.start(graph, "t1", "pay bo")
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            approving = pool.submit(runs.resume, graph, "t1", APPROVE, context=CallContext(user_id="bo"))
+            deadline = time.monotonic() + 60
+            while not effects.exists() or not effects.read_text().strip():
+                assert time.monotonic() < deadline, "the payment never started"
+                time.sleep(0.05)
+            os.kill(json.loads(effects.read_text().splitlines()[0])["pid"], signal.SIGKILL)
+            out = approving.result(timeout=120)
+        request = out["__interrupt__"][0].value
+        assert request["kind"] == "unknown_outcome" and [c["name"] for c in request["calls"]] == ["pay"]
+        assert [e.state for e in saver.ledger.entries("t1")] == ["claimed"]
+        done = {"decisions": [{"type": "done", "result": "paid 30.00 to bo (seen at the bank)"}]}
+        out = runs.resume(graph, "t1", done, context=CallContext(user_id="bo"))
     assert out["status"] == "completed"
     assert payments(effects) == [{"amount": 30.0, "to": "bo"}]
