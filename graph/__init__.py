@@ -1,7 +1,32 @@
-"""gatedloop.graph: build the gated loop, its limits, its state and the model it talks to."""
+"""gatedloop.graph: build the gated loop, its limits, its state and the model it talks to; and the one import a user
+needs (`from gatedloop.graph import build_graph, Limits, ToolPolicy, CallContext, ToolFailure, InvalidDecision,
+ThreadBusy, open_sqlite, open_async_sqlite, runs`)."""
 
+from gatedloop.checkpoints.lease import ThreadBusy
+from gatedloop.checkpoints.sqlite import open_async_sqlite, open_sqlite
+from gatedloop.checkpoints.threads import UnknownThread
+from gatedloop.graph import runs
 from gatedloop.graph.build import build_graph
+from gatedloop.graph.runs import GraphMismatch
+from gatedloop.nodes.hitl import InvalidDecision
 from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.state import STATUSES, GatedState
+from gatedloop.tools.errors import ToolFailure
+from gatedloop.tools.policy import CallContext, ToolPolicy
 
-__all__ = ["STATUSES", "GatedState", "Limits", "build_graph"]
+__all__ = [
+    "STATUSES",
+    "CallContext",
+    "GatedState",
+    "GraphMismatch",
+    "InvalidDecision",
+    "Limits",
+    "ThreadBusy",
+    "ToolFailure",
+    "ToolPolicy",
+    "UnknownThread",
+    "build_graph",
+    "open_async_sqlite",
+    "open_sqlite",
+    "runs",
+]
