@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import run_cli
 
 from gatedloop.cli.main import (
     EXIT_BUSY,
@@ -47,16 +48,25 @@ def cli_command(*args: str, db: str | None) -> list[str]:
 
 
 def cli(
-    *args: str, db: str | None, code: int | None = EXIT_COMPLETED, env: dict[str, str] | None = None
+    *args: str,
+    db: str | None,
+    code: int | None = EXIT_COMPLETED,
+    env: dict[str, str] | None = None,
+    real_process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(
-        cli_command(*args, db=db),
-        capture_output=True,
-        text=True,
-        env=env or cli_env(),
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    """`gatedloop [--db DB] ARGS`, in this process as a fresh one runs it (tests/cli_in_process.py), or in a real
+    process where it matters (a lock this process holds)."""
+    if real_process:
+        out = subprocess.run(
+            cli_command(*args, db=db),
+            capture_output=True,
+            text=True,
+            env=env or cli_env(),
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
+    else:
+        out = run_cli(cli_command(*args, db=db)[3:], env or cli_env())
     if code is not None:
         assert out.returncode == code, out.stdout + out.stderr
     return out
@@ -109,7 +119,7 @@ def test_a_paused_thread_refusals_unknown_threads_json_and_show(tmp_path):
         unknown = cli(*args, db=db, code=EXIT_NOT_FOUND)
         assert "unknown thread 'nosuch'" in one_line(unknown.stderr)
     with thread_lease(db, "w1"):
-        busy = cli("resume", "w1", "--request", request, "--approve", db=db, code=EXIT_BUSY)
+        busy = cli("resume", "w1", "--request", request, "--approve", db=db, code=EXIT_BUSY, real_process=True)
     assert "being run by another process" in one_line(busy.stderr)
 
     answer = ("resume", "w1", "--request", request, "--approve", "--user", "rita", "--json")

@@ -4,20 +4,16 @@ remembers the graph that made it and refuses another one (the demo included) wit
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from gatedloop.cli.main import main
+from cli_in_process import run_cli
 
 MY_AGENT = textwrap.dedent(
     '''
@@ -71,39 +67,18 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 def cli_env(folder: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("GATEDLOOP_")}
     env.update(GATEDLOOP_MODEL="demo", OPENAI_API_KEY="", MY_AGENT_EFFECTS=str(folder / "effects.jsonl"))
     return env
 
 
-def gatedloop(folder: Path, *args: str, code: int) -> Ran:
-    """`gatedloop --db runs.sqlite ARGS` run in this process as a fresh one would run it: in `folder`, with only its
-    environment, and the user's module imported anew (a real process is `test_the_cli_as_a_real_process`)."""
-    argv = ["--db", "runs.sqlite", *args]
-    stdout, stderr = io.StringIO(), io.StringIO()
-    saved_env, saved_path, saved_cwd = dict(os.environ), list(sys.path), Path.cwd()
+def gatedloop(folder: Path, *args: str, code: int) -> subprocess.CompletedProcess[str]:
+    """`gatedloop --db runs.sqlite ARGS` in `folder`, in this process as a fresh one runs it, the user's module
+    imported anew (a real process: `test_the_cli_as_a_real_process_runs_your_graph_from_a_fresh_folder`)."""
     for name in [m for m in sys.modules if m == "my_agent" or m.startswith("gatedloop_user_graph_")]:
         del sys.modules[name]
-    os.environ.clear()
-    os.environ.update(cli_env(folder))
-    os.chdir(folder)
-    try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            returncode = main(argv)
-    finally:
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
-        sys.path[:] = saved_path
-    ran = Ran(returncode, stdout.getvalue(), stderr.getvalue())
+    ran = run_cli(["--db", "runs.sqlite", *args], cli_env(folder), cwd=folder)
     assert ran.returncode == code, ran.stdout + ran.stderr
     return ran
 
