@@ -228,7 +228,7 @@ class EvidenceStore:
         its first record and pin (returned as is)."""
         now = time.time()
         calls = list(calls)
-        pins = [
+        pins: list[tuple[str, Sequence[Any]]] = [
             (
                 "INSERT INTO gatedloop_tool_pins (thread_id, call_id, tool_digest) VALUES (?, ?, ?)"
                 " ON CONFLICT (thread_id, call_id) DO NOTHING",
@@ -237,17 +237,15 @@ class EvidenceStore:
             for c in calls
             if c.tool_digest
         ]
-        self._run_batch(
-            [
-                (
-                    "INSERT INTO gatedloop_calls (thread_id, call_id, tool, args_digest, verdict, requester,"
-                    " requested_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id, call_id) DO NOTHING",
-                    (thread_id, c.call_id, c.tool, c.args_digest, c.verdict, c.requester.to_json(), now),
-                )
-                for c in calls
-            ]
-            + pins
-        )
+        registered: list[tuple[str, Sequence[Any]]] = [
+            (
+                "INSERT INTO gatedloop_calls (thread_id, call_id, tool, args_digest, verdict, requester,"
+                " requested_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id, call_id) DO NOTHING",
+                (thread_id, c.call_id, c.tool, c.args_digest, c.verdict, c.requester.to_json(), now),
+            )
+            for c in calls
+        ]
+        self._run_batch(registered + pins)
         return self.calls(thread_id, [c.call_id for c in calls])
 
     def calls(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:

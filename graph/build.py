@@ -133,17 +133,11 @@ def with_saver(graph: CompiledStateGraph, checkpointer: BaseCheckpointSaver) -> 
 
 
 def graph_identity(graph: Any) -> GraphIdentity:
-    """A graph's name and a digest of its tools' names, descriptions and argument schemas: what a thread it made
-    remembers, so that another graph (or this one with other tools) never resumes it unnoticed."""
+    """A graph's name and a digest of its tools' definitions (name, description, argument schema, annotations:
+    `ToolRegistry.definition_digest`): what a thread it made remembers, so that another graph (or this one with
+    other tools) never resumes it unnoticed."""
     parts = parts_of(graph)
     if parts is None:
         raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")
-    tools = [
-        [name, tool.description, tool.tool_call_schema.model_json_schema() if _has_schema(tool) else None]
-        for name, tool in sorted(parts.registry.tools.items())
-    ]
+    tools = [parts.registry.definition_digest(name) for name in sorted(parts.registry.tools)]
     return GraphIdentity(graph.name, digest(tools)[:16])
-
-
-def _has_schema(tool: BaseTool) -> bool:
-    return isinstance(tool.tool_call_schema, type) and issubclass(tool.tool_call_schema, BaseModel)

@@ -133,6 +133,6 @@ def _built(found: Any, reference: str) -> Any:
         raise GraphNotFound(f"{reference} is a factory with {len(required)} parameters; it may take (config, runtime)")
     try:
         made = found(*arguments)
-        return asyncio.run(made) if inspect.isawaitable(made) else made
+        return asyncio.run(made) if inspect.iscoroutine(made) else made
     except Exception as exc:
         raise GraphNotFound(f"{reference}: the factory failed: {type(exc).__name__}: {exc}") from exc

@@ -25,6 +25,7 @@ from langchain_core.messages import BaseMessage, convert_to_messages
 from langchain_core.tools import BaseTool
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
+from langgraph_sdk.schema import Command
 
 from gatedloop.graph.build import parts_of
 from gatedloop.graph.load import GraphNotFound, load_graph
@@ -144,8 +145,8 @@ class ServedBackend(InboxBackend):
         try:
             # The context names the reviewer for a server without auth (as the API's local user); with auth, the
             # server's authenticated user (her token) overrides it (gatedloop.nodes.identity).
-            context = {"user_id": reviewer.user_id, "roles": sorted(reviewer.roles)}
-            command = {"resume": {view.interrupt_id: answer}}
+            context: dict[str, Any] = {"user_id": reviewer.user_id, "roles": sorted(reviewer.roles)}
+            command: Command = {"resume": {view.interrupt_id: answer}}
             values = client.runs.wait(view.thread_id, view.graph, command=command, context=context)
         except httpx.HTTPStatusError as exc:
             if exc.response.status_code == 409:
