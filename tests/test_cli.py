@@ -281,9 +281,18 @@ class Terminal:
         asleep = 0
         while asleep < 3:
             assert time.monotonic() < deadline, "the CLI never waited for input"
-            with open(f"/proc/{self.proc.pid}/stat") as stat:
-                asleep = asleep + 1 if stat.read().rsplit(")", 1)[1].split()[0] == "S" else 0
+            asleep = asleep + 1 if self._reading_the_terminal() else 0
             time.sleep(0.05)
+
+    def _reading_the_terminal(self) -> bool:
+        """Asleep in the kernel's terminal read (not in any other wait, such as a lock: under load the process
+        sleeps for other reasons before it reaches its prompt's read)."""
+        with open(f"/proc/{self.proc.pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] != "S":
+                return False
+        with open(f"/proc/{self.proc.pid}/wchan") as wchan:
+            where = wchan.read().strip()
+        return where in ("wait_woken", "n_tty_read") or "tty" in where
 
     def send(self, text: str) -> None:
         os.write(self.master, text.encode())
