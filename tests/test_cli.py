@@ -72,6 +72,12 @@ def cli(
     return out
 
 
+def interruptible() -> None:
+    """In the child before it starts: Ctrl-C acts as at a shell. A test run started as a background job (`cmd &`
+    in a script) has SIGINT ignored, and a child inherits that, so the CLI would never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def one_line(err: str) -> str:
     """The failure as printed: exactly one line, no traceback."""
     lines = err.strip().splitlines()
@@ -206,6 +212,7 @@ def resuming_into_a_held_write(tmp_path: Path, db: str, thread: str, **popen: An
         cli_command("resume", thread, "--request", request, "--approve", db=db),
         env=cli_env(),
         stdin=subprocess.DEVNULL,
+        preexec_fn=interruptible,
         **popen,
     )
     try:
@@ -257,7 +264,13 @@ class Terminal:
     def __init__(self, *args: str, db: str):
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
-            cli_command(*args, db=db), env=cli_env(), stdin=slave, stdout=slave, stderr=slave, close_fds=True
+            cli_command(*args, db=db),
+            env=cli_env(),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            close_fds=True,
+            preexec_fn=interruptible,
         )
         os.close(slave)
         self.text = ""
