@@ -9,6 +9,7 @@ whichever it takes; it may be `async`. These are the forms `langgraph dev` serve
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -105,7 +106,9 @@ def _import(target: str, folder: Path) -> Any:
             path = (folder / target).resolve()
             if not path.is_file():
                 raise GraphNotFound(f"no file {path}")
-            spec = importlib.util.spec_from_file_location(f"gatedloop_user_graph_{path.stem}", path)
+            # Named by its path too: two served files called graphs.py must not be one module.
+            name = f"gatedloop_user_graph_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+            spec = importlib.util.spec_from_file_location(name, path)
             if spec is None or spec.loader is None:
                 raise GraphNotFound(f"cannot import {path}")
             module = importlib.util.module_from_spec(spec)

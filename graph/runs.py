@@ -104,8 +104,11 @@ def check_thread_graph(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id:
     """Raise GraphMismatch if another graph made this thread; records nothing (for reading and flagging)."""
     parts = parts_of(graph)
     recorded = parts.ledger.thread_graph(thread_id) if parts is not None else None
-    if recorded is not None and recorded != graph_identity(graph):
-        raise GraphMismatch(thread_id, recorded, graph_identity(graph))
+    if recorded is None:
+        return
+    offered = graph_identity(graph)
+    if recorded != offered:
+        raise GraphMismatch(thread_id, recorded, offered)
 
 
 def lease_for(

@@ -82,11 +82,12 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
                 batch.append(plan)
                 continue
             flush()
-            outcome = write_task(turn.thread_id, shown(plan), env).result()
+            masked = shown(plan)
+            outcome = write_task(turn.thread_id, masked, env).result()
             turn.record_write(
                 plan,
                 outcome,
-                settle_task(turn.thread_id, shown(plan), outcome, True, env).result() if _unknown(outcome) else None,
+                settle_task(turn.thread_id, masked, outcome, True, env).result() if _unknown(outcome) else None,
             )
         flush()
         return turn.update()
@@ -109,11 +110,12 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
                 batch.append(plan)
                 continue
             await flush()
-            outcome = await write_task(turn.thread_id, shown(plan), env)
+            masked = shown(plan)
+            outcome = await write_task(turn.thread_id, masked, env)
             turn.record_write(
                 plan,
                 outcome,
-                await settle_task(turn.thread_id, shown(plan), outcome, True, env) if _unknown(outcome) else None,
+                await settle_task(turn.thread_id, masked, outcome, True, env) if _unknown(outcome) else None,
             )
         await flush()
         return await asyncio.to_thread(turn.update)
