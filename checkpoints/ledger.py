@@ -89,6 +89,9 @@ CREATE TABLE IF NOT EXISTS gatedloop_meta (
 """
 """SQLite only: where a lost and recreated ledger is remembered (`SqliteLedger.recreated`)."""
 
+ABSENT_TABLES = "gatedloop_absent"
+"""The empty tables a read-only ledger falls back on for tables its file predates (`SqliteLedger`)."""
+
 # The two dialect differences, named: SQLite's REAL and AUTOINCREMENT key are Postgres's DOUBLE PRECISION
 # and identity column.
 POSTGRES_TYPES = (
@@ -389,6 +392,7 @@ class SqliteLedger(SqlLedger):
         if connection is not None:
             # Read-only use (`open_sqlite_readonly`): the caller's connection, nothing created or changed.
             self._lock, self._conn = threading.Lock(), connection
+            self._read_missing_tables_as_empty()
             return
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -419,6 +423,14 @@ class SqliteLedger(SqlLedger):
 
     def claimant_alive(self, claimant: str) -> bool:
         return claimant_alive(claimant)
+
+    def _read_missing_tables_as_empty(self) -> None:
+        """A file written before a table existed (by an older gatedloop, never opened for writing since) reads as if
+        that table were empty, and nothing is written to it: the whole schema in an in-memory database attached
+        behind the file's own, where SQLite finds a table the file lacks (an unqualified name resolves to the
+        main database first, then to attached ones in the order attached)."""
+        self._conn.execute(f"ATTACH DATABASE ':memory:' AS {ABSENT_TABLES}")
+        self._conn.executescript(SCHEMA.replace("CREATE TABLE IF NOT EXISTS ", f"CREATE TABLE {ABSENT_TABLES}."))
 
     def _missing(self, table: str) -> bool:
         found = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone()

@@ -1,0 +1,204 @@
+"""Stored formats stay readable: threads written by commit 2077b07 resume on today's code.
+
+tests/data/threads_2077b07.sqlite was written by that commit's code (tests/data/make_threads_2077b07.py says how)
+with the graph of tests/data/stored_threads_app.py: a thread paused on an approval, one with one of two quorum
+approvals, one with an edit waiting for its second approval, one asking whether a write whose connection was lost
+happened, a completed thread of several turns, and one stopped by a limit. Each test copies the file and resumes a
+thread with today's code; the expected JSON beside it is what the old code read back from it. A change to
+checkpoint keys, ledger tables or columns, interrupt wire shapes or serialized state that old files cannot take
+fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import sys
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import pytest
+from cli_in_process import run_cli
+from langchain_core.messages import HumanMessage, ToolMessage
+
+from gatedloop.checkpoints import idempotency_key, open_sqlite
+from gatedloop.graph import GatedState, InvalidDecision, runs
+
+DATA = Path(__file__).parent / "data"
+if str(DATA) not in sys.path:
+    sys.path.insert(0, str(DATA))
+
+from stored_threads_app import (  # noqa: E402 (tests/data is importable only from here on)
+    EFFECTS_TABLE,
+    FINANCE_ALICE,
+    FINANCE_BOB,
+    REQUESTER,
+    REVIEWER,
+    Effects,
+    build,
+)
+
+OLD_DB = DATA / "threads_2077b07.sqlite"
+EXPECTED = json.loads((DATA / "threads_2077b07.expected.json").read_text())
+THREADS = EXPECTED["threads"]
+PAUSED = sorted(t for t, facts in THREADS.items() if facts["request"] is not None)
+APP_TABLES = {EFFECTS_TABLE, "sqlite_sequence"}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A copy of the old file: tests write to it."""
+    copy = tmp_path / "threads.sqlite"
+    shutil.copyfile(OLD_DB, copy)
+    return copy
+
+
+@pytest.fixture
+def graph(db: Path) -> Iterator[Any]:
+    with open_sqlite(db) as saver:
+        yield build(saver, db)
+
+
+def schema(path: Path) -> dict[str, dict[str, str]]:
+    """table -> column -> declared type, from sqlite_master."""
+    with closing(sqlite3.connect(path)) as conn:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: {c[1]: c[2] for c in conn.execute(f"PRAGMA table_info('{t}')")} for t in tables}
+
+
+def new_effects(db: Path) -> list[tuple[str, dict[str, Any], str | None]]:
+    """The tool executions since the old code wrote the file."""
+    rows = Effects(db).rows()
+    old = [tuple(row) for row in EXPECTED["effects"]]
+    assert [(tool, args, key) for tool, args, key in rows[: len(old)]] == old
+    return rows[len(old) :]
+
+
+def answers(out: dict[str, Any]) -> dict[str, ToolMessage]:
+    found: dict[str, ToolMessage] = {}
+    for message in out["messages"]:
+        if isinstance(message, ToolMessage):
+            assert message.tool_call_id not in found, f"{message.tool_call_id} answered twice"
+            found[message.tool_call_id] = message
+    return found
+
+
+def shown(db: Path, thread_id: str) -> list[dict[str, Any]]:
+    """`gatedloop show THREAD --json` with this graph, in process: the audit trail as the CLI reads it."""
+    env = {"STORED_THREADS_DB": str(db), "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": ""}
+    graph_ref = f"{DATA / 'stored_threads_app.py'}:cli_graph"
+    ran = run_cli(["--db", str(db), "--graph", graph_ref, "--json", "show", thread_id], env, cwd=db.parent)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return [json.loads(line) for line in ran.stdout.splitlines()]
+
+
+def rebuilt_request_matches(graph: Any, thread_id: str, refused_answer: dict[str, Any], who: Any) -> None:
+    """A refused answer makes today's code ask again: the request it rebuilds from the old thread's evidence has
+    the old request's keys and values (the same request id, digests, approvals so far), plus the refusal."""
+    with pytest.raises(InvalidDecision) as refused:
+        runs.resume(graph, thread_id, refused_answer, context=who)
+    again = runs.pending_request(graph, thread_id)
+    stored = THREADS[thread_id]["request"]
+    assert again is not None and again.pop("error") == str(refused.value)
+    for action, stored_action in zip(again.get("action_requests", []), stored.get("action_requests", []), strict=True):
+        assert action.pop("description").startswith(stored_action["description"] + "\n")  # + the refusal
+    assert again == {**stored, **without_descriptions(stored)}
+
+
+def without_descriptions(request: dict[str, Any]) -> dict[str, Any]:
+    actions = request.get("action_requests")
+    if actions is None:
+        return {}
+    return {"action_requests": [{k: v for k, v in a.items() if k != "description"} for a in actions]}
+
+
+def test_the_old_files_tables_and_columns_are_all_in_todays_schema(tmp_path: Path):
+    today = tmp_path / "today.sqlite"
+    with open_sqlite(today):
+        pass
+    old, new = schema(OLD_DB), schema(today)
+    assert {"checkpoints", "writes", "gatedloop_ledger", "gatedloop_audit", "gatedloop_calls"} <= old.keys()
+    missing = {
+        f"{table}.{column} {kind}"
+        for table, columns in old.items()
+        if table not in APP_TABLES
+        for column, kind in columns.items()
+        if new.get(table, {}).get(column) != kind
+    }
+    assert not missing, f"old files have columns today's schema lost or retyped: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("thread_id", sorted(THREADS))
+def test_todays_code_reads_each_old_thread_as_the_old_code_did(db: Path, thread_id: str):
+    facts = THREADS[thread_id]
+    records = shown(db, thread_id)  # first, read-only: the file as the old code left it, and left as it was
+    assert db.read_bytes() == OLD_DB.read_bytes()
+    assert [r["event"] for r in records if r["type"] == "audit"] == facts["audit_events"]
+    assert [r["status"] for r in records if r["type"] == "status"] == [facts["status"] or "waiting"]
+    with open_sqlite(db) as saver:
+        graph = build(saver, db)
+        out = runs.output(graph, thread_id)
+        assert out.get("status") == facts["status"]
+        assert sorted(out.keys() - {"__interrupt__"}) == facts["state_keys"]
+        assert set(facts["state_keys"]) <= set(get_type_hints(GatedState)), "a stored state key left the schema"
+        assert runs.pending_request(graph, thread_id) == facts["request"]
+        entries = saver.ledger.entries(thread_id)
+        assert [[e.call_id, e.tool, e.state, e.attempts] for e in entries] == facts["ledger"]
+        assert [e["event"] for e in saver.ledger.audit(thread_id)] == facts["audit_events"]
+
+
+def test_a_paused_approval_is_refused_to_its_requester_and_runs_once_when_approved(graph: Any, db: Path):
+    rebuilt_request_matches(graph, "approval-pending", {"decisions": [{"type": "approve"}]}, REQUESTER)
+    out = runs.resume(graph, "approval-pending", {"decisions": [{"type": "approve"}]}, context=REVIEWER)
+    assert out["status"] == "completed"
+    assert new_effects(db) == [("pay", {"amount": 120.0, "to": "bo"}, idempotency_key("approval-pending", "p1"))]
+    assert answers(out)["p1"].status == "success"
+    events = [(e["event"], e["actor"]) for e in graph.checkpointer.ledger.audit("approval-pending")]
+    assert ("decision", "rev") in events and ("executed", None) in events
+
+
+def test_a_partial_quorum_keeps_its_first_approval_and_runs_once_on_the_second(graph: Any, db: Path):
+    rebuilt_request_matches(graph, "quorum-partial", {"decisions": [{"type": "approve"}]}, REVIEWER)  # not finance
+    runs.resume(graph, "quorum-partial", {"decisions": [{"type": "approve"}]}, context=FINANCE_ALICE)
+    request = runs.pending_request(graph, "quorum-partial")
+    assert request is not None and request["action_requests"][0]["approved_by"] == ["alice"]  # she counts once
+    assert new_effects(db) == []
+    out = runs.resume(graph, "quorum-partial", {"decisions": [{"type": "approve"}]}, context=FINANCE_BOB)
+    assert out["status"] == "completed"
+    assert new_effects(db) == [("wire", {"amount": 900.0, "to": "cy"}, idempotency_key("quorum-partial", "w1"))]
+
+
+def test_an_edit_waiting_for_its_second_approval_runs_once_with_the_edited_arguments(graph: Any, db: Path):
+    rebuilt_request_matches(graph, "edit-pending", {"decisions": [{"type": "approve"}]}, REVIEWER)
+    out = runs.resume(graph, "edit-pending", {"decisions": [{"type": "approve"}]}, context=FINANCE_BOB)
+    assert out["status"] == "completed"
+    assert new_effects(db) == [("wire", {"amount": 750.0, "to": "dee"}, idempotency_key("edit-pending", "w1"))]
+    body = json.loads(str(answers(out)["w1"].content))
+    assert body["ran_with"] == {"amount": 750.0, "to": "dee"}
+
+
+def test_an_unknown_outcome_is_settled_by_a_person_and_never_replayed(graph: Any, db: Path):
+    done = {"type": "done", "result": {"payment": "seen at the bank"}}
+    rebuilt_request_matches(graph, "unknown-outcome", {"decisions": [done]}, REQUESTER)  # self_approval=False
+    out = runs.resume(graph, "unknown-outcome", {"decisions": [done]}, context=REVIEWER)
+    assert out["status"] == "completed"
+    assert new_effects(db) == []  # the payment the old run made (and lost the answer of) is not made again
+    assert json.loads(str(answers(out)["p1"].content)) == done["result"]
+    ledger = graph.checkpointer.ledger
+    assert [(e.call_id, e.state) for e in ledger.entries("unknown-outcome")] == [("p1", "done")]
+    assert ("marked done", "rev") in [(e["event"], e["actor"]) for e in ledger.audit("unknown-outcome")]
+
+
+@pytest.mark.parametrize("thread_id", ["completed", "limit"])
+def test_a_finished_thread_continues_with_a_new_message(graph: Any, db: Path, thread_id: str):
+    before = runs.output(graph, thread_id)["messages"]
+    out = runs.start(graph, thread_id, "balance cy", context=REQUESTER)
+    assert out["status"] == "completed"
+    assert new_effects(db) == [("balance", {"account": "cy"}, None)]
+    assert [m.id for m in out["messages"][: len(before)]] == [m.id for m in before]
+    turns = sum(isinstance(m, HumanMessage) for m in out["messages"])
+    assert answers(out)[f"b{turns}"].status == "success"
+    assert [r["status"] for r in shown(db, thread_id) if r["type"] == "status"] == ["completed"]
