@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 from gate_app import build, effects_for
 
 from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints.outbox import notification_id
 from gatedloop.cli.main import main
 from gatedloop.graph import runs
 from gatedloop.inbox.notify import Deliverer, NotifyConfig, PassResult, Webhook, notify_config
@@ -295,3 +297,52 @@ def test_bad_notify_configuration_is_refused_with_one_line(db, capsys, monkeypat
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and message in err
     assert not Path(db).exists()  # refused before the database was opened
+
+
+def test_the_inbox_runs_the_deliverer_and_links_to_its_own_page(db, receiver, tmp_path):
+    with open_sqlite(db) as saver:
+        request = pause(saver, "t1")
+    port = free_port()
+    env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": "", "GATEDLOOP_GRAPH": "demo"}
+    env.update(GATEDLOOP_NOTIFY_SECRET=SECRET, GATEDLOOP_NOTIFY_URLS=receiver.url)
+    for name in ("GATEDLOOP_AUTH_TOKENS", "GATEDLOOP_AUTH_FILE", "GATEDLOOP_INBOX_URL"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "gatedloop.cli.main", "--db", db, "inbox", "--as", "bo", "--port", str(port)]
+    log = tmp_path / "inbox.log"
+    with log.open("wb") as out:
+        inbox = subprocess.Popen(command, env=env, stdout=out, stderr=out)
+    try:
+        receiver.wait_for(1, timeout=60)
+    finally:
+        inbox.terminate()
+        inbox.wait(30)
+    [(_, body)] = receiver.posts
+    assert body["url"] == f"http://127.0.0.1:{port}/inbox/requests/{request['request_id']}", log.read_text()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_outbox_keeps_one_row_per_request_and_one_lease_holder_on_each_backend(backend):
+    from pg_server import new_thread_id
+
+    thread_id = new_thread_id("notify") if backend.name == "postgres" else "t1"
+    with backend.open() as saver:
+        ledger = saver.ledger
+        payload = {"request_id": "req-1", "actions": []}
+        first = ledger.record_notification(thread_id, "req-1", "request", payload, created_at=1.0, expires_at=None)
+        again = ledger.record_notification(thread_id, "req-1", "request", {}, created_at=2.0, expires_at=None)
+        assert (first, again) == (True, False)
+        notice = notification_id(thread_id, "req-1", "request")
+        assert ledger.notification(notice).payload == payload
+        ledger.dispatch([(notice, "e1", "http://x/", "pending", None)], now=1.0)
+        ledger.dispatch([(notice, "e1", "http://x/", "skipped", "late")], now=1.0)  # kept as first dispatched
+        won = [ledger.claim_delivery(notice, "e1", who, 5.0, 65.0, None) for who in ("a#1", "b#2")]
+        assert won == [True, False]
+        assert ledger.claim_delivery(notice, "e1", "b#2", 5.0, 65.0, "a#1")  # a#1 seen dead: taken over
+        assert not ledger.finish_delivery(notice, "e1", "a#1", "delivered", now=6.0, next_attempt_at=6.0, error=None)
+        assert ledger.finish_delivery(notice, "e1", "b#2", "delivered", now=6.0, next_attempt_at=6.0, error=None)
+        assert [d.state for d, n in ledger.deliveries(["delivered"]) if n.id == notice] == ["delivered"]
