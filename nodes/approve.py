@@ -115,12 +115,13 @@ def queue_notification(parts: LoopParts, thread_id: str, request: GatedHITLReque
     """
     actions = request["action_requests"]
     deadlines = [a["expires_at"] for a in actions if a["expires_at"] is not None]
+    expires = min(deadlines) if deadlines else None
     payload = {
         "request_id": request["request_id"],
         "thread_id": thread_id,
         "requested_by": actions[0]["requested_by"],
         "requested_at": min(a["requested_at"] for a in actions),
-        "expires_at": min(deadlines) if deadlines else None,
+        "expires_at": expires,
         "actions": [
             {
                 "tool": a["name"],
@@ -134,7 +135,7 @@ def queue_notification(parts: LoopParts, thread_id: str, request: GatedHITLReque
         ],
     }
     parts.ledger.record_notification(
-        thread_id, request["request_id"], "request", payload, created_at=time.time(), expires_at=payload["expires_at"]
+        thread_id, request["request_id"], "request", payload, created_at=time.time(), expires_at=expires
     )
 
 
