@@ -3,7 +3,8 @@
 A checkpoint is written after a step; a process can die between a tool changing the world and that
 write. The ledger closes the gap: a write is *claimed* (a unique row) before it starts and *finished*
 after, in the same database as the checkpoints. A claim with no outcome is an unknown outcome, never
-a reason to run again. The same database holds the audit trail and cancellation requests.
+a reason to run again. The same database holds the audit trail, cancellation requests and the notification
+outbox (checkpoints/outbox.py).
 
 One description for both backends: the schema (`SCHEMA`, SQLite's dialect; `POSTGRES_SCHEMA` derives
 Postgres's from it) and every query (`SqlLedger`, with `?` placeholders) are written once. `SqliteLedger`
@@ -41,6 +42,8 @@ from gatedloop.checkpoints.evidence import (
     Proposal,
 )
 from gatedloop.checkpoints.evidence import SCHEMA as EVIDENCE_SCHEMA
+from gatedloop.checkpoints.outbox import SCHEMA as OUTBOX_SCHEMA
+from gatedloop.checkpoints.outbox import NotificationKind, OutboxStore
 from gatedloop.checkpoints.pruning import Statements
 
 FinishedState = Literal["done", "failed", "abandoned"]  # a finished row; `running.finished_state` maps outcomes
@@ -78,6 +81,7 @@ CREATE TABLE IF NOT EXISTS gatedloop_cancel (
 );
 """
     + EVIDENCE_SCHEMA
+    + OUTBOX_SCHEMA
 )
 """Every table of the ledger, in SQLite's dialect (the tables both backends have)."""
 
@@ -282,12 +286,22 @@ class Ledger(Protocol):
     def edited_args(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
     def thread_graph(self, thread_id: str) -> GraphIdentity | None: ...
     def record_thread_graph(self, thread_id: str, graph: GraphIdentity, *, replace: bool = False) -> None: ...
+    def record_notification(
+        self,
+        thread_id: str,
+        request_id: str,
+        kind: NotificationKind,
+        payload: dict[str, Any],
+        *,
+        created_at: float,
+        expires_at: float | None,
+    ) -> bool: ...
 
 
-class SqlLedger(EvidenceStore):
-    """Every ledger query, written once with `?` placeholders, over a backend's mechanics: `_run` (the rows of
-    one read), `_write` (one atomic write; the number of rows it changed), `_run_batch` (several writes in one
-    transaction), and the claimant's name and liveness check."""
+class SqlLedger(EvidenceStore, OutboxStore):
+    """Every ledger query (with the evidence's and the outbox's), written once with `?` placeholders, over a
+    backend's mechanics: `_run` (the rows of one read), `_write` (one atomic write; the number of rows it changed),
+    `_run_batch` (several writes in one transaction), and the claimant's name and liveness check."""
 
     recreated = False
     """See `Ledger.recreated`; only `SqliteLedger` can tell that its ledger was lost."""

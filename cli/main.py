@@ -12,9 +12,11 @@ import logging
 import os
 import sqlite3
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
 from langgraph.graph.state import CompiledStateGraph
@@ -43,8 +45,10 @@ from gatedloop.cli.app import (
     EXIT_USAGE,
     CliError,
     DatabaseUnavailable,
+    is_postgres,
     named_graph,
     open_app,
+    open_saver,
     shown_db,
     writable_hint,
 )
@@ -360,6 +364,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         from gatedloop.graph.auth import FILE_ENV, AuthConfigError, load_auth_config
         from gatedloop.inbox import InboxBackend, create_app
         from gatedloop.inbox.identity import Reviewer, Sessions
+        from gatedloop.inbox.notify import delivering
         from gatedloop.inbox.pending import PendingRequests
     except ImportError as exc:
         raise CliError(f"the inbox needs: pip install 'gatedloop[inbox]' ({exc.name} is missing)", EXIT_USAGE) from exc
@@ -374,6 +379,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     fixed = Reviewer(args.as_user, context_of(args).roles, "fixed") if args.as_user else None
+    notify = _notify_config(args, default_inbox_url=f"http://{args.host}:{args.port}/inbox")
 
     named = named_graph(args.graph)
 
@@ -384,7 +390,8 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             assert parts is not None  # open_app builds with build_graph
             tools, policies = list(parts.registry.tools.values()), parts.registry.policies
             listing = saver.thread_ids
-            yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, listing, tools, policies))
+            with delivering(saver.ledger, notify):
+                yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, listing, tools, policies))
 
     if named is None:
         choose_model()  # a model that is not configured is a one-line error now, not at the first answer
@@ -392,6 +399,67 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     print(f"gatedloop inbox on http://{args.host}:{args.port}/inbox  (db: {shown_db(args.db)})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="debug" if args.debug else "warning")
     return EXIT_COMPLETED
+
+
+def _notify_config(args: argparse.Namespace, **defaults: Any) -> Any:
+    """The webhooks of `--webhook`/`--slack-webhook` (or GATEDLOOP_NOTIFY_URLS); None when there are none."""
+    from gatedloop.inbox.notify import NotifyConfigError, notify_config
+
+    try:
+        return notify_config(
+            args.webhook,
+            args.slack_webhook,
+            inbox_url=args.inbox_url,
+            **defaults,
+        )
+    except NotifyConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+
+
+def cmd_notify(args: argparse.Namespace) -> int:
+    try:
+        from gatedloop.inbox.notify import Deliverer, delivery_status, status_line
+    except ImportError as exc:
+        raise CliError(f"notify needs: pip install 'gatedloop[inbox]' ({exc.name} is missing)", EXIT_USAGE) from exc
+    out = Output(args.json)
+    if args.status:
+        if not is_postgres(args.db) and not Path(args.db).is_file():
+            raise CliError(f"no database at {args.db}: check --db (or GATEDLOOP_DB)", EXIT_NOT_FOUND)
+        with open_saver(args.db) as saver:
+            rows = delivery_status(saver.ledger)
+        for row in rows:
+            out.record("delivery", **row)
+            out.say(status_line(row))
+        if not rows:
+            out.say(f"no pending or failed notifications in {shown_db(args.db)}")
+        return EXIT_COMPLETED
+    config = _notify_config(args)
+    if config is None:
+        raise CliError("no webhook configured: --webhook URL, --slack-webhook URL or GATEDLOOP_NOTIFY_URLS", EXIT_USAGE)
+    with open_saver(args.db) as saver:
+        deliverer = Deliverer(saver.ledger, config)
+        if args.once:
+            result = deliverer.run_once()
+            out.record("notify", delivered=result.delivered, failed=result.failed, skipped=result.skipped)
+            out.say(f"delivered {result.delivered}, failed {result.failed}, skipped {result.skipped}")
+            return EXIT_FAILED if result.failed else EXIT_COMPLETED
+        print(f"gatedloop notify: {len(config.webhooks)} webhook(s), db {shown_db(args.db)}", file=sys.stderr)
+        deliverer.run(threading.Event())  # until Ctrl-C or a signal
+    return EXIT_COMPLETED
+
+
+def _notify_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--webhook",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="POST notifications here "
+        "(repeatable; slack+https://... for Slack; GATEDLOOP_NOTIFY_URLS); signed with "
+        "GATEDLOOP_NOTIFY_SECRET",
+    )
+    command.add_argument("--slack-webhook", action="append", default=[], metavar="URL", help="a Slack webhook")
+    command.add_argument("--inbox-url", metavar="URL", help="the inbox page's URL in links (GATEDLOOP_INBOX_URL)")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -493,7 +561,13 @@ def parser() -> argparse.ArgumentParser:
         "--auth-file", metavar="FILE", help="reviewers' tokens, as for LangGraph Server (GATEDLOOP_AUTH_FILE)"
     )
     inbox.add_argument("--as", dest="as_user", metavar="USER", help="local use: every visitor is this reviewer")
+    _notify_options(inbox)
     inbox.set_defaults(func=cmd_inbox)
+    notify = command("notify", "send approval requests to reviewers' webhooks (the notification outbox)")
+    _notify_options(notify)
+    notify.add_argument("--once", action="store_true", help="one pass: send what is due, then exit")
+    notify.add_argument("--status", action="store_true", help="list pending and failed deliveries")
+    notify.set_defaults(func=cmd_notify)
     command("demo", "play the articles' scenarios offline, approvals answered and shown").set_defaults(func=cmd_demo)
     return root
 

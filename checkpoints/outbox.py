@@ -1,0 +1,230 @@
+"""The notification outbox: rows saying "a reviewer should hear of this request", beside the ledger.
+
+The graph never talks to the network. The `approve` node inserts one row per approval request (the transactional
+outbox pattern: the row is in the same database as the evidence the request is built from, written before the
+interrupt, and re-inserting it when the node re-runs on resume changes nothing); a deliverer
+(`gatedloop.inbox.notify`) reads the rows and POSTs them to webhooks. Delivery state is kept per (notification,
+endpoint) with a lease, so two deliverers never post the same row at once and a killed deliverer's claim passes
+to the next one: every endpoint gets each notification at least once, under a stable id it can de-duplicate by.
+
+An endpoint is stored as a digest of its URL (a Slack webhook URL is a credential) and a shortened form to show.
+Hand-written because neither LangGraph nor the stdlib has an outbox; the queries are `SqlLedger`'s (`?`
+placeholders, both backends).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+NotificationKind = Literal["request", "expiring"]
+DeliveryState = Literal["pending", "delivered", "failed", "skipped"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS gatedloop_outbox (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('request', 'expiring')),
+    thread_id TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL
+);
+CREATE TABLE IF NOT EXISTS gatedloop_outbox_deliveries (
+    notification_id TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    shown_url TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed', 'skipped')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL,
+    leased_by TEXT,
+    lease_until REAL,
+    last_error TEXT,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (notification_id, endpoint)
+);
+"""
+
+NOTIFICATION_COLUMNS = "id, kind, thread_id, request_id, payload, created_at, expires_at"
+DELIVERY_COLUMNS = (
+    "notification_id, endpoint, shown_url, state, attempts, next_attempt_at, leased_by, lease_until, last_error,"
+    " updated_at"
+)
+
+
+def notification_id(thread_id: str, request_id: str, kind: NotificationKind) -> str:
+    """Stable for one kind of notice about one request of one thread (request ids alone repeat across threads)."""
+    return "ntf-" + hashlib.sha256(f"{thread_id}\0{request_id}\0{kind}".encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Notification:
+    id: str
+    kind: NotificationKind
+    thread_id: str
+    request_id: str
+    payload: dict[str, Any]
+    created_at: float
+    expires_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Notification:
+        id_, kind, thread_id, request_id, payload, created_at, expires_at = row
+        return cls(id_, kind, thread_id, request_id, json.loads(payload), created_at, expires_at)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    notification_id: str
+    endpoint: str
+    shown_url: str
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: float
+    leased_by: str | None
+    lease_until: float | None
+    last_error: str | None
+    updated_at: float
+
+
+class OutboxStore:
+    """The outbox queries, over a backend's `_run` (one read), `_write` (one atomic write) and `_run_batch`."""
+
+    def _run(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _write(self, query: str, params: Sequence[Any]) -> int:
+        raise NotImplementedError
+
+    def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        raise NotImplementedError
+
+    def record_notification(
+        self,
+        thread_id: str,
+        request_id: str,
+        kind: NotificationKind,
+        payload: dict[str, Any],
+        *,
+        created_at: float,
+        expires_at: float | None,
+    ) -> bool:
+        """Queue a notice once per (thread, request, kind); False if it was queued before (kept as first written)."""
+        return (
+            self._write(
+                f"INSERT INTO gatedloop_outbox ({NOTIFICATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (id) DO NOTHING",
+                (
+                    notification_id(thread_id, request_id, kind),
+                    kind,
+                    thread_id,
+                    request_id,
+                    json.dumps(payload, ensure_ascii=False, sort_keys=True),
+                    created_at,
+                    expires_at,
+                ),
+            )
+            == 1
+        )
+
+    def notification(self, notice_id: str) -> Notification | None:
+        rows = self._run(f"SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox WHERE id=?", (notice_id,))
+        return Notification.from_row(rows[0]) if rows else None
+
+    def undispatched(self, endpoint: str, limit: int = 100) -> list[Notification]:
+        """Notifications with no delivery row for this endpoint yet, oldest first."""
+        rows = self._run(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox o WHERE NOT EXISTS (SELECT 1 FROM"
+            " gatedloop_outbox_deliveries d WHERE d.notification_id = o.id AND d.endpoint = ?)"
+            " ORDER BY created_at LIMIT ?",
+            (endpoint, limit),
+        )
+        return [Notification.from_row(row) for row in rows]
+
+    def unwarned(self, now: float) -> list[Notification]:
+        """Request notices with an expiry still ahead and no expiry notice queued yet."""
+        rows = self._run(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox o WHERE kind='request' AND expires_at > ?"
+            " AND NOT EXISTS (SELECT 1 FROM gatedloop_outbox e WHERE e.kind='expiring'"
+            " AND e.thread_id = o.thread_id AND e.request_id = o.request_id) ORDER BY expires_at",
+            (now,),
+        )
+        return [Notification.from_row(row) for row in rows]
+
+    def dispatch(self, rows: Sequence[tuple[str, str, str, DeliveryState, str | None]], now: float) -> None:
+        """Delivery rows (notification id, endpoint, shown URL, state, note), once each, in one transaction."""
+        self._run_batch(
+            [
+                (
+                    f"INSERT INTO gatedloop_outbox_deliveries ({DELIVERY_COLUMNS})"
+                    " VALUES (?, ?, ?, ?, 0, ?, NULL, NULL, ?, ?) ON CONFLICT (notification_id, endpoint) DO NOTHING",
+                    (notice_id, endpoint, shown, state, now, note, now),
+                )
+                for notice_id, endpoint, shown, state, note in rows
+            ]
+        )
+
+    def due_deliveries(self, endpoints: Sequence[str], now: float, limit: int = 100) -> list[Delivery]:
+        """Pending deliveries to these endpoints whose next attempt is due (leased or not; see `claim_delivery`)."""
+        if not endpoints:
+            return []
+        marks = ", ".join("?" for _ in endpoints)
+        rows = self._run(
+            f"SELECT {DELIVERY_COLUMNS} FROM gatedloop_outbox_deliveries WHERE state='pending'"
+            f" AND next_attempt_at <= ? AND endpoint IN ({marks}) ORDER BY next_attempt_at LIMIT ?",
+            (now, *endpoints, limit),
+        )
+        return [Delivery(*row) for row in rows]
+
+    def claim_delivery(
+        self, notice_id: str, endpoint: str, claimant: str, now: float, lease_until: float, dead: str | None
+    ) -> bool:
+        """Take the delivery for one attempt: it is unleased, its lease ran out, or its holder `dead` was seen to
+        have died (a conditional UPDATE: of two deliverers, one wins)."""
+        return (
+            self._write(
+                "UPDATE gatedloop_outbox_deliveries SET leased_by=?, lease_until=?, updated_at=?"
+                " WHERE notification_id=? AND endpoint=? AND state='pending' AND next_attempt_at <= ?"
+                " AND (leased_by IS NULL OR lease_until <= ? OR leased_by = ?)",
+                (claimant, lease_until, now, notice_id, endpoint, now, now, dead or ""),
+            )
+            == 1
+        )
+
+    def finish_delivery(
+        self,
+        notice_id: str,
+        endpoint: str,
+        claimant: str,
+        state: DeliveryState,
+        *,
+        now: float,
+        next_attempt_at: float,
+        error: str | None,
+    ) -> bool:
+        """Record one attempt by the deliverer holding the lease (False if it lost the lease meanwhile)."""
+        return (
+            self._write(
+                "UPDATE gatedloop_outbox_deliveries SET state=?, attempts=attempts+1, next_attempt_at=?,"
+                " last_error=?, leased_by=NULL, lease_until=NULL, updated_at=?"
+                " WHERE notification_id=? AND endpoint=? AND state='pending' AND leased_by=?",
+                (state, next_attempt_at, error, now, notice_id, endpoint, claimant),
+            )
+            == 1
+        )
+
+    def deliveries(self, states: Sequence[DeliveryState]) -> list[tuple[Delivery, Notification]]:
+        """Deliveries in these states with their notifications, oldest first (`gatedloop notify --status`)."""
+        marks = ", ".join("?" for _ in states)
+        columns = ", ".join(f"d.{c.strip()}" for c in DELIVERY_COLUMNS.split(","))
+        notice = ", ".join(f"o.{c.strip()}" for c in NOTIFICATION_COLUMNS.split(","))
+        rows = self._run(
+            f"SELECT {columns}, {notice} FROM gatedloop_outbox_deliveries d JOIN gatedloop_outbox o"
+            f" ON o.id = d.notification_id WHERE d.state IN ({marks}) ORDER BY o.created_at, d.endpoint",
+            tuple(states),
+        )
+        width = len(DELIVERY_COLUMNS.split(","))
+        return [(Delivery(*row[:width]), Notification.from_row(row[width:])) for row in rows]

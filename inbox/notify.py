@@ -1,0 +1,410 @@
+"""Telling reviewers: the deliverer that POSTs the notification outbox (checkpoints/outbox.py) to webhooks.
+
+The graph only inserts outbox rows; this module sends them, so nothing in the graph's path waits on the network.
+Run by `gatedloop notify` (alone, or `--once` from cron) or as a thread of `gatedloop inbox` when webhooks are
+configured. Each pass:
+
+1. queues an expiry notice (`approval_expiring`) for every request whose expiry is near (`expiry_warning_s`, at
+   most half its time to live) and that is still undecided: no graph step is needed for it;
+2. gives each configured endpoint a delivery row for every notice it has not seen: `pending` if the request is
+   still open, else `skipped` (a webhook configured today is not flooded with requests decided last week);
+3. sends every due delivery it can claim (a lease, taken by a conditional UPDATE; the lease of a deliverer that
+   died passes on at once, an expired one too), and records the outcome: `delivered` on a 2xx, else another
+   attempt after an exponential backoff, `failed` after `max_attempts`. An expiry notice whose request was decided
+   meanwhile is `skipped` instead of sent.
+
+At least once: a deliverer killed after the POST and before recording it leaves the delivery pending, and the next
+one posts it again, under the same `X-Gatedloop-Id`, which receivers de-duplicate by. Every body is signed:
+`X-Gatedloop-Signature: sha256=<hex HMAC-SHA256(secret, f"{timestamp}.{body}")>` with the `X-Gatedloop-Timestamp`
+sent beside it. httpx (already installed with langgraph-sdk) makes the requests; the queue is hand-written because
+the outbox must live in gatedloop's own database, in the transaction the graph writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from gatedloop.checkpoints.ledger import SqlLedger
+from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification
+
+log = logging.getLogger("gatedloop.notify")
+
+URLS_ENV = "GATEDLOOP_NOTIFY_URLS"
+SECRET_ENV = "GATEDLOOP_NOTIFY_SECRET"
+INBOX_URL_ENV = "GATEDLOOP_INBOX_URL"
+SLACK_PREFIX = "slack+"
+DEFAULT_INBOX_URL = "http://127.0.0.1:8765/inbox"
+
+ID_HEADER = "X-Gatedloop-Id"
+TIMESTAMP_HEADER = "X-Gatedloop-Timestamp"
+SIGNATURE_HEADER = "X-Gatedloop-Signature"
+
+EVENT_TYPES = {"request": "approval_requested", "expiring": "approval_expiring"}
+ERROR_CHARS = 300
+
+WebhookFormat = Literal["generic", "slack"]
+
+
+class NotifyConfigError(ValueError):
+    """Webhook configuration that cannot work (a bad URL, no secret); one line saying what to fix."""
+
+
+@dataclass(frozen=True)
+class Webhook:
+    url: str
+    format: WebhookFormat = "generic"
+
+    @property
+    def endpoint(self) -> str:
+        """How the outbox names this endpoint: a digest of format and URL (a Slack URL is a credential)."""
+        return hashlib.sha256(f"{self.format}:{self.url}".encode()).hexdigest()[:24]
+
+    @property
+    def shown(self) -> str:
+        """The URL as `--status` shows it: scheme, host and the start of the path (no query, no token)."""
+        parts = urlsplit(self.url)
+        path = parts.path if len(parts.path) <= 16 else parts.path[:16] + "…"
+        return f"{SLACK_PREFIX if self.format == 'slack' else ''}{parts.scheme}://{parts.netloc}{path}"
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """The deliverer's side of notifications; the graph knows none of it."""
+
+    webhooks: tuple[Webhook, ...]
+    secret: bytes
+    inbox_url: str = DEFAULT_INBOX_URL
+    timeout_s: float = 10.0
+    backoff_s: float = 2.0
+    max_backoff_s: float = 300.0
+    max_attempts: int = 20
+    lease_s: float = 60.0
+    """Longer than `timeout_s`: a deliverer still waiting on a slow receiver keeps its claim."""
+    poll_s: float = 1.0
+    expiry_warning_s: float = 600.0
+
+
+def parse_webhook(text: str, *, slack: bool = False) -> Webhook:
+    """`https://...` (generic JSON) or `slack+https://...` (Slack's incoming-webhook body)."""
+    url = text.strip()
+    if url.startswith(SLACK_PREFIX):
+        url, slack = url.removeprefix(SLACK_PREFIX), True
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise NotifyConfigError(
+            f"webhook URL {text!r} is not an http(s) URL with a host (slack+https://... for a Slack webhook)"
+        )
+    return Webhook(url, "slack" if slack else "generic")
+
+
+def notify_config(
+    webhooks: Sequence[str] = (),
+    slack_webhooks: Sequence[str] = (),
+    *,
+    inbox_url: str | None = None,
+    default_inbox_url: str = DEFAULT_INBOX_URL,
+    env: Mapping[str, str] = os.environ,
+    **tuning: Any,
+) -> NotifyConfig | None:
+    """The configuration from options, else `GATEDLOOP_NOTIFY_URLS` (comma or space separated); None when no
+    webhook is configured. The secret is `GATEDLOOP_NOTIFY_SECRET`, never an option (a command line is public)."""
+    given = [parse_webhook(u) for u in webhooks] + [parse_webhook(u, slack=True) for u in slack_webhooks]
+    if not given:
+        given = [parse_webhook(u) for u in re.split(r"[\s,]+", env.get(URLS_ENV, "")) if u]
+    if not given:
+        return None
+    secret = env.get(SECRET_ENV, "")
+    if not secret:
+        raise NotifyConfigError(f"webhooks are configured but {SECRET_ENV} is not set: the bodies are signed with it")
+    inbox = inbox_url or env.get(INBOX_URL_ENV) or default_inbox_url
+    if urlsplit(inbox).scheme not in ("http", "https") or not urlsplit(inbox).hostname:
+        raise NotifyConfigError(f"inbox URL {inbox!r} is not an http(s) URL with a host")
+    return NotifyConfig(tuple(dict.fromkeys(given)), secret.encode(), inbox.rstrip("/"), **tuning)
+
+
+def sign(secret: bytes, timestamp: str, body: bytes) -> str:
+    """The signature header's value: HMAC-SHA256 over `{timestamp}.{body}`."""
+    return "sha256=" + hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+def request_link(config: NotifyConfig, request_id: str) -> str:
+    return f"{config.inbox_url}/requests/{quote(request_id, safe='')}"
+
+
+def generic_body(notice: Notification, link: str) -> dict[str, Any]:
+    """The generic JSON body: what was asked, by whom, until when, and where to answer. Arguments are masked."""
+    p = notice.payload
+    return {
+        "id": notice.id,
+        "type": EVENT_TYPES[notice.kind],
+        "request_id": notice.request_id,
+        "thread_id": notice.thread_id,
+        "requested_by": p["requested_by"],
+        "requested_at": p["requested_at"],
+        "expires_at": p["expires_at"],
+        "actions": [
+            {k: a[k] for k in ("tool", "tool_call_id", "args", "approvals_required", "expires_at")}
+            for a in p["actions"]
+        ],
+        "url": link,
+    }
+
+
+def _slack_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
+
+
+def slack_body(notice: Notification, link: str) -> dict[str, Any]:
+    """Slack's incoming-webhook body: `text` (the notification's fallback) and Block Kit blocks."""
+    p = notice.payload
+    tools = ", ".join(a["tool"] for a in p["actions"])
+    headline = ("Approval expiring soon" if notice.kind == "expiring" else "Approval requested") + f": {tools}"
+    lines = [f"*{_slack_escape(headline)}*", f"Thread `{_slack_escape(notice.thread_id)}`"]
+    lines.append(f"Requested by {_slack_escape(p['requested_by'] or 'unknown')}")
+    if p["expires_at"] is not None:
+        lines.append(f"Expires {_utc(p['expires_at'])}")
+    for action in p["actions"]:
+        args = json.dumps(action["args"], ensure_ascii=False)
+        lines.append(f"`{_slack_escape(action['tool'])}` ```{_slack_escape(args)}```")
+    return {
+        "text": f"{headline} (thread {notice.thread_id}): {link}",
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)}},
+            {
+                "type": "actions",
+                "elements": [{"type": "button", "text": {"type": "plain_text", "text": "Open in inbox"}, "url": link}],
+            },
+        ],
+    }
+
+
+def body_bytes(webhook: Webhook, notice: Notification, config: NotifyConfig) -> bytes:
+    link = request_link(config, notice.request_id)
+    body = slack_body(notice, link) if webhook.format == "slack" else generic_body(notice, link)
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | None:
+    """Why the request needs no reviewer any more (None: it still does), from the ledger's evidence only: it
+    expired, its thread was cancelled, or every call in it was decided (answered, started, edited, or approved
+    by as many reviewers as it needs)."""
+    if notice.expires_at is not None and now >= notice.expires_at:
+        return "expired before delivery"
+    if ledger.cancel_requested(notice.thread_id):
+        return "thread cancelled"
+    actions = notice.payload["actions"]
+    ids = [a["tool_call_id"] for a in actions]
+    records = ledger.calls(notice.thread_id, ids)
+    approvals = ledger.approvals(notice.thread_id, ids)
+    for action in actions:
+        call_id = action["tool_call_id"]
+        record = records.get(call_id)
+        mine = [a for a in approvals if a.call_id == call_id]
+        approvers = {a.reviewer for a in mine if a.decision == "approve" and a.args_digest == action["args_digest"]}
+        decided = (
+            record is None
+            or record.answer_digest is not None
+            or ledger.get(notice.thread_id, call_id) is not None
+            or any(a.decision == "edit" for a in mine)
+            or len(approvers) >= action["approvals_required"]
+        )
+        if not decided:
+            return None
+    return "decided before delivery"
+
+
+@dataclass
+class PassResult:
+    delivered: int = 0
+    failed: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class Deliverer:
+    """Sends the outbox of one database to the configured webhooks; see the module docstring for one pass."""
+
+    ledger: SqlLedger
+    config: NotifyConfig
+    clock: Callable[[], float] = time.time
+    client: httpx.Client = field(default_factory=lambda: httpx.Client())
+    token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+    @property
+    def claimant(self) -> str:
+        """The process's ledger claimant (whose liveness other deliverers can check) and this deliverer's token."""
+        return f"{self.ledger.claimant}#{self.token}"
+
+    def run_once(self) -> PassResult:
+        result = PassResult()
+        self._warn_expiring(self.clock())
+        self._dispatch(self.clock())
+        by_endpoint = {w.endpoint: w for w in self.config.webhooks}
+        for delivery in self.ledger.due_deliveries(list(by_endpoint), self.clock()):
+            state = self._attempt(delivery, by_endpoint[delivery.endpoint])
+            if state == "delivered":
+                result.delivered += 1
+            elif state == "skipped":
+                result.skipped += 1
+            elif state is not None:
+                result.failed += 1
+        return result
+
+    def run(self, stop: threading.Event) -> None:
+        """Passes every `poll_s` until `stop` is set; a pass that fails (a busy database) is logged and retried."""
+        while True:
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("notification pass failed; retrying in %.1f s", self.config.poll_s)
+            if stop.wait(self.config.poll_s):
+                return
+
+    def _warn_expiring(self, now: float) -> None:
+        for notice in self.ledger.unwarned(now):
+            assert notice.expires_at is not None  # `unwarned` selects requests with an expiry
+            ttl = notice.expires_at - notice.payload["requested_at"]
+            if now < notice.expires_at - min(self.config.expiry_warning_s, ttl / 2):
+                continue
+            if closed_reason(self.ledger, notice, now) is None:
+                self.ledger.record_notification(
+                    notice.thread_id,
+                    notice.request_id,
+                    "expiring",
+                    notice.payload,
+                    created_at=now,
+                    expires_at=notice.expires_at,
+                )
+
+    def _dispatch(self, now: float) -> None:
+        for webhook in self.config.webhooks:
+            rows: list[tuple[str, str, str, DeliveryState, str | None]] = []
+            for notice in self.ledger.undispatched(webhook.endpoint):
+                reason = closed_reason(self.ledger, notice, now)
+                rows.append((notice.id, webhook.endpoint, webhook.shown, "skipped" if reason else "pending", reason))
+            self.ledger.dispatch(rows, now)
+
+    def _attempt(self, delivery: Delivery, webhook: Webhook) -> DeliveryState | None:
+        """One attempt at one delivery; the state it was left in, None if another deliverer holds it."""
+        now = self.clock()
+        dead = None
+        if delivery.leased_by and delivery.lease_until is not None and delivery.lease_until > now:
+            holder = delivery.leased_by.rpartition("#")[0]
+            if holder != self.ledger.claimant and not self.ledger.claimant_alive(holder):
+                dead = delivery.leased_by
+        lease_until = now + self.config.lease_s
+        if not self.ledger.claim_delivery(
+            delivery.notification_id, delivery.endpoint, self.claimant, now, lease_until, dead
+        ):
+            return None
+        notice = self.ledger.notification(delivery.notification_id)
+        assert notice is not None  # delivery rows are made from outbox rows, which are never deleted
+        if notice.kind == "expiring" and (reason := closed_reason(self.ledger, notice, now)):
+            return self._finish(delivery, "skipped", error=reason)
+        error = self._post(webhook, notice)
+        if error is None:
+            return self._finish(delivery, "delivered", error=None)
+        attempts = delivery.attempts + 1
+        log.warning("notification %s to %s failed (attempt %d): %s", notice.id, webhook.shown, attempts, error)
+        state: DeliveryState = "failed" if attempts >= self.config.max_attempts else "pending"
+        delay = min(self.config.max_backoff_s, self.config.backoff_s * 2 ** (attempts - 1))
+        return self._finish(delivery, state, error=error, delay=delay)
+
+    def _finish(
+        self, delivery: Delivery, state: DeliveryState, *, error: str | None, delay: float = 0.0
+    ) -> DeliveryState | None:
+        now = self.clock()
+        kept = self.ledger.finish_delivery(
+            delivery.notification_id,
+            delivery.endpoint,
+            self.claimant,
+            state,
+            now=now,
+            next_attempt_at=now + delay,
+            error=error,
+        )
+        return state if kept else None
+
+    def _post(self, webhook: Webhook, notice: Notification) -> str | None:
+        """POST the signed body; None on a 2xx, else what went wrong (one line, no secret)."""
+        body = body_bytes(webhook, notice, self.config)
+        timestamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "gatedloop-notify",
+            ID_HEADER: notice.id,
+            TIMESTAMP_HEADER: timestamp,
+            SIGNATURE_HEADER: sign(self.config.secret, timestamp, body),
+        }
+        try:
+            response = self.client.post(webhook.url, content=body, headers=headers, timeout=self.config.timeout_s)
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+        if 200 <= response.status_code < 300:
+            return None
+        text = " ".join(response.text.split())
+        return f"HTTP {response.status_code}" + (f": {text}"[:ERROR_CHARS] if text else "")
+
+
+@contextmanager
+def delivering(ledger: SqlLedger, config: NotifyConfig | None) -> Iterator[None]:
+    """A deliverer thread for the block (the inbox runs one); nothing when no webhook is configured."""
+    if config is None:
+        yield
+        return
+    stop = threading.Event()
+    deliverer = Deliverer(ledger, config)
+    thread = threading.Thread(target=deliverer.run, args=(stop,), name="gatedloop-notify", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=config.timeout_s + config.poll_s)
+        deliverer.client.close()
+
+
+def delivery_status(ledger: SqlLedger) -> list[dict[str, Any]]:
+    """Deliveries not (yet) made, oldest first: what `gatedloop notify --status` lists."""
+    return [
+        {
+            "notification_id": notice.id,
+            "type": EVENT_TYPES[notice.kind],
+            "thread_id": notice.thread_id,
+            "request_id": notice.request_id,
+            "url": delivery.shown_url,
+            "state": delivery.state,
+            "attempts": delivery.attempts,
+            "next_attempt_at": delivery.next_attempt_at if delivery.state == "pending" else None,
+            "last_error": delivery.last_error,
+        }
+        for delivery, notice in ledger.deliveries(["pending", "failed"])
+    ]
+
+
+def status_line(row: Mapping[str, Any]) -> str:
+    when = f"next try {_utc(row['next_attempt_at'])}" if row["next_attempt_at"] is not None else "given up"
+    error = f": {row['last_error']}" if row["last_error"] else ""
+    return (
+        f"{row['state']:<8} {row['url']}  {row['type']} {row['request_id']} (thread {row['thread_id']}), "
+        f"{row['attempts']} attempt(s), {when}{error}"
+    )

@@ -1,0 +1,348 @@
+"""Notifications through the outbox (issue 23): the approve node queues each approval request once, in the ledger's
+database; a deliverer POSTs it, signed, to a real HTTP receiver on 127.0.0.1 that verifies the signature and
+de-duplicates by id. Failures, restarts and a SIGKILLed deliverer still give exactly one delivery per id."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gate_app import build, effects_for
+
+from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints.outbox import notification_id
+from gatedloop.cli.main import main
+from gatedloop.graph import runs
+from gatedloop.inbox.notify import Deliverer, NotifyConfig, PassResult, Webhook, notify_config
+from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.tools import CallContext
+
+SECRET = "s3cret-for-tests"
+ANA = CallContext(user_id="ana", roles={"staff"})
+BO = CallContext(user_id="bo", roles={"finance"})
+HIDDEN = "iban-DE0012345678"  # the value of a secret argument: never in a body
+
+
+@dataclass
+class Receiver:
+    """A webhook receiver on 127.0.0.1: checks every signature, fails the next `fail` POSTs with a 500, and with
+    `hold` set keeps the first POST unanswered until `release` is set (`held` says it arrived)."""
+
+    url: str = ""
+    posts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    bad_signatures: int = 0
+    fail: int = 0
+    hold: bool = False
+    held: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    arrived: threading.Condition = field(default_factory=threading.Condition)
+
+    def unique(self) -> dict[str, dict[str, Any]]:
+        """What a receiver that de-duplicates by `X-Gatedloop-Id` keeps."""
+        return {notice_id: body for notice_id, body in self.posts}
+
+    def wait_for(self, count: int, timeout: float = 30) -> None:
+        with self.arrived:
+            assert self.arrived.wait_for(lambda: len(self.posts) >= count, timeout), self.posts
+
+
+def verified(headers: Any, raw: bytes) -> bool:
+    """The receiver's check, as the README shows it: HMAC-SHA256 over `{timestamp}.{body}`, and a recent timestamp."""
+    timestamp = headers["X-Gatedloop-Timestamp"]
+    expected = "sha256=" + hmac.new(SECRET.encode(), f"{timestamp}.".encode() + raw, hashlib.sha256).hexdigest()
+    fresh = abs(time.time() - int(timestamp)) < 300
+    return fresh and hmac.compare_digest(expected, headers["X-Gatedloop-Signature"])
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    state = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            if not verified(self.headers, raw):
+                state.bad_signatures += 1
+                self.send_response(401)
+                self.end_headers()
+                return
+            with state.arrived:
+                state.posts.append((self.headers["X-Gatedloop-Id"], json.loads(raw)))
+                state.arrived.notify_all()
+            if state.hold and not state.held.is_set():
+                state.held.set()
+                state.release.wait(30)
+            failing = state.fail > 0
+            state.fail -= 1 if failing else 0
+            self.send_response(500 if failing else 204)
+            if failing:
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                self.wfile.write(b"receiver down for maintenance")
+            else:
+                self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield state
+    state.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+class Clock:
+    """The deliverer's clock, moved by the test instead of sleeping through backoffs and expiry windows."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+def pause(saver: Any, thread_id: str, text: str = "pay 250 to " + HIDDEN + " as c1", **policy: Any) -> dict[str, Any]:
+    """A thread of the payments app waiting for approval of `pay`, whose `to` is a secret argument."""
+    graph = build(saver, effects_for(saver), approval="always", secret_args=frozenset({"to"}), **policy)
+    out = runs.start(graph, thread_id, text, context=ANA)
+    return out["__interrupt__"][0].value
+
+
+def deliverer(saver: Any, *webhooks: Webhook, clock: Clock | None = None, **tuning: Any) -> Deliverer:
+    config = NotifyConfig(webhooks, SECRET.encode(), "http://inbox.example:8765/inbox", backoff_s=10.0, **tuning)
+    return Deliverer(saver.ledger, config, clock=clock or Clock())
+
+
+def outbox_rows(db: str) -> list[tuple[str, str]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT kind, request_id FROM gatedloop_outbox ORDER BY created_at").fetchall()
+
+
+def test_a_request_is_queued_once_and_delivered_once_signed_with_its_secret_masked(db, receiver):
+    with open_sqlite(db) as saver:
+        request = pause(saver, "t1")
+        graph = build(saver, effects_for(saver), approval="always", secret_args=frozenset({"to"}))
+        with pytest.raises(InvalidDecision):
+            runs.resume(graph, "t1", {"decisions": []}, context=BO)  # approve re-runs, asks again
+        assert (runs.pending_request(graph, "t1") or {})["request_id"] == request["request_id"]
+        assert outbox_rows(db) == [("request", request["request_id"])]
+        sender = deliverer(saver, Webhook(receiver.url))
+        assert sender.run_once().delivered == 1
+        assert sender.run_once().delivered == 0
+    assert receiver.bad_signatures == 0
+    [(notice_id, body)] = receiver.posts
+    assert body["id"] == notice_id and body["type"] == "approval_requested"
+    assert (body["request_id"], body["thread_id"], body["requested_by"]) == (request["request_id"], "t1", "ana")
+    assert [(a["tool"], a["tool_call_id"], a["args"]) for a in body["actions"]] == [
+        ("pay", "c1", {"amount": 250.0, "to": "***"})
+    ]
+    assert body["url"] == f"http://inbox.example:8765/inbox/requests/{request['request_id']}"
+    assert HIDDEN not in json.dumps(body)
+
+
+def test_a_failing_receiver_is_retried_with_backoff_and_status_shows_the_error(db, receiver, capsys):
+    down = Webhook("http://127.0.0.1:9/never")  # nothing listens on the discard port: connection refused
+    clock = Clock()
+    with open_sqlite(db) as saver:
+        request = pause(saver, "t1")
+        sender = deliverer(saver, Webhook(receiver.url), down, clock=clock, max_attempts=3)
+        receiver.fail = 2
+        assert sender.run_once().failed == 2
+        assert sender.run_once().failed == 0 and len(receiver.posts) == 1  # backing off: nothing was due
+        assert main(["notify", "--status", "--json", "--db", db]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        by_url = {row["url"]: row for row in rows}
+        assert by_url[receiver.url]["state"] == "pending" and by_url[receiver.url]["attempts"] == 1
+        assert by_url[receiver.url]["last_error"] == "HTTP 500: receiver down for maintenance"
+        assert by_url[receiver.url]["request_id"] == request["request_id"]
+        clock.offset += 10
+        assert sender.run_once().failed == 2  # second attempts, due after 10 s
+        clock.offset += 20
+        third = sender.run_once()  # due 20 s later: the receiver is back; the dead URL's last attempt
+        assert (third.delivered, third.failed) == (1, 1)
+        assert sender.run_once() == PassResult()
+        assert main(["notify", "--status", "--db", db]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith("failed   http://127.0.0.1:9/never") and "3 attempt(s), given up: ConnectError" in line
+    assert len(receiver.posts) == 3 and list(receiver.unique()) == [receiver.posts[0][0]]
+    assert receiver.bad_signatures == 0
+
+
+def test_an_expiry_notice_goes_out_once_and_only_for_a_request_still_undecided(db, receiver):
+    clock = Clock()
+    with open_sqlite(db) as saver:
+        waiting = pause(saver, "t1", approval_ttl_s=100)
+        decided = pause(saver, "t2", "pay 300 to " + HIDDEN + " as c2", approval_ttl_s=100)
+        sender = deliverer(saver, Webhook(receiver.url), clock=clock, expiry_warning_s=30)
+        assert sender.run_once().delivered == 2
+        graph = build(saver, effects_for(saver), approval="always", secret_args=frozenset({"to"}), approval_ttl_s=100)
+        done = runs.resume(graph, "t2", {"decisions": [{"type": "approve"}]}, context=BO)
+        assert done["status"] == "completed"
+        assert sender.run_once().delivered == 0  # not yet near the expiry
+        clock.offset += 75
+        assert sender.run_once().delivered == 1
+        clock.offset += 10
+        assert sender.run_once().delivered == 0
+    expiring = [(b["type"], b["request_id"], b["thread_id"]) for _, b in receiver.posts[2:]]
+    assert expiring == [("approval_expiring", waiting["request_id"], "t1")]
+    assert decided["request_id"] != waiting["request_id"]
+    assert len(receiver.unique()) == 3
+
+
+def test_a_slack_webhook_gets_slacks_body_with_the_link_and_masked_arguments(db, receiver):
+    config = notify_config(
+        [], [receiver.url], inbox_url="https://review.example/inbox", env={"GATEDLOOP_NOTIFY_SECRET": SECRET}
+    )
+    assert config is not None
+    with open_sqlite(db) as saver:
+        request = pause(saver, "t1")
+        assert Deliverer(saver.ledger, config).run_once().delivered == 1
+    [(_, body)] = receiver.posts
+    link = f"https://review.example/inbox/requests/{request['request_id']}"
+    assert body["text"].startswith("Approval requested: pay (thread t1)") and body["text"].endswith(link)
+    section, actions = body["blocks"]
+    assert section["type"] == "section" and section["text"]["type"] == "mrkdwn"
+    assert "`pay`" in section["text"]["text"] and '"to": "***"' in section["text"]["text"]
+    assert actions["elements"][0]["url"] == link
+    assert HIDDEN not in json.dumps(body)
+
+
+def test_two_deliverers_never_post_the_same_delivery_at_once(db, receiver):
+    receiver.hold = True
+    with open_sqlite(db) as saver:
+        pause(saver, "t1")
+        first, second = deliverer(saver, Webhook(receiver.url)), deliverer(saver, Webhook(receiver.url))
+        running = threading.Thread(target=first.run_once)
+        running.start()
+        assert receiver.held.wait(30)
+        assert second.run_once().delivered == 0  # the first one's lease holds while its POST is in flight
+        receiver.release.set()
+        running.join(30)
+        assert second.run_once().delivered == 0
+    assert len(receiver.posts) == 1
+
+
+def notify_command(db: str, url: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "gatedloop.cli.main", "--db", db, "notify", "--webhook", url, *extra]
+
+
+def test_a_deliverer_killed_mid_delivery_is_followed_by_one_that_delivers_the_same_id(db, receiver, tmp_path, capsys):
+    env = {**os.environ, "GATEDLOOP_NOTIFY_SECRET": SECRET}
+    with open_sqlite(db) as saver:
+        request = pause(saver, "t1")
+    receiver.hold = True
+    log = tmp_path / "notify.log"
+    with log.open("wb") as out:
+        killed = subprocess.Popen(notify_command(db, receiver.url), env=env, stdout=out, stderr=out)
+    try:
+        assert receiver.held.wait(60), log.read_text()
+        killed.kill()  # SIGKILL, the POST in flight and unrecorded
+        killed.wait(30)
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+    receiver.release.set()
+    again = subprocess.run(
+        notify_command(db, receiver.url, "--once", "--json"), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["delivered"] == 1
+    assert len(receiver.posts) == 2  # posted again under the same id: at least once
+    [(notice_id, body)] = receiver.unique().items()
+    assert body["request_id"] == request["request_id"] and body["id"] == notice_id
+    assert receiver.bad_signatures == 0
+    assert main(["--db", db, "notify", "--status", "--json"]) == 0
+    assert capsys.readouterr().out == ""  # nothing pending or failed
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--webhook", "ftp://hooks.example/x"], {"GATEDLOOP_NOTIFY_SECRET": SECRET}, "is not an http(s) URL"),
+        (["--webhook", "https://hooks.example/x"], {}, "GATEDLOOP_NOTIFY_SECRET is not set"),
+        ([], {"GATEDLOOP_NOTIFY_URLS": "https://a.example/x, https:///nohost"}, "is not an http(s) URL with a host"),
+        ([], {}, "no webhook configured"),
+        (
+            ["--webhook", "https://a.example/x", "--inbox-url", "inbox"],
+            {"GATEDLOOP_NOTIFY_SECRET": SECRET},
+            "inbox URL",
+        ),
+    ],
+)
+def test_bad_notify_configuration_is_refused_with_one_line(db, capsys, monkeypatch, argv, env, message):
+    for name in ("GATEDLOOP_NOTIFY_URLS", "GATEDLOOP_NOTIFY_SECRET", "GATEDLOOP_INBOX_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["--db", db, "notify", "--once", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and message in err
+    assert not Path(db).exists()  # refused before the database was opened
+
+
+def test_the_inbox_runs_the_deliverer_and_links_to_its_own_page(db, receiver, tmp_path):
+    with open_sqlite(db) as saver:
+        request = pause(saver, "t1")
+    port = free_port()
+    env = {**os.environ, "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": "", "GATEDLOOP_GRAPH": "demo"}
+    env.update(GATEDLOOP_NOTIFY_SECRET=SECRET, GATEDLOOP_NOTIFY_URLS=receiver.url)
+    for name in ("GATEDLOOP_AUTH_TOKENS", "GATEDLOOP_AUTH_FILE", "GATEDLOOP_INBOX_URL"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "gatedloop.cli.main", "--db", db, "inbox", "--as", "bo", "--port", str(port)]
+    log = tmp_path / "inbox.log"
+    with log.open("wb") as out:
+        inbox = subprocess.Popen(command, env=env, stdout=out, stderr=out)
+    try:
+        receiver.wait_for(1, timeout=60)
+    finally:
+        inbox.terminate()
+        inbox.wait(30)
+    [(_, body)] = receiver.posts
+    assert body["url"] == f"http://127.0.0.1:{port}/inbox/requests/{request['request_id']}", log.read_text()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_outbox_keeps_one_row_per_request_and_one_lease_holder_on_each_backend(backend):
+    from pg_server import new_thread_id
+
+    thread_id = new_thread_id("notify") if backend.name == "postgres" else "t1"
+    with backend.open() as saver:
+        ledger = saver.ledger
+        payload = {"request_id": "req-1", "actions": []}
+        first = ledger.record_notification(thread_id, "req-1", "request", payload, created_at=1.0, expires_at=None)
+        again = ledger.record_notification(thread_id, "req-1", "request", {}, created_at=2.0, expires_at=None)
+        assert (first, again) == (True, False)
+        notice = notification_id(thread_id, "req-1", "request")
+        assert ledger.notification(notice).payload == payload
+        ledger.dispatch([(notice, "e1", "http://x/", "pending", None)], now=1.0)
+        ledger.dispatch([(notice, "e1", "http://x/", "skipped", "late")], now=1.0)  # kept as first dispatched
+        won = [ledger.claim_delivery(notice, "e1", who, 5.0, 65.0, None) for who in ("a#1", "b#2")]
+        assert won == [True, False]
+        assert ledger.claim_delivery(notice, "e1", "b#2", 5.0, 65.0, "a#1")  # a#1 seen dead: taken over
+        assert not ledger.finish_delivery(notice, "e1", "a#1", "delivered", now=6.0, next_attempt_at=6.0, error=None)
+        assert ledger.finish_delivery(notice, "e1", "b#2", "delivered", now=6.0, next_attempt_at=6.0, error=None)
+        assert [d.state for d, n in ledger.deliveries(["delivered"]) if n.id == notice] == ["delivered"]
