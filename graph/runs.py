@@ -21,9 +21,9 @@ from gatedloop.checkpoints.evidence import GraphIdentity
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import UnknownThread, validate_thread_id
 from gatedloop.graph.build import graph_identity, parts_of
-from gatedloop.nodes.hitl import InvalidDecision
-from gatedloop.nodes.hitl import check_answer as check_approval
-from gatedloop.nodes.unknown import check_unknown_answer
+from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.gate.hitl import check_answer as check_approval
+from gatedloop.nodes.gate.unknown import check_unknown_answer
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem
 from gatedloop.tools.policy import CallContext
 

@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
-from gatedloop.nodes.admission import (
+from gatedloop.nodes.gate.admission import (
     admit,
     approvers_so_far,
     audit_refusal,
@@ -30,8 +30,8 @@ from gatedloop.nodes.admission import (
     for_state,
     requester_context,
 )
-from gatedloop.nodes.answers import error_message, record_answers, result_message
-from gatedloop.nodes.hitl import (
+from gatedloop.nodes.gate.answers import error_message, record_answers, result_message
+from gatedloop.nodes.gate.hitl import (
     ANONYMOUS,
     REPLACED,
     Decision,
@@ -43,7 +43,7 @@ from gatedloop.nodes.hitl import (
     check_answer,
     decider,
 )
-from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
+from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, Verdict
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest, digest, storable_text

@@ -3,7 +3,7 @@
 Consecutive reads run concurrently; a write is a barrier and writes run one at a time in the model's
 order. Because each call is a `@task`, a call that finished is not run again when a sibling fails or the
 node is resumed. Nothing in the state is trusted about a call: before anything runs, each call is admitted
-against the ledger's evidence (nodes/admission.py): the registry's effect, validator and roles on the exact
+against the ledger's evidence (nodes/gate/admission.py): the registry's effect, validator and roles on the exact
 arguments, and for a gated call the recorded approvals of exactly those arguments. A gated call without them
 goes back to `approve`; a call nobody validated, or whose arguments were changed, is answered, never run.
 Unknown write outcomes are reconciled here.
@@ -23,13 +23,13 @@ from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
-from gatedloop.nodes.answers import error_message, record_answers, result_message, tool_message
-from gatedloop.nodes.parts import LoopParts, current_thread_id
-from gatedloop.nodes.running import Outcome, run_read, run_write
+from gatedloop.nodes.gate.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
+from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
+from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
+from gatedloop.nodes.gate.running import Outcome, run_read, run_write
+from gatedloop.nodes.gate.tool_env import ToolEnv
+from gatedloop.nodes.gate.unknown import make_settle_task
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead
-from gatedloop.nodes.tool_env import ToolEnv
-from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, fingerprint
 

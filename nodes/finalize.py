@@ -13,9 +13,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.answers import check_history, error_message, record_answers, tool_message
-from gatedloop.nodes.parts import LoopParts, current_thread_id
-from gatedloop.nodes.running import stored_outcome
+from gatedloop.nodes.gate.answers import check_history, error_message, record_answers, tool_message
+from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
+from gatedloop.nodes.gate.running import stored_outcome
 from gatedloop.nodes.state import GatedState
 from gatedloop.tools import errors
 

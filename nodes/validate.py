@@ -4,7 +4,7 @@ Per call, in order: the turn's call cap, the whitelist (exact name), the argumen
 and business checks, then the tool-call budgets. A refused call is answered here with a structured
 error and never reaches `approve` or `execute`. Nothing here raises on bad model output.
 
-A call no model response proposed (nodes/proposals.py) is refused first. Each call is registered in the ledger
+A call no model response proposed (nodes/gate/proposals.py) is refused first. Each call is registered in the ledger
 (tool, exact-argument digest, requester, verdict): the evidence `approve` and `execute` check instead of the
 state. A call id registered before keeps its first record, so arguments changed in the state and sent through
 `validate` again are refused, not re-validated.
@@ -18,10 +18,10 @@ from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import NewCall, Requester
-from gatedloop.nodes.answers import error_message, record_answers
-from gatedloop.nodes.call_arguments import plan_arguments, stored_form
-from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
-from gatedloop.nodes.proposals import NOT_PROPOSED, unproposed
+from gatedloop.nodes.gate.answers import error_message, record_answers
+from gatedloop.nodes.gate.call_arguments import plan_arguments, stored_form
+from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
+from gatedloop.nodes.gate.proposals import NOT_PROPOSED, unproposed
 from gatedloop.nodes.state import CallPlan, GatedState, Status
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest

@@ -12,9 +12,9 @@ import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 MODULES = {
-    "running": "gatedloop.nodes.running",
-    "hitl": "gatedloop.nodes.hitl",
-    "unknown": "gatedloop.nodes.unknown",
+    "running": "gatedloop.nodes.gate.running",
+    "hitl": "gatedloop.nodes.gate.hitl",
+    "unknown": "gatedloop.nodes.gate.unknown",
     "policy": "gatedloop.tools.policy",
     "ledger": "gatedloop.checkpoints.ledger",
     "threads": "gatedloop.checkpoints.threads",

@@ -23,9 +23,9 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
 from gatedloop.checkpoints.ledger import FinishedState, Ledger, LedgerEntry, idempotency_key
-from gatedloop.nodes.masked_trace import run_masked
+from gatedloop.nodes.gate.masked_trace import run_masked
+from gatedloop.nodes.gate.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.nodes.state import CallPlan
-from gatedloop.nodes.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry
 from gatedloop.tools.results import cap, to_json_text
@@ -95,7 +95,7 @@ class Outcome(TypedDict):
 
 
 def invoke_tool(tool: BaseTool, tool_input: Any, config: RunnableConfig, shown_args: dict[str, Any] | None) -> Any:
-    """Run the tool; with `shown_args` (a tool with `secret_args`), callbacks see only those (nodes/masked_trace.py)."""
+    """Run the tool; with `shown_args` (a tool with `secret_args`), callbacks see only those (gate/masked_trace.py)."""
 
     def run(config: RunnableConfig) -> Any:
         if getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None:

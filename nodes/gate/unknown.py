@@ -16,10 +16,10 @@ from langgraph.func import task
 from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
 
-from gatedloop.nodes.admission import with_edited_args
-from gatedloop.nodes.hitl import ANONYMOUS, InvalidDecision, decider
-from gatedloop.nodes.parts import LoopParts, call_context
-from gatedloop.nodes.running import (
+from gatedloop.nodes.gate.admission import with_edited_args
+from gatedloop.nodes.gate.hitl import ANONYMOUS, InvalidDecision, decider
+from gatedloop.nodes.gate.parts import LoopParts, call_context
+from gatedloop.nodes.gate.running import (
     CANNOT_TELL,
     Outcome,
     _ok,
@@ -30,8 +30,8 @@ from gatedloop.nodes.running import (
     still_running_here,
     stored_outcome,
 )
+from gatedloop.nodes.gate.tool_env import ToolEnv
 from gatedloop.nodes.state import CallPlan
-from gatedloop.nodes.tool_env import ToolEnv
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text
 from gatedloop.tools.registry import ToolRegistry

@@ -18,7 +18,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
 
 from gatedloop.checkpoints.evidence import SUPERSEDED_SOURCE, Answer
-from gatedloop.nodes.answers import (
+from gatedloop.nodes.gate.answers import (
     OpenCall,
     answer_digest,
     check_history,
@@ -27,8 +27,8 @@ from gatedloop.nodes.answers import (
     record_answers,
     tool_message,
 )
-from gatedloop.nodes.parts import LoopParts
-from gatedloop.nodes.running import stored_outcome, unknown
+from gatedloop.nodes.gate.parts import LoopParts
+from gatedloop.nodes.gate.running import stored_outcome, unknown
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 
