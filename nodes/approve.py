@@ -40,7 +40,7 @@ from gatedloop.nodes.gate.hitl import (
     InvalidDecision,
     ReviewConfig,
     check_addressed,
-    check_answer,
+    check_decisions,
     decider,
 )
 from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
@@ -164,7 +164,7 @@ def make_approve_node(parts: LoopParts):
         reviewer = call_context(runtime.context)
         try:
             check_addressed(answer, request)
-            decisions = check_answer(answer, request)
+            decisions = check_decisions(request, answer)
             applied = {
                 plan["id"]: _apply(parts, plan, records[plan["id"]], approvals, decisions[plan["id"]], reviewer)
                 for plan in gated

@@ -26,7 +26,7 @@ from langgraph.runtime import Runtime
 from gatedloop.nodes.gate.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
 from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
-from gatedloop.nodes.gate.running import Outcome, run_read, run_write
+from gatedloop.nodes.gate.running import Outcome, error_outcome, run_read, run_write
 from gatedloop.nodes.gate.tool_env import ToolEnv
 from gatedloop.nodes.gate.unknown import make_settle_task
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead
@@ -226,8 +226,7 @@ class _Turn:
 
 
 def _not_run(reason: str) -> Outcome:
-    failure = errors.invalid_arguments(reason)
-    return {"status": "error", "content": failure.to_json(), "error_type": failure.error_type, "duration_ms": 0.0}
+    return error_outcome(errors.invalid_arguments(reason))
 
 
 def _unknown(outcome: Outcome) -> bool:
