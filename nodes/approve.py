@@ -151,7 +151,7 @@ def make_approve_node(parts: LoopParts):
                 # Everything else stays in the request, even a call this node's own earlier run already decided
                 # (a crash between its ledger writes and its checkpoint): the request a resumed node rebuilds
                 # must be the one the pending answer was given to. Re-applying a decision is idempotent.
-                gated.append({**admission.plan, "verdict": "ask"} if admission.action != "skip" else admission.plan)
+                gated.append({**admission.plan, "verdict": "ask"} if admission.action != "answered" else admission.plan)
         live = [p for p in gated if not _expired(parts, p, records, now)]
         if not live:
             for plan in gated:

@@ -159,7 +159,7 @@ class _Turn:
                 audit_refusal(self.parts.ledger, self.thread_id, plan, admission.refusal, self.parts.registry)
                 self.refused.append(error_message(plan["id"], plan["name"], admission.refusal))
                 admitted.append({**plan, "verdict": "answered"})
-            elif admission.action == "skip":
+            elif admission.action == "answered":
                 admitted.append({**plan, "verdict": "answered"})
             elif admission.action == "ask":
                 admitted.append(for_state(self.parts.registry, {**admission.plan, "verdict": "ask"}))

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
 from gatedloop.checkpoints.ledger import Ledger
-from gatedloop.nodes.state import CallPlan
+from gatedloop.nodes.state import CallPlan, Verdict
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.errors import ToolFailure, invalid_arguments
 from gatedloop.tools.policy import CallContext, ToolPolicy
@@ -31,10 +31,11 @@ APPROVING_DECISIONS = ("approve", "edit")
 
 @dataclass(frozen=True)
 class Admission:
-    """`run` (plan has the registry's effect and the exact digest), `ask` (needs approvals), `refuse` (answer
-    with `refusal`, do not run) or `skip` (already answered; do nothing)."""
+    """A call's verdict, decided again from the evidence: `run` (plan has the registry's effect and the exact
+    digest), `ask` (needs approvals), `answered` (already answered; do nothing), or `refuse` (answer it now with
+    `refusal`, do not run)."""
 
-    action: Literal["run", "ask", "refuse", "skip"]
+    action: Verdict | Literal["refuse"]
     plan: CallPlan
     refusal: ToolFailure | None = None
 
@@ -68,7 +69,7 @@ def admit(
     # (or approval) are caught.
     digest = args_digest(name, args)
     if record.answer_digest is not None:
-        return Admission("skip", {**plan, "digest": digest})
+        return Admission("answered", {**plan, "digest": digest})
     mine = [a for a in approvals if a.call_id == plan["id"]]
     edited = {a.args_digest for a in mine if a.decision == "edit"}
     if digest != record.args_digest and digest not in edited:
