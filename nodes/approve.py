@@ -28,7 +28,6 @@ from gatedloop.nodes.gate.admission import (
     expired,
     expires_at,
     for_state,
-    requester_context,
 )
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message
 from gatedloop.nodes.gate.hitl import (
@@ -312,7 +311,7 @@ def _apply(
     if kind == "edit":
         edited_args = _unmasked(decision["edited_action"]["args"], plan["args"], policy.secret_args)
         arguments = parts.registry.read(plan["name"], edited_args)  # an edit enters like a model's proposal
-        checked = parts.registry.check_call(plan["name"], arguments, requester_context(record))
+        checked = parts.registry.check_call(plan["name"], arguments, record.requester)
         if not isinstance(checked, CheckedCall):
             raise InvalidDecision(f"the edited arguments for {plan['name']} are not valid: {checked.message}")
         new_digest = args_digest(plan["name"], checked.args)  # new arguments: their digest, computed once

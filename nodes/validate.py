@@ -17,7 +17,7 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.checkpoints.evidence import NewCall, Requester
+from gatedloop.checkpoints.evidence import NewCall
 from gatedloop.nodes.gate.answers import error_message, record_answers
 from gatedloop.nodes.gate.call_arguments import plan_arguments, stored_form
 from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
@@ -42,7 +42,6 @@ def make_validate_node(parts: LoopParts):
         plans: list[CallPlan] = []
         planned_total = counters["tool_calls"]
         planned_per_tool = dict(counters["per_tool"])
-        requester = Requester(context.user_id, context.roles, dict(context.extra))
         calls = state.get("calls") or []
         forged = unproposed(parts.ledger, thread_id, calls)
         for index, plan in enumerate(calls):
@@ -71,7 +70,7 @@ def make_validate_node(parts: LoopParts):
                 },
                 actor=context.user_id,
             )
-        plans, answers = _registered(parts, thread_id, plans, answers, requester)
+        plans, answers = _registered(parts, thread_id, plans, answers, context)
         update: dict[str, Any] = {"calls": plans, **record_answers(parts.ledger, thread_id, answers, "validate")}
         if any(p["verdict"] == "ask" for p in plans):
             update["counters"] = {**counters, "paused_at": parts.clock()}
@@ -87,7 +86,7 @@ def _registered(
     thread_id: str,
     plans: list[CallPlan],
     answers: list[ToolMessage],
-    requester: Requester,
+    requester: CallContext,
 ) -> tuple[list[CallPlan], list[ToolMessage]]:
     """Register the turn's calls; an accepted call whose id was registered before with other arguments is refused."""
     new = [

@@ -44,11 +44,6 @@ def _refuse(plan: CallPlan, reason: str) -> Admission:
     return Admission("refuse", plan, invalid_arguments(reason))
 
 
-def requester_context(record: CallRecord) -> CallContext:
-    who = record.requester
-    return CallContext(user_id=who.user_id, roles=who.roles, extra=who.extra)
-
-
 def admit(
     registry: ToolRegistry,
     plan: CallPlan,
@@ -76,7 +71,7 @@ def admit(
         return _refuse(plan, ARGS_CHANGED)
     if not isinstance(args, dict):  # validated arguments are an object; text in the state is never read here
         return _refuse(plan, ARGS_CHANGED)
-    requester = requester_context(record)
+    requester = record.requester
     checked = registry.check_call(name, registry.read(name, args), requester)
     if not isinstance(checked, CheckedCall):
         return Admission("refuse", plan, checked)
