@@ -48,6 +48,7 @@ from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest, digest, storable_text
 from gatedloop.tools.policy import MASK, CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
+from gatedloop.tools.results import responded_result
 
 SHOWN_EVENT = "replaced_request_shown"
 EXPIRED = "Not run: the approval request expired before a reviewer approved it."
@@ -322,7 +323,7 @@ def _apply(
         reason = decision.get("message") or errors.REJECTED
         message = error_message(plan["id"], plan["name"], errors.ToolFailure(reason, error_type="rejected_by_reviewer"))
         return {**base, "verdict": "answered"}, message, evidence(digest_now)
-    body = json.dumps({"ok": True, "answered_by": "reviewer", "result": decision.get("message")}, ensure_ascii=False)
+    body = responded_result(decision.get("message"))
     return {**base, "verdict": "answered"}, result_message(plan["id"], plan["name"], body), evidence(digest_now)
 
 

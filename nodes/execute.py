@@ -12,7 +12,6 @@ Unknown write outcomes are reconciled here.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import Any, cast
@@ -32,6 +31,7 @@ from gatedloop.nodes.gate.unknown import make_settle_task
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, fingerprint
+from gatedloop.tools.results import edited_result
 
 log = logging.getLogger("gatedloop.execute")
 
@@ -281,23 +281,8 @@ def _message(plan: CallPlan, shown_args: dict[str, Any], outcome: Outcome, conte
     if outcome["status"] != "ok":
         return tool_message(plan["id"], plan["name"], outcome["status"], content)
     if plan.get("edited"):
-        content = json.dumps(
-            {
-                "ok": True,
-                "note": "a reviewer edited this call before it ran",
-                "ran_with": shown_args,
-                "result": _loads(content),
-            },
-            ensure_ascii=False,
-        )
+        content = edited_result(content, shown_args)
     return result_message(plan["id"], plan["name"], content)
-
-
-def _loads(content: str) -> Any:
-    try:
-        return json.loads(content)
-    except ValueError:
-        return content
 
 
 def _answered(calls: list[CallPlan]) -> list[CallPlan]:
