@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
+
+from gatedloop.tools.policy import CallContext
 
 CallVerdict = Literal["run", "ask", "refused"]
 
@@ -88,22 +90,15 @@ CALL_COLUMNS = "call_id, tool, args_digest, verdict, requester, requested_at, an
 APPROVAL_COLUMNS = "call_id, tool, args_digest, reviewer, roles, decision, at"
 
 
-@dataclass(frozen=True)
-class Requester:
-    """Who proposed a call (the runtime context of the run that validated it), as recorded then."""
+def requester_json(who: CallContext) -> str:
+    """Who proposed a call (the runtime context of the run that validated it), as the ledger stores it."""
+    body = {"user_id": who.user_id, "roles": sorted(who.roles), "extra": dict(who.extra)}
+    return json.dumps(body, ensure_ascii=False, default=str, sort_keys=True)
 
-    user_id: str | None = None
-    roles: frozenset[str] = frozenset()
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> str:
-        body = {"user_id": self.user_id, "roles": sorted(self.roles), "extra": dict(self.extra)}
-        return json.dumps(body, ensure_ascii=False, default=str, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Requester:
-        body = json.loads(text)
-        return cls(body.get("user_id"), frozenset(body.get("roles") or ()), body.get("extra") or {})
+def requester_from_json(text: str) -> CallContext:
+    body = json.loads(text)
+    return CallContext(body.get("user_id"), frozenset(body.get("roles") or ()), body.get("extra") or {})
 
 
 @dataclass(frozen=True)
@@ -114,7 +109,7 @@ class CallRecord:
     tool: str
     args_digest: str
     verdict: CallVerdict
-    requester: Requester
+    requester: CallContext
     requested_at: float
     answer_digest: str | None
     answer_source: str | None
@@ -123,7 +118,7 @@ class CallRecord:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> CallRecord:
         call_id, tool, digest, verdict, requester, requested_at, answer_digest, answer_source, pin = row
-        who = Requester.from_json(requester)
+        who = requester_from_json(requester)
         return cls(call_id, tool, digest, verdict, who, requested_at, answer_digest, answer_source, pin)
 
 
@@ -171,7 +166,7 @@ class NewCall:
     tool: str
     args_digest: str
     verdict: CallVerdict
-    requester: Requester
+    requester: CallContext
     tool_digest: str = ""  # the tool's definition when the call was validated (pinned; "" for a refused call)
 
 
@@ -241,7 +236,7 @@ class EvidenceStore:
             (
                 "INSERT INTO gatedloop_calls (thread_id, call_id, tool, args_digest, verdict, requester,"
                 " requested_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id, call_id) DO NOTHING",
-                (thread_id, c.call_id, c.tool, c.args_digest, c.verdict, c.requester.to_json(), now),
+                (thread_id, c.call_id, c.tool, c.args_digest, c.verdict, requester_json(c.requester), now),
             )
             for c in calls
         ]

@@ -16,10 +16,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import RESUME
 
-from gatedloop.tools.arguments import MAX_DEPTH, argument_problem
-
-RESUME_DEPTH = 2 * MAX_DEPTH
-"""A resume value wraps arguments (answer, decisions, decision, edited_action, args): room for that and more."""
+from gatedloop.tools.arguments import ANSWER_DEPTH, argument_problem
 
 
 class InexactResume(ValueError):
@@ -29,7 +26,7 @@ class InexactResume(ValueError):
 def check_resume_writes(writes: Sequence[tuple[str, Any]]) -> None:
     for channel, value in writes:
         if channel == RESUME:
-            problem = argument_problem(value, max_depth=RESUME_DEPTH)
+            problem = argument_problem(value, max_depth=ANSWER_DEPTH + 1)  # stored as {interrupt_id: answer}
             if problem:
                 raise InexactResume(f"the answer cannot be stored exactly ({problem}); nothing was changed")
 

@@ -67,7 +67,7 @@ from gatedloop.graph.display import (
     step_lines,
 )
 from gatedloop.graph.models import ModelConfigError
-from gatedloop.nodes.hitl import InvalidDecision, pending_summary
+from gatedloop.nodes.gate.hitl import InvalidDecision, pending_summary
 from gatedloop.tools.policy import CallContext
 
 DEFAULT_DB = "gatedloop.sqlite"

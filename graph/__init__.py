@@ -8,7 +8,7 @@ from gatedloop.checkpoints.threads import UnknownThread
 from gatedloop.graph import runs
 from gatedloop.graph.build import build_graph
 from gatedloop.graph.runs import GraphMismatch
-from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.state import STATUSES, GatedState
 from gatedloop.tools.errors import ToolFailure

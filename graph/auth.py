@@ -17,7 +17,7 @@ Configuration (read once, when the server imports this module) comes from exactl
 
 A request must carry `Authorization: Bearer <token>`; the token names the user and her roles (a key may be the
 token itself, at least 16 characters, or `sha256:` and the hex SHA-256 of it, so the file need not hold secrets).
-The graph sees that user as the caller whatever `context` the client sends (`gatedloop.nodes.identity`).
+The graph sees that user as the caller whatever `context` the client sends (`gatedloop.nodes.gate.identity`).
 
 Who sees what: a thread belongs to the user who created it (its `owner` metadata, set here, never by the client).
 Its state, history, runs (start, resume, stream, join, cancel), updates and search results are visible to its
@@ -43,7 +43,7 @@ from typing import Annotated, Any
 from langgraph_sdk import Auth
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError, model_validator
 
-from gatedloop.nodes.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK
+from gatedloop.nodes.gate.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK
 
 TOKENS_ENV = "GATEDLOOP_AUTH_TOKENS"
 FILE_ENV = "GATEDLOOP_AUTH_FILE"

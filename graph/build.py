@@ -20,13 +20,13 @@ from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.ledger_for import ledger_for
 from gatedloop.graph.models import bind_loop_tools
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
-from gatedloop.nodes.answer_format import AnswerFormat
 from gatedloop.nodes.approve import make_approve_node
 from gatedloop.nodes.execute import make_execute_node
 from gatedloop.nodes.finalize import make_finalize_node
+from gatedloop.nodes.gate.parts import LoopParts, SystemPrompt
 from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.model import make_model_node
-from gatedloop.nodes.parts import LoopParts, SystemPrompt
+from gatedloop.nodes.provider.answer_format import AnswerFormat
 from gatedloop.nodes.state import GatedState, InputState, OutputState
 from gatedloop.nodes.validate import make_validate_node
 from gatedloop.tools.arguments import digest
@@ -57,7 +57,7 @@ def build_graph(
     `response_format` (a pydantic model or JSON schema) makes the final answer a validated `structured_response`;
     `store` is compiled into the graph and handed to tools (`ToolRuntime.store`, `InjectedStore`).
     `context_schema` is the runtime context's type, as in `create_agent` (Studio's context form, `Runtime.context`);
-    whatever it is, the caller's identity is read from its `user_id` and `roles` (gatedloop.nodes.identity).
+    whatever it is, the caller's identity is read from its `user_id` and `roles` (gatedloop.nodes.gate.identity).
     """
     limits = limits or Limits()
     registry = ToolRegistry(tools, policies)

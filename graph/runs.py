@@ -21,16 +21,11 @@ from gatedloop.checkpoints.evidence import GraphIdentity
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import UnknownThread, validate_thread_id
 from gatedloop.graph.build import graph_identity, parts_of
-from gatedloop.nodes.hitl import InvalidDecision
-from gatedloop.nodes.hitl import check_answer as check_approval
-from gatedloop.nodes.unknown import check_unknown_answer
-from gatedloop.tools.arguments import MAX_DEPTH, argument_problem
+from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.gate.resume import check_answer
 from gatedloop.tools.policy import CallContext
 
 STREAM_MODES: list[StreamMode] = ["updates", "custom"]
-ANSWER_DEPTH = MAX_DEPTH + 4
-"""An answer wraps edited arguments in 4 levels (answer, decisions, decision, edited_action); `approve` checks
-the arguments themselves against MAX_DEPTH."""
 
 
 def config_for(thread_id: str) -> RunnableConfig:
@@ -47,19 +42,6 @@ def _request_of(interrupts: Sequence[Interrupt]) -> dict[str, Any] | None:
         return None
     value = interrupts[0].value
     return value if isinstance(value, dict) else {"value": value}
-
-
-def check_answer(request: dict[str, Any], answer: Any) -> None:
-    """Raise InvalidDecision if `answer` cannot be applied to `request`."""
-    problem = argument_problem(answer, max_depth=ANSWER_DEPTH)
-    if problem:
-        # LangGraph stores the resume value in the checkpoint before any node sees it: a value it cannot
-        # store exactly (a lone surrogate becomes "?", a huge integer fails) must never reach it.
-        raise InvalidDecision(f"the answer cannot be used: {problem}")
-    if request.get("kind") == "unknown_outcome":
-        check_unknown_answer(answer, len(request.get("calls", [])))
-    else:
-        check_approval(answer, request)
 
 
 class GraphMismatch(ValueError):

@@ -27,7 +27,7 @@ from gatedloop.graph.display import STOP_WORDS, history_lines
 from gatedloop.inbox.forms import FormError, parse_edit
 from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
 from gatedloop.inbox.pending import PendingRequests, PendingView, age_text
-from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools.policy import MASK, CallContext
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))

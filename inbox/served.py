@@ -32,7 +32,7 @@ from gatedloop.graph.load import GraphNotFound, load_graph
 from gatedloop.inbox.app import InboxBackend
 from gatedloop.inbox.identity import Reviewer
 from gatedloop.inbox.pending import PendingView, pending_view
-from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 log = logging.getLogger("gatedloop.inbox")
@@ -144,7 +144,7 @@ class ServedBackend(InboxBackend):
         client = self.client(reviewer, origin)
         try:
             # The context names the reviewer for a server without auth (as the API's local user); with auth, the
-            # server's authenticated user (her token) overrides it (gatedloop.nodes.identity).
+            # server's authenticated user (her token) overrides it (gatedloop.nodes.gate.identity).
             context: dict[str, Any] = {"user_id": reviewer.user_id, "roles": sorted(reviewer.roles)}
             command: Command = {"resume": {view.interrupt_id: answer}}
             values = client.runs.wait(view.thread_id, view.graph, command=command, context=context)

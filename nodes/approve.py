@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
-from gatedloop.nodes.admission import (
+from gatedloop.nodes.gate.admission import (
     admit,
     approvers_so_far,
     audit_refusal,
@@ -28,10 +28,9 @@ from gatedloop.nodes.admission import (
     expired,
     expires_at,
     for_state,
-    requester_context,
 )
-from gatedloop.nodes.answers import error_message, record_answers, result_message
-from gatedloop.nodes.hitl import (
+from gatedloop.nodes.gate.answers import error_message, record_answers, result_message
+from gatedloop.nodes.gate.hitl import (
     ANONYMOUS,
     REPLACED,
     Decision,
@@ -40,15 +39,16 @@ from gatedloop.nodes.hitl import (
     InvalidDecision,
     ReviewConfig,
     check_addressed,
-    check_answer,
+    check_decisions,
     decider,
 )
-from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
+from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, Verdict
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest, digest, storable_text
 from gatedloop.tools.policy import MASK, CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
+from gatedloop.tools.results import responded_result
 
 SHOWN_EVENT = "replaced_request_shown"
 EXPIRED = "Not run: the approval request expired before a reviewer approved it."
@@ -188,7 +188,7 @@ def make_approve_node(parts: LoopParts):
                 # Everything else stays in the request, even a call this node's own earlier run already decided
                 # (a crash between its ledger writes and its checkpoint): the request a resumed node rebuilds
                 # must be the one the pending answer was given to. Re-applying a decision is idempotent.
-                gated.append({**admission.plan, "verdict": "ask"} if admission.action != "skip" else admission.plan)
+                gated.append({**admission.plan, "verdict": "ask"} if admission.action != "answered" else admission.plan)
         live = [p for p in gated if not _expired(parts, p, records, now)]
         if not live:
             for plan in gated:
@@ -202,7 +202,7 @@ def make_approve_node(parts: LoopParts):
         reviewer = call_context(runtime.context)
         try:
             check_addressed(answer, request)
-            decisions = check_answer(answer, request)
+            decisions = check_decisions(request, answer)
             applied = {
                 plan["id"]: _apply(parts, plan, records[plan["id"]], approvals, decisions[plan["id"]], reviewer)
                 for plan in gated
@@ -350,7 +350,7 @@ def _apply(
     if kind == "edit":
         edited_args = _unmasked(decision["edited_action"]["args"], plan["args"], policy.secret_args)
         arguments = parts.registry.read(plan["name"], edited_args)  # an edit enters like a model's proposal
-        checked = parts.registry.check_call(plan["name"], arguments, requester_context(record))
+        checked = parts.registry.check_call(plan["name"], arguments, record.requester)
         if not isinstance(checked, CheckedCall):
             raise InvalidDecision(f"the edited arguments for {plan['name']} are not valid: {checked.message}")
         new_digest = args_digest(plan["name"], checked.args)  # new arguments: their digest, computed once
@@ -361,7 +361,7 @@ def _apply(
         reason = decision.get("message") or errors.REJECTED
         message = error_message(plan["id"], plan["name"], errors.ToolFailure(reason, error_type="rejected_by_reviewer"))
         return {**base, "verdict": "answered"}, message, evidence(digest_now)
-    body = json.dumps({"ok": True, "answered_by": "reviewer", "result": decision.get("message")}, ensure_ascii=False)
+    body = responded_result(decision.get("message"))
     return {**base, "verdict": "answered"}, result_message(plan["id"], plan["name"], body), evidence(digest_now)
 
 

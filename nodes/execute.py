@@ -3,7 +3,7 @@
 Consecutive reads run concurrently; a write is a barrier and writes run one at a time in the model's
 order. Because each call is a `@task`, a call that finished is not run again when a sibling fails or the
 node is resumed. Nothing in the state is trusted about a call: before anything runs, each call is admitted
-against the ledger's evidence (nodes/admission.py): the registry's effect, validator and roles on the exact
+against the ledger's evidence (nodes/gate/admission.py): the registry's effect, validator and roles on the exact
 arguments, and for a gated call the recorded approvals of exactly those arguments. A gated call without them
 goes back to `approve`; a call nobody validated, or whose arguments were changed, is answered, never run.
 Unknown write outcomes are reconciled here.
@@ -12,7 +12,6 @@ Unknown write outcomes are reconciled here.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import Any, cast
@@ -23,15 +22,16 @@ from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
-from gatedloop.nodes.answers import error_message, record_answers, result_message, tool_message
-from gatedloop.nodes.parts import LoopParts, current_thread_id
-from gatedloop.nodes.running import Outcome, run_read, run_write
+from gatedloop.nodes.gate.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
+from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
+from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
+from gatedloop.nodes.gate.running import Outcome, error_outcome, run_read, run_write
+from gatedloop.nodes.gate.tool_env import ToolEnv
+from gatedloop.nodes.gate.unknown import make_settle_task
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead
-from gatedloop.nodes.tool_env import ToolEnv
-from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, fingerprint
+from gatedloop.tools.results import edited_result
 
 log = logging.getLogger("gatedloop.execute")
 
@@ -159,7 +159,7 @@ class _Turn:
                 audit_refusal(self.parts.ledger, self.thread_id, plan, admission.refusal, self.parts.registry)
                 self.refused.append(error_message(plan["id"], plan["name"], admission.refusal))
                 admitted.append({**plan, "verdict": "answered"})
-            elif admission.action == "skip":
+            elif admission.action == "answered":
                 admitted.append({**plan, "verdict": "answered"})
             elif admission.action == "ask":
                 admitted.append(for_state(self.parts.registry, {**admission.plan, "verdict": "ask"}))
@@ -226,8 +226,7 @@ class _Turn:
 
 
 def _not_run(reason: str) -> Outcome:
-    failure = errors.invalid_arguments(reason)
-    return {"status": "error", "content": failure.to_json(), "error_type": failure.error_type, "duration_ms": 0.0}
+    return error_outcome(errors.invalid_arguments(reason))
 
 
 def _unknown(outcome: Outcome) -> bool:
@@ -282,23 +281,8 @@ def _message(plan: CallPlan, shown_args: dict[str, Any], outcome: Outcome, conte
     if outcome["status"] != "ok":
         return tool_message(plan["id"], plan["name"], outcome["status"], content)
     if plan.get("edited"):
-        content = json.dumps(
-            {
-                "ok": True,
-                "note": "a reviewer edited this call before it ran",
-                "ran_with": shown_args,
-                "result": _loads(content),
-            },
-            ensure_ascii=False,
-        )
+        content = edited_result(content, shown_args)
     return result_message(plan["id"], plan["name"], content)
-
-
-def _loads(content: str) -> Any:
-    try:
-        return json.loads(content)
-    except ValueError:
-        return content
 
 
 def _answered(calls: list[CallPlan]) -> list[CallPlan]:

@@ -13,9 +13,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.answers import check_history, error_message, record_answers, tool_message
-from gatedloop.nodes.parts import LoopParts, current_thread_id
-from gatedloop.nodes.running import stored_outcome
+from gatedloop.nodes.gate.answers import check_history, error_message, record_answers
+from gatedloop.nodes.gate.open_calls import recorded_answer
+from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
 from gatedloop.nodes.state import GatedState
 from gatedloop.tools import errors
 
@@ -46,10 +46,9 @@ def make_finalize_node(parts: LoopParts):
         check = check_history(messages, parts.ledger.answer_digests(thread_id))
         leftovers: list[ToolMessage] = []
         for call in check.open_calls:
-            entry = parts.ledger.get(thread_id, call.id)
-            if entry is not None and entry.state != "claimed":
-                outcome = stored_outcome(entry.state, entry.result)
-                leftovers.append(tool_message(call.id, call.name, outcome["status"], outcome["content"]))
+            recorded = recorded_answer(parts.ledger.get(thread_id, call.id), call)
+            if recorded is not None:
+                leftovers.append(recorded)
                 continue
             reason = errors.NOT_RUN_STOPPED.format(reason=detail or status)
             not_run = errors.ToolFailure(reason, error_type=errors.not_run_label(status))

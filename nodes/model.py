@@ -20,15 +20,15 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
-from gatedloop.nodes.answers import record_answers
-from gatedloop.nodes.call_arguments import entry_plan
-from gatedloop.nodes.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
-from gatedloop.nodes.open_calls import close_open_calls
-from gatedloop.nodes.parts import LoopParts, current_thread_id, fresh_counters
-from gatedloop.nodes.proposals import record_proposals
+from gatedloop.nodes.gate.answers import record_answers
+from gatedloop.nodes.gate.call_arguments import entry_plan
+from gatedloop.nodes.gate.open_calls import close_open_calls
+from gatedloop.nodes.gate.parts import LoopParts, current_thread_id, fresh_counters
+from gatedloop.nodes.gate.proposals import record_proposals
+from gatedloop.nodes.gate.unknown import make_settle_task
+from gatedloop.nodes.provider.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
+from gatedloop.nodes.provider.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
-from gatedloop.nodes.streamed_args import ainvoke_capturing, invoke_capturing
-from gatedloop.nodes.unknown import make_settle_task
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
 from gatedloop.tools.registry import ToolRegistry
 
@@ -139,7 +139,7 @@ def earlier_call_ids(messages: Sequence[BaseMessage]) -> set[str]:
 
 def initial_plans(message: AIMessage, registry: ToolRegistry) -> list[CallPlan]:
     """Every proposed call, readable or not, enters the turn as an open plan, its arguments read once here
-    (nodes/call_arguments.py); `validate` decides."""
+    (nodes/gate/call_arguments.py); `validate` decides."""
     plans: list[CallPlan] = []
     for call in message.tool_calls:
         plans.append(entry_plan(registry, call["id"] or "", call["name"], call["args"]))

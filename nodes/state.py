@@ -45,7 +45,7 @@ class UnreadArgs(TypedDict):
 class CallPlan(TypedDict):
     """One proposed tool call as it moves through validate -> approve -> execute.
 
-    Its arguments are read once, when the model's response arrives (nodes/call_arguments.py): `args` holds the
+    Its arguments are read once, when the model's response arrives (nodes/gate/call_arguments.py): `args` holds the
     exact values (with `repair` when they were repaired), or `args` is empty and `unread` says why not. `digest`
     is `args_digest` of what the call would run, computed where the arguments enter (model, an edit) and
     recomputed only where a node must check they did not change."""

@@ -4,7 +4,7 @@ Per call, in order: the turn's call cap, the whitelist (exact name), the argumen
 and business checks, then the tool-call budgets. A refused call is answered here with a structured
 error and never reaches `approve` or `execute`. Nothing here raises on bad model output.
 
-A call no model response proposed (nodes/proposals.py) is refused first. Each call is registered in the ledger
+A call no model response proposed (nodes/gate/proposals.py) is refused first. Each call is registered in the ledger
 (tool, exact-argument digest, requester, verdict): the evidence `approve` and `execute` check instead of the
 state. A call id registered before keeps its first record, so arguments changed in the state and sent through
 `validate` again are refused, not re-validated.
@@ -17,11 +17,11 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.checkpoints.evidence import NewCall, Requester
-from gatedloop.nodes.answers import error_message, record_answers
-from gatedloop.nodes.call_arguments import plan_arguments, stored_form
-from gatedloop.nodes.parts import LoopParts, call_context, current_thread_id
-from gatedloop.nodes.proposals import NOT_PROPOSED, unproposed
+from gatedloop.checkpoints.evidence import NewCall
+from gatedloop.nodes.gate.answers import error_message, record_answers
+from gatedloop.nodes.gate.call_arguments import plan_arguments, stored_form
+from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
+from gatedloop.nodes.gate.proposals import NOT_PROPOSED, unproposed
 from gatedloop.nodes.state import CallPlan, GatedState, Status
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import args_digest
@@ -42,7 +42,6 @@ def make_validate_node(parts: LoopParts):
         plans: list[CallPlan] = []
         planned_total = counters["tool_calls"]
         planned_per_tool = dict(counters["per_tool"])
-        requester = Requester(context.user_id, context.roles, dict(context.extra))
         calls = state.get("calls") or []
         forged = unproposed(parts.ledger, thread_id, calls)
         for index, plan in enumerate(calls):
@@ -71,7 +70,7 @@ def make_validate_node(parts: LoopParts):
                 },
                 actor=context.user_id,
             )
-        plans, answers = _registered(parts, thread_id, plans, answers, requester)
+        plans, answers = _registered(parts, thread_id, plans, answers, context)
         update: dict[str, Any] = {"calls": plans, **record_answers(parts.ledger, thread_id, answers, "validate")}
         if any(p["verdict"] == "ask" for p in plans):
             update["counters"] = {**counters, "paused_at": parts.clock()}
@@ -87,7 +86,7 @@ def _registered(
     thread_id: str,
     plans: list[CallPlan],
     answers: list[ToolMessage],
-    requester: Requester,
+    requester: CallContext,
 ) -> tuple[list[CallPlan], list[ToolMessage]]:
     """Register the turn's calls; an accepted call whose id was registered before with other arguments is refused."""
     new = [

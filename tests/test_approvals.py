@@ -16,7 +16,7 @@ from sample_app import Effects, build
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import runs
-from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools import CallContext
 
 TESTS = Path(__file__).parent

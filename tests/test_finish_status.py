@@ -13,8 +13,8 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk
 
 import gatedloop.graph  # noqa: F401  (nodes import gatedloop.nodes.state: load the package first)
-from gatedloop.nodes.finish import collapse_repeats, finish_status
 from gatedloop.nodes.model import ResponseProblem, check_response
+from gatedloop.nodes.provider.finish import collapse_repeats, finish_status
 
 CALL = {"name": "query_order", "args": {"order_id": "A-1"}, "id": "call_1", "type": "tool_call"}
 

@@ -12,14 +12,18 @@ import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 MODULES = {
-    "running": "gatedloop.nodes.running",
-    "hitl": "gatedloop.nodes.hitl",
-    "unknown": "gatedloop.nodes.unknown",
+    "running": "gatedloop.nodes.gate.running",
+    "hitl": "gatedloop.nodes.gate.hitl",
+    "unknown": "gatedloop.nodes.gate.unknown",
     "policy": "gatedloop.tools.policy",
     "ledger": "gatedloop.checkpoints.ledger",
     "threads": "gatedloop.checkpoints.threads",
     "runs": "gatedloop.graph.runs",
     "state": "gatedloop.nodes.state",
+    "evidence": "gatedloop.checkpoints.evidence",
+    "proposals": "gatedloop.nodes.gate.proposals",
+    "admission": "gatedloop.nodes.gate.admission",
+    "lease": "gatedloop.checkpoints.lease",
 }
 
 
@@ -54,6 +58,7 @@ def resolve(name: str) -> object:
 
 def test_the_glossary_has_the_words_a_user_meets():
     assert {"request", "call", "decision", "outcome", "status"} <= set(glossary())
+    assert {"ledger", "evidence", "plan", "proposal", "admission", "settle", "lease"} <= set(glossary())
 
 
 @pytest.mark.parametrize("word", sorted(glossary()))
@@ -72,6 +77,7 @@ def test_every_code_name_in_the_glossary_exists(word):
         ("decision", "policy.DecisionType"),
         ("decision", "unknown.UnknownDecisionType"),
         ("verdict", "state.Verdict"),
+        ("verdict", "evidence.CallVerdict"),
     ],
 )
 def test_every_value_the_code_spells_is_in_the_glossary(word, spelled):

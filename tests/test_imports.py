@@ -30,8 +30,9 @@ def modules() -> dict[str, Path]:
     """Every module of the installed package -> its file."""
     found: dict[str, Path] = {}
     for package, folder in package_dirs().items():
-        for path in sorted(folder.glob("*.py")):
-            found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+        for path in sorted(folder.rglob("*.py")):
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
@@ -63,6 +64,22 @@ def test_imports_point_to_the_same_package_or_a_lower_layer():
             if not target.startswith("gatedloop.") or layer(target) > layer(module):
                 upward.append(f"{path.relative_to(ROOT)}:{line} ({module}) imports {target}")
     assert not upward, "imports that flow upward:\n" + "\n".join(upward)
+
+
+NODES = {f"gatedloop.nodes.{name}" for name in ("model", "validate", "approve", "execute", "finalize")}
+
+
+def test_the_gate_and_the_provider_adapters_never_import_a_node():
+    """Inside `nodes`: the five nodes ask the gate (`nodes.gate`) and the provider adapters (`nodes.provider`);
+    neither imports a node, so a node stays a thin reader of the state and writer of its update."""
+    upward = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for module, path in modules().items()
+        if module.startswith(("gatedloop.nodes.gate", "gatedloop.nodes.provider"))
+        for line, target in gatedloop_imports(path)
+        if target in NODES
+    ]
+    assert not upward, "\n".join(upward)
 
 
 IMPORT_EACH_FIRST = """
@@ -118,5 +135,5 @@ def test_the_readmes_layer_diagram_is_the_order_this_test_enforces():
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("\n## Architecture\n") :]
     diagram = section[section.index("```\n") + 4 : section.index("```", section.index("```\n") + 4)]
-    drawn = [line.split()[0] for line in diagram.splitlines() if line.strip() not in ("", "^")]
+    drawn = [line.split()[0] for line in diagram.splitlines() if line[:1].isalpha()]  # indented: continued
     assert list(reversed(drawn)) == sorted(LAYERS, key=LAYERS.__getitem__)

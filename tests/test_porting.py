@@ -12,7 +12,7 @@ from gate_app import build, effects_for
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.threads import UnknownThread
 from gatedloop.graph import runs
-from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.nodes.gate.hitl import InvalidDecision
 
 
 @dataclass(frozen=True)

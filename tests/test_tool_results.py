@@ -37,7 +37,7 @@ from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.graph import STATUSES, Limits, build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
-from gatedloop.nodes.running import ToolAborted
+from gatedloop.nodes.gate.running import ToolAborted
 from gatedloop.tools import ToolFailure, ToolPolicy
 from gatedloop.tools.errors import GENERIC_TOOL_ERROR
 from gatedloop.tools.results import MAX_DEPTH, TOO_DEEP, TRUNCATION_MARKER
@@ -668,3 +668,18 @@ def test_any_tool_result_or_exception_is_answered_once_as_json_and_never_leaks(p
         assert len(app.effects.rows("book")) <= holder.examples
         states = [e.state for e in app.saver.ledger.entries(thread)]
         assert len(states) == 1 and states[0] in ("done", "failed", "abandoned")
+
+
+def test_the_readme_states_the_one_rule_for_what_the_model_reads_with_the_envelopes_the_code_builds():
+    """The table under "What the model sees from a tool" spells each envelope as the code builds it."""
+    from gatedloop.tools.results import edited_result, responded_result
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### What the model sees from a tool", 1)[1].split("\n### ", 1)[0]
+    edited = json.loads(edited_result('{"id": 7}', {"to": "x"}))
+    responded = json.loads(responded_result("done by hand"))
+    assert edited == {"ok": True, "note": edited["note"], "ran_with": {"to": "x"}, "result": {"id": 7}}
+    assert f'"note": "{edited["note"]}"' in section
+    assert responded == {"ok": True, "answered_by": "reviewer", "result": "done by hand"}
+    assert '`{"ok": true, "answered_by": "reviewer", "result": "..."}`' in section
+    assert '`{"ok": false, "error": {"type", "message", "retryable"}}`' in section

@@ -112,6 +112,10 @@ INT64_PROBLEM = "integers must fit in 64 bits"
 MAX_DEPTH = 32
 """Arguments may nest containers this deep (`{"a": [1]}` is 2); deeper is `invalid_arguments`, never a crash."""
 TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
+ANSWER_DEPTH = MAX_DEPTH + 4
+"""A reviewer's answer may nest this deep: edited arguments sit 4 levels down (`{"decisions": [{"edited_action":
+{"args": ...}}]}`); the arguments themselves are held to MAX_DEPTH by `approve`. LangGraph stores an answer keyed
+by its interrupt id, one level more (`checkpoints/exact.py`)."""
 
 
 def argument_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:

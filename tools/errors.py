@@ -73,6 +73,7 @@ def not_run_label(stop: str) -> ErrorType:
     return NOT_RUN_LABELS.get(stop, "stopped")
 
 
+ABANDONED = "A person marked this call abandoned; its outcome is unknown."
 SUPERSEDED = "Not run: a new message arrived before this call ran. Propose it again if it is still needed."
 
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 Effect = Literal["read", "write"]
 DecisionType = Literal["approve", "edit", "reject", "respond"]
 """What a reviewer may answer for a gated call (LangChain's `DecisionType`); the checked answer itself is
-`gatedloop.nodes.hitl.Decision`."""
+`gatedloop.nodes.gate.hitl.Decision`."""
 ALL_DECISIONS: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
 
 
@@ -38,7 +38,7 @@ Reconciler = Callable[[dict[str, Any], str], Any]
 MASK = "***"
 RAW_ARGS = "__raw__"
 """Key under which unread argument text is shown (`{"__raw__": text}`: audit trail, `masked`), and under which
-plans in checkpoints written before plans carried `unread` hold it (nodes/call_arguments.py reads them)."""
+plans in checkpoints written before plans carried `unread` hold it (nodes/gate/call_arguments.py reads them)."""
 
 
 @dataclass(frozen=True)

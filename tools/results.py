@@ -2,6 +2,12 @@
 
 Rendering never raises: whatever a tool returns (sets, bytes, NaN, objects, tuple keys, deep nesting) becomes
 JSON, so a write that succeeded is never reported as failed because its result was awkward to print.
+
+What the model sees from a call, one rule (README "What the model sees from a tool"): the tool's own result as
+the tool returned it, as LangGraph's `ToolNode` passes it, when the call ran as the model proposed it; an envelope
+`{"ok": ...}` whenever gatedloop has something to add: `{"ok": false, "error": {...}}` for every failure and
+refusal (`tools.errors`), and `{"ok": true, "result": ..., ...}` when a person changed what happened: an edit
+(`edited_result`: what it ran with) or an answer in the tool's place (`responded_result`).
 """
 
 from __future__ import annotations
@@ -10,11 +16,13 @@ import json
 import math
 from typing import Any
 
+from gatedloop.tools.arguments import MAX_DEPTH
+
 DEFAULT_MAX_RESULT_CHARS = 4000
 TRUNCATION_MARKER = "…[truncated: {shown} of {total} characters shown]"
-MAX_DEPTH = 64
 MAX_INT_BITS = 10_000  # Python refuses to print integers past about 4,300 digits
-TOO_DEEP = "…[nested deeper than 64 levels]"
+TOO_DEEP = f"…[nested deeper than {MAX_DEPTH} levels]"
+EDITED_NOTE = "a reviewer edited this call before it ran"
 
 
 def to_json_text(result: Any) -> str:
@@ -67,3 +75,22 @@ def cap(text: str, max_chars: int = DEFAULT_MAX_RESULT_CHARS) -> str:
         return text
     marker = TRUNCATION_MARKER.format(shown=max_chars, total=len(text))
     return text[:max_chars] + marker
+
+
+def edited_result(content: str, ran_with: dict[str, Any]) -> str:
+    """The answer to a call a reviewer edited: the tool's result (`content`, JSON text) and the arguments it ran
+    with (secret arguments already masked), so the model does not assume its own arguments ran."""
+    result = _loads(content)
+    return json.dumps({"ok": True, "note": EDITED_NOTE, "ran_with": ran_with, "result": result}, ensure_ascii=False)
+
+
+def responded_result(message: Any) -> str:
+    """The answer a reviewer gave in the tool's place (`respond`): the tool did not run."""
+    return json.dumps({"ok": True, "answered_by": "reviewer", "result": message}, ensure_ascii=False)
+
+
+def _loads(content: str) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        return content

@@ -23,9 +23,9 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
 from gatedloop.checkpoints.ledger import FinishedState, Ledger, LedgerEntry, idempotency_key
-from gatedloop.nodes.masked_trace import run_masked
+from gatedloop.nodes.gate.masked_trace import run_masked
+from gatedloop.nodes.gate.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.nodes.state import CallPlan
-from gatedloop.nodes.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry
 from gatedloop.tools.results import cap, to_json_text
@@ -95,7 +95,7 @@ class Outcome(TypedDict):
 
 
 def invoke_tool(tool: BaseTool, tool_input: Any, config: RunnableConfig, shown_args: dict[str, Any] | None) -> Any:
-    """Run the tool; with `shown_args` (a tool with `secret_args`), callbacks see only those (nodes/masked_trace.py)."""
+    """Run the tool; with `shown_args` (a tool with `secret_args`), callbacks see only those (gate/masked_trace.py)."""
 
     def run(config: RunnableConfig) -> Any:
         if getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None:
@@ -121,21 +121,21 @@ def submit(registry: ToolRegistry, plan: CallPlan, args: dict[str, Any], env: To
     return _POOL.submit(contextvars.copy_context().run, invoke_tool, tool, prepared, config, shown)
 
 
+def ok_outcome(result: Any, max_chars: int) -> Outcome:
+    """A call that ran and returned `result`: its JSON text, capped."""
+    return {"status": "ok", "content": cap(to_json_text(result), max_chars), "duration_ms": 0.0}
+
+
+def error_outcome(failure: errors.ToolFailure) -> Outcome:
+    """A call that failed (or was never run) for a reason the model may read: the failure's JSON and type."""
+    return {"status": "error", "content": failure.to_json(), "error_type": failure.error_type, "duration_ms": 0.0}
+
+
 def _failure(exc: BaseException, name: str, call_id: str) -> Outcome:
     if isinstance(exc, errors.ToolFailure):
-        body = exc.to_json()
-        return {"status": "error", "content": body, "error_type": exc.error_type, "duration_ms": 0.0}
+        return error_outcome(exc)
     log.error("tool %s (call %s) raised %s", name, call_id, type(exc).__name__, exc_info=exc)
-    return {
-        "status": "error",
-        "content": errors.error_json("tool_error", errors.GENERIC_TOOL_ERROR),
-        "error_type": "tool_error",
-        "duration_ms": 0.0,
-    }
-
-
-def _ok(result: Any, max_chars: int) -> Outcome:
-    return {"status": "ok", "content": cap(to_json_text(result), max_chars), "duration_ms": 0.0}
+    return error_outcome(errors.ToolFailure(errors.GENERIC_TOOL_ERROR, error_type="tool_error"))
 
 
 def run_read(registry: ToolRegistry, plan: CallPlan, max_chars: int, env: ToolEnv | None = None) -> Outcome:
@@ -145,12 +145,13 @@ def run_read(registry: ToolRegistry, plan: CallPlan, max_chars: int, env: ToolEn
     future = submit(registry, plan, plan["args"], env)
     finished, result, exc = _wait(future, policy.timeout_s, plan)
     if not finished:
-        body = errors.error_json("timeout", errors.TIMEOUT.format(seconds=policy.timeout_s))
-        outcome: Outcome = {"status": "error", "content": body, "error_type": "timeout", "duration_ms": 0.0}
+        outcome = error_outcome(
+            errors.ToolFailure(errors.TIMEOUT.format(seconds=policy.timeout_s), error_type="timeout")
+        )
     elif exc is not None:
         outcome = _failure(exc, plan["name"], plan["id"])
     else:
-        outcome = _ok(result, max_chars)
+        outcome = ok_outcome(result, max_chars)
     outcome["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
     return outcome
 
@@ -224,7 +225,7 @@ def run_write(
         if known is CANNOT_TELL:
             return unknown("ledger_lost", entry.attempts)
         if known is not None:
-            outcome = _ok(known, max_chars)
+            outcome = ok_outcome(known, max_chars)
             ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
             return outcome
     return start_write(registry, ledger, thread_id, plan, max_chars, entry, env)
@@ -255,7 +256,7 @@ def start_write(
     if exc is not None and lost_connection(exc):
         log.warning("write %s (call %s) lost its connection: %s", plan["name"], plan["id"], type(exc).__name__)
         return unknown("connection_lost", attempts, time.monotonic() - started)
-    outcome = _failure(exc, plan["name"], plan["id"]) if exc is not None else _ok(result, max_chars)
+    outcome = _failure(exc, plan["name"], plan["id"]) if exc is not None else ok_outcome(result, max_chars)
     outcome["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
     ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
     return outcome
@@ -265,7 +266,7 @@ def _record_late(ledger: Ledger, thread_id: str, plan: CallPlan, future: Future[
     """A timed-out write that finishes later still records what it did, for reconciliation."""
     _IN_FLIGHT.pop((thread_id, plan["id"]), None)
     exc = future.exception()
-    outcome = _failure(exc, plan["name"], plan["id"]) if exc else _ok(future.result(), max_chars)
+    outcome = _failure(exc, plan["name"], plan["id"]) if exc else ok_outcome(future.result(), max_chars)
     ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
 
 
@@ -302,7 +303,6 @@ def stored_outcome(state: str, result: str | None) -> Outcome:
     except (TypeError, ValueError):
         outcome = unknown("claimant_died", 1)
     if state == "abandoned":
-        body = errors.error_json("outcome_unknown", "A person marked this call abandoned; its outcome is unknown.")
-        outcome = {"status": "error", "content": body, "error_type": "outcome_unknown", "duration_ms": 0.0}
+        outcome = error_outcome(errors.ToolFailure(errors.ABANDONED, error_type="outcome_unknown"))
     outcome["reused"] = True
     return outcome

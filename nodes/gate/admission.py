@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
 from gatedloop.checkpoints.ledger import Ledger
-from gatedloop.nodes.state import CallPlan
+from gatedloop.nodes.state import CallPlan, Verdict
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.errors import ToolFailure, invalid_arguments
 from gatedloop.tools.policy import CallContext, ToolPolicy
@@ -31,21 +31,17 @@ APPROVING_DECISIONS = ("approve", "edit")
 
 @dataclass(frozen=True)
 class Admission:
-    """`run` (plan has the registry's effect and the exact digest), `ask` (needs approvals), `refuse` (answer
-    with `refusal`, do not run) or `skip` (already answered; do nothing)."""
+    """A call's verdict, decided again from the evidence: `run` (plan has the registry's effect and the exact
+    digest), `ask` (needs approvals), `answered` (already answered; do nothing), or `refuse` (answer it now with
+    `refusal`, do not run)."""
 
-    action: Literal["run", "ask", "refuse", "skip"]
+    action: Verdict | Literal["refuse"]
     plan: CallPlan
     refusal: ToolFailure | None = None
 
 
 def _refuse(plan: CallPlan, reason: str) -> Admission:
     return Admission("refuse", plan, invalid_arguments(reason))
-
-
-def requester_context(record: CallRecord) -> CallContext:
-    who = record.requester
-    return CallContext(user_id=who.user_id, roles=who.roles, extra=who.extra)
 
 
 def admit(
@@ -68,14 +64,14 @@ def admit(
     # (or approval) are caught.
     digest = args_digest(name, args)
     if record.answer_digest is not None:
-        return Admission("skip", {**plan, "digest": digest})
+        return Admission("answered", {**plan, "digest": digest})
     mine = [a for a in approvals if a.call_id == plan["id"]]
     edited = {a.args_digest for a in mine if a.decision == "edit"}
     if digest != record.args_digest and digest not in edited:
         return _refuse(plan, ARGS_CHANGED)
     if not isinstance(args, dict):  # validated arguments are an object; text in the state is never read here
         return _refuse(plan, ARGS_CHANGED)
-    requester = requester_context(record)
+    requester = record.requester
     checked = registry.check_call(name, registry.read(name, args), requester)
     if not isinstance(checked, CheckedCall):
         return Admission("refuse", plan, checked)

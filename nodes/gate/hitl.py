@@ -83,7 +83,7 @@ def pending_summary(actions: Sequence[GatedActionRequest]) -> str:
     return ", ".join(f"{a['name']} (tool_call_id {a['tool_call_id']})" for a in actions) or "nothing"
 
 
-def check_answer(answer: Any, request: Any) -> dict[str, Decision]:
+def check_decisions(request: Any, answer: Any) -> dict[str, Decision]:
     """Exact count and type checks, as LangChain's middleware does, plus addressing: the checked decision for
     each pending call id. Raise InvalidDecision with the reason; nothing is applied."""
     actions: list[GatedActionRequest] = request.get("action_requests", [])

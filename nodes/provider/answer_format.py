@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
-from gatedloop.nodes.answers import error_message, tool_message
+from gatedloop.nodes.gate.answers import error_message, tool_message
 from gatedloop.tools.arguments import UnreadArguments, read_arguments
 from gatedloop.tools.errors import invalid_arguments
 

@@ -14,9 +14,9 @@ from langchain_core.runnables import Runnable
 from langgraph.config import get_config
 
 from gatedloop.checkpoints.ledger import Ledger
-from gatedloop.nodes.answer_format import AnswerFormat
-from gatedloop.nodes.identity import caller_context
+from gatedloop.nodes.gate.identity import caller_context
 from gatedloop.nodes.limits import Limits
+from gatedloop.nodes.provider.answer_format import AnswerFormat
 from gatedloop.nodes.state import RequestCounters, Status
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import ToolRegistry
@@ -82,6 +82,6 @@ def current_thread_id() -> str:
 
 
 def call_context(context: Any) -> CallContext:
-    """The caller of the run being executed (see `gatedloop.nodes.identity`): the server's authenticated user
+    """The caller of the run being executed (see `gatedloop.nodes.gate.identity`): the server's authenticated user
     under LangGraph Server with auth, else the runtime context (a CallContext, a dict from the SDK, or nothing)."""
     return caller_context(context, get_config())

@@ -16,22 +16,23 @@ from langgraph.func import task
 from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
 
-from gatedloop.nodes.admission import with_edited_args
-from gatedloop.nodes.hitl import ANONYMOUS, InvalidDecision, decider
-from gatedloop.nodes.parts import LoopParts, call_context
-from gatedloop.nodes.running import (
+from gatedloop.nodes.gate.admission import with_edited_args
+from gatedloop.nodes.gate.hitl import ANONYMOUS, InvalidDecision, decider
+from gatedloop.nodes.gate.parts import LoopParts, call_context
+from gatedloop.nodes.gate.running import (
     CANNOT_TELL,
     Outcome,
-    _ok,
+    error_outcome,
     finished_state,
     key_of_record,
+    ok_outcome,
     reconcile,
     start_write,
     still_running_here,
     stored_outcome,
 )
+from gatedloop.nodes.gate.tool_env import ToolEnv
 from gatedloop.nodes.state import CallPlan
-from gatedloop.nodes.tool_env import ToolEnv
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text
 from gatedloop.tools.registry import ToolRegistry
@@ -60,7 +61,7 @@ class UnknownOutcomeRequest(TypedDict):
 
 
 def reconciled_outcome(parts: LoopParts, result: Any) -> Outcome:
-    return _ok(result, parts.limits.max_result_chars)
+    return ok_outcome(result, parts.limits.max_result_chars)
 
 
 def unknown_request(registry: ToolRegistry, pending: list[tuple[CallPlan, Outcome, str]]) -> UnknownOutcomeRequest:
@@ -134,8 +135,7 @@ def settle_unknown(
 
 def _superseded(parts: LoopParts, thread_id: str, plan: CallPlan, how: str, who: str | None = None) -> Outcome:
     """A write known not to have happened, that nobody will run now: closed in the ledger as not run."""
-    body = errors.error_json("superseded", errors.SUPERSEDED)
-    outcome: Outcome = {"status": "error", "content": body, "error_type": "superseded", "duration_ms": 0.0}
+    outcome = error_outcome(errors.ToolFailure(errors.SUPERSEDED, error_type="superseded"))
     parts.ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
     parts.ledger.record(thread_id, plan["id"], "superseded", {"how": how}, who)
     return outcome

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from gatedloop.checkpoints.evidence import Proposal
 from gatedloop.checkpoints.ledger import Ledger
-from gatedloop.nodes.call_arguments import proposed_digest
+from gatedloop.nodes.gate.call_arguments import proposed_digest
 from gatedloop.nodes.state import CallPlan
 
 NOT_PROPOSED = "Not run: no model response proposed this call."

@@ -18,7 +18,8 @@ from typing import Any
 from langchain_core.messages import BaseMessage, RemoveMessage, ToolMessage
 
 from gatedloop.checkpoints.evidence import SUPERSEDED_SOURCE, Answer
-from gatedloop.nodes.answers import (
+from gatedloop.checkpoints.ledger import LedgerEntry
+from gatedloop.nodes.gate.answers import (
     OpenCall,
     answer_digest,
     check_history,
@@ -27,8 +28,8 @@ from gatedloop.nodes.answers import (
     record_answers,
     tool_message,
 )
-from gatedloop.nodes.parts import LoopParts
-from gatedloop.nodes.running import stored_outcome, unknown
+from gatedloop.nodes.gate.parts import LoopParts
+from gatedloop.nodes.gate.running import stored_outcome, unknown
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 
@@ -85,14 +86,23 @@ def _adopt(parts: LoopParts, thread_id: str, foreign: Sequence[ToolMessage]) -> 
     return True
 
 
+def recorded_answer(entry: LedgerEntry | None, call: OpenCall) -> ToolMessage | None:
+    """A call left open whose write finished (`model` and `finalize` both close such calls): its recorded outcome,
+    reused, never run again. None when the ledger has no finished outcome for it."""
+    if entry is None or entry.state == "claimed":
+        return None
+    outcome = stored_outcome(entry.state, entry.result)
+    return tool_message(call.id, call.name, outcome["status"], outcome["content"])
+
+
 def _close(parts: LoopParts, settle_task: Any, thread_id: str, call: OpenCall) -> tuple[ToolMessage, bool]:
     entry = parts.ledger.get(thread_id, call.id)
     if entry is None:
         parts.ledger.record(thread_id, call.id, "superseded", {"how": "never started"})
         return error_message(call.id, call.name, errors.ToolFailure(errors.SUPERSEDED, error_type="superseded")), False
-    if entry.state != "claimed":
-        outcome = stored_outcome(entry.state, entry.result)
-        return tool_message(call.id, call.name, outcome["status"], outcome["content"]), False
+    recorded = recorded_answer(entry, call)
+    if recorded is not None:
+        return recorded, False
     plan: CallPlan = {
         "id": call.id,
         "name": call.name,
