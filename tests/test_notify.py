@@ -28,7 +28,7 @@ from gatedloop.checkpoints.outbox import notification_id
 from gatedloop.cli.main import main
 from gatedloop.graph import runs
 from gatedloop.inbox.notify import Deliverer, NotifyConfig, PassResult, Webhook, notify_config
-from gatedloop.nodes.hitl import InvalidDecision
+from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools import CallContext
 
 SECRET = "s3cret-for-tests"
