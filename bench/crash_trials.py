@@ -6,7 +6,7 @@ Each trial: a real child process starts a thread of 2-4 approved writes and is S
 moment (on a marker: a step, a write's start, its committed effect, a checkpoint or task-result write;
 or after a random delay); a fresh process resumes by thread id alone and is killed again in about half
 the trials; this process resumes last without a kill. Then the invariants are checked (see
-`tests/crash_child.py: inspect_thread`). Prints the summary line, where each kill landed, and every trial
+`tests/support/crash_child.py: inspect_thread`). Prints the summary line, where each kill landed, and every trial
 that broke an invariant. Exit status 1 if any did.
 """
 
@@ -22,7 +22,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
+TESTS = Path(__file__).resolve().parent.parent / "tests" / "support"
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 

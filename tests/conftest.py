@@ -1,4 +1,5 @@
-"""Shared fixtures. Tests import helper modules from this folder (run with --import-mode=importlib)."""
+"""Shared fixtures. Tests import what they share (helpers, app builders, child processes) from tests/support/, put on
+sys.path here (run with --import-mode=importlib)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 import pytest
 
-TESTS = Path(__file__).parent
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
+SUPPORT = Path(__file__).parent / "support"  # what the tests share: fixtures' helpers, app builders, child processes
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
 
 
 @pytest.fixture
@@ -33,8 +34,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """tests/auth_app.py under the real `langgraph dev` with gatedloop's auth (tests/auth_server.py); one server
-    per test module."""
+    """support/auth_app.py under the real `langgraph dev` with gatedloop's auth (support/auth_server.py); one
+    server per test module."""
     from auth_server import serve_auth_app
 
     with serve_auth_app(tmp_path_factory.mktemp("auth")) as running:

@@ -19,7 +19,7 @@ from gatedloop.graph import runs
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools import CallContext
 
-TESTS = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 CFG = {"configurable": {"thread_id": "t1"}}
 
 
@@ -206,7 +206,7 @@ def test_a_paused_thread_is_resumed_by_thread_id_in_a_new_process(db):
         "    out = runs.resume(graph, 't1', {'decisions': [{'type': 'approve'}], 'reviewer': 'child'})\n"
         "    print(out['status'], __import__('os').getpid())\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])}
     child = subprocess.run([sys.executable, "-c", script, db], capture_output=True, text=True, env=env, timeout=60)
     assert child.returncode == 0, child.stderr
     status, pid = child.stdout.split()

@@ -54,7 +54,7 @@ def cli(
     env: dict[str, str] | None = None,
     real_process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """`gatedloop [--db DB] ARGS`, in this process as a fresh one runs it (tests/cli_in_process.py), or in a real
+    """`gatedloop [--db DB] ARGS`, in this process as a fresh one runs it (support/cli_in_process.py), or in a real
     process where it matters (a lock this process holds)."""
     if real_process:
         out = subprocess.run(

@@ -1,4 +1,4 @@
-"""Smoke tests for tests/devserver.py: a throwaway interrupting graph served by the real ``langgraph dev``.
+"""Smoke tests for tests/support/devserver.py: a throwaway interrupting graph served by the real ``langgraph dev``.
 
 The graph module and langgraph.json are written into tmp_path by the tests themselves.
 """

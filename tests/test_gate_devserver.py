@@ -1,7 +1,7 @@
 """The attacker with LangGraph Server's state API: tests/test_gate_forgery.py through the real `langgraph dev` and
 the real `langgraph-sdk` client, over HTTP.
 
-One server for the module serves tests/gate_server_app.py (a gated `pay` write that needs a `finance` approver,
+One server for the module serves tests/support/gate_server_app.py (a gated `pay` write that needs a `finance` approver,
 above 100), with gatedloop's SQLite saver as its checkpointer and the ledger in the same file. Each example gets a
 fresh thread: the requester asks for one payment, a finance reviewer may approve it, then the attacker writes a
 generated state with `threads.update_state` (as every node the graph has, and LangGraph's special update targets,
@@ -38,7 +38,7 @@ from gatedloop.tools.arguments import args_digest, fingerprint
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 GRAPH = "gate_app"
 ANA = {"user_id": "ana", "roles": ["staff"]}
 BO = {"user_id": "bo", "roles": ["finance"]}
@@ -97,9 +97,9 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("gate")
-    project = gated_project(folder, {GRAPH: str(TESTS / "gate_server_app.py:graph")})
+    project = gated_project(folder, {GRAPH: str(SUPPORT / "gate_server_app.py:graph")})
     db = folder / "gate.sqlite"
-    path = os.pathsep.join(p for p in [str(TESTS), os.environ.get("PYTHONPATH")] if p)
+    path = os.pathsep.join(p for p in [str(SUPPORT), os.environ.get("PYTHONPATH")] if p)
     env = {"GATEDLOOP_DB": str(db), "GATEDLOOP_LEDGER": None, "PYTHONPATH": path}
     with run_dev_server(project, env=env, workdir=folder / "server") as url:
         yield Server(get_sync_client(url=url, api_key=None, timeout=60), db)

@@ -24,7 +24,7 @@ from langchain_core.messages import ToolMessage
 from gatedloop.graph import runs
 from gatedloop.tools.policy import CallContext
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent / "support"
 CHROMIUM = os.environ.get("GATEDLOOP_CHROMIUM", "/usr/bin/chromium")
 SHOTS = os.environ.get("GATEDLOOP_SCREENSHOTS")
 TOKENS = {
@@ -96,10 +96,10 @@ def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
     reviewers.write_text(json.dumps({"approver_roles": ["events", "staff"], "tokens": tokens}))
     port = _free_port()
     log = folder / "inbox.log"
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "GATEDLOOP_MODEL": "demo"}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "GATEDLOOP_MODEL": "demo"}
     with app_parts(db) as (graph, saver, _tools, _policies, store), log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(TESTS / "inbox_app.py"), db, str(port), str(reviewers)],
+            [sys.executable, str(SUPPORT / "inbox_app.py"), db, str(port), str(reviewers)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -384,7 +384,7 @@ def test_under_langgraph_dev_with_auth_reviewers_sign_in_with_their_api_tokens(t
         "GATEDLOOP_AUTH_TOKENS": json.dumps(config),
         "GATEDLOOP_AUTH_FILE": None,
     }
-    with run_dev_server(TESTS.parent, env=env, workdir=tmp_path / "server", config_overrides={"env": None}) as url:
+    with run_dev_server(SUPPORT.parent, env=env, workdir=tmp_path / "server", config_overrides={"env": None}) as url:
         ana_api = get_sync_client(url=url, api_key=None, headers={"Authorization": f"Bearer {users['ana'][0]}"})
         thread_id = ana_api.threads.create()["thread_id"]
         ask = {"messages": [{"role": "user", "content": SEAT.format(who="Ana")}]}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import TESTS, Backend, claim_command
+from backends import SUPPORT, Backend, claim_command
 from crash_child import Child, ChildRun
 from langgraph.checkpoint.base import empty_checkpoint
 from pg_server import new_thread_id
@@ -130,7 +130,7 @@ CLAIM_AND_EXIT = (
 def test_a_claim_whose_process_ended_is_told_apart_from_one_still_running(backend: Backend):
     """`gatedloop threads` explains a thread's unfinished writes with the backend's own liveness check."""
     thread_id = new_thread_id("unsettled")
-    subprocess.run([sys.executable, "-c", CLAIM_AND_EXIT, backend.child_db, thread_id], cwd=TESTS, check=True)
+    subprocess.run([sys.executable, "-c", CLAIM_AND_EXIT, backend.child_db, thread_id], cwd=SUPPORT, check=True)
     ledger = backend.ledger()
     try:
         ledger.claim(thread_id, "here", "book", "d")

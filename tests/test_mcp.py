@@ -28,7 +28,7 @@ from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import CallContext
 from gatedloop.tools.mcp import mcp_policies
 
-SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
+SERVER = str(Path(__file__).resolve().parent / "support" / "mcp_server.py")
 APPROVE = {"decisions": [{"type": "approve"}]}
 
 

@@ -20,7 +20,7 @@ from sample_app import Effects, build
 
 from gatedloop.checkpoints.ledger import LedgerError, SqliteLedger
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent / "support"
 
 CHILD = textwrap.dedent(
     """
@@ -48,7 +48,7 @@ def run_child(db: Path, effects: Path, step: str) -> dict:
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": str(SUPPORT), "PATH": "/usr/bin:/bin"},
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,7 +1,7 @@
 """Who may approve, under the real `langgraph dev` with gatedloop's auth, driven through `langgraph-sdk`.
 
-tests/auth_app.py's `pay` is always approved and `ToolPolicy(approvers={"finance"})`: only a finance reviewer may
-decide it, and not her own call. Users (tests/auth_server.py): ana and cy are staff, bo and dee finance (the
+support/auth_app.py's `pay` is always approved and `ToolPolicy(approvers={"finance"})`: only a finance reviewer may
+decide it, and not her own call. Users (support/auth_server.py): ana and cy are staff, bo and dee finance (the
 approver role). The reviewer is the token's user; the `context` a client sends and the `reviewer` string in an
 answer are never authority. Side effects are counted in the file the tool writes.
 """

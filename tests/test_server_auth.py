@@ -2,7 +2,7 @@
 
 One server with tokens configured (users ana and cy: staff; bo and dee: finance, the approver role), one with
 auth unconfigured (the local fallback), and one whose configuration is broken. What the graph believed about the
-caller is read from the files tests/auth_app.py writes, not from anything the server reports.
+caller is read from the files tests/support/auth_app.py writes, not from anything the server reports.
 """
 
 from __future__ import annotations

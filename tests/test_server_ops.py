@@ -1,6 +1,6 @@
 """Rollback, thread copy and pruning under the real `langgraph dev`, driven through langgraph-sdk.
 
-The server runs `tests/server_ops_app.py` on gatedloop's SQLite checkpointer (`studio_checkpointer`, so a
+The server runs `tests/support/server_ops_app.py` on gatedloop's SQLite checkpointer (`studio_checkpointer`, so a
 `GatedAsyncSqliteSaver`): it must start without a warning about missing saver methods, delete a rolled-back
 run's checkpoints (`adelete_for_runs`) while the ledger keeps the write that run did, copy a thread with its
 ledger rows (`acopy_thread`), and delete a thread through `threads.prune`. The in-memory runtime behind
@@ -30,7 +30,7 @@ from gatedloop.checkpoints.ledger import SqliteLedger, idempotency_key
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 APP = "server_ops"
 WAIT_S = 30.0
 
@@ -71,9 +71,9 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("server-ops")
-    project = gated_project(folder, {APP: str(TESTS / "server_ops_app.py:graph")})
+    project = gated_project(folder, {APP: str(SUPPORT / "server_ops_app.py:graph")})
     db = folder / "runs.sqlite"
-    env = {"GATEDLOOP_DB": str(db), "SERVER_OPS_DIR": str(folder), "PYTHONPATH": str(TESTS)}
+    env = {"GATEDLOOP_DB": str(db), "SERVER_OPS_DIR": str(folder), "PYTHONPATH": str(SUPPORT)}
     with run_dev_server(project, env=env, workdir=folder / "server") as url:
         try:
             yield Server(

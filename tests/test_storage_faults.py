@@ -43,7 +43,7 @@ from gatedloop.graph.scripted import ScriptedChatModel
 THREAD = "t1"
 APPROVE = {"decisions": [{"type": "approve"}]}
 KEY = idempotency_key(THREAD, "c1_0")
-TESTS = str(Path(__file__).parent)
+SUPPORT = str(Path(__file__).parent / "support")
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("mount") is None, reason="needs root and mount(8) to create the fault"
@@ -334,7 +334,7 @@ NO_DAC = ["--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_over
 def resume_without_dac_override(db: str, effects: Effects) -> dict[str, Any]:
     """Resume in a child process that is root but subject to file modes (DAC override dropped)."""
     done = subprocess.run(
-        ["setpriv", *NO_DAC, sys.executable, "-c", RESUMER, db, effects.path, TESTS],
+        ["setpriv", *NO_DAC, sys.executable, "-c", RESUMER, db, effects.path, SUPPORT],
         capture_output=True,
         text=True,
         timeout=120,

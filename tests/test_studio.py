@@ -2,7 +2,7 @@
 
 Two servers, each started once for this module: the repo's own `langgraph.json` (the demo graph
 `gatedloop`, gatedloop's SQLite checkpointer on `GATEDLOOP_DB`, the ledger in the same file), and a small
-config in tmp_path serving `tests/studio_app.py`, whose one write times out so its outcome is unknown.
+config in tmp_path serving `tests/support/studio_app.py`, whose one write times out so its outcome is unknown.
 Each test uses its own thread. The repo config is served without its `env` file, so a developer's
 local `.env` cannot override the test's environment.
 """
@@ -33,7 +33,7 @@ from gatedloop.checkpoints.ledger import LedgerEntry, SqliteLedger, idempotency_
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).parent.parent
-STUDIO_APP = Path(__file__).with_name("studio_app.py")
+STUDIO_APP = Path(__file__).parent / "support" / "studio_app.py"
 GRAPH = "gatedloop"
 SEAT_CALL = "call_1_seat"
 ALL_DECISIONS = ["approve", "edit", "reject", "respond"]
@@ -359,7 +359,7 @@ def test_read_only_question_needs_no_approval(studio: Server) -> None:
     assert out["answer"].startswith("订单已经发货")
 
 
-# --- unknown outcomes: tests/studio_app.py, a write that times out with no reconcile --------------------------------
+# --- unknown outcomes: support/studio_app.py, a write that times out with no reconcile --------------------------------
 
 
 def slot_call(slot: str) -> str:

@@ -26,8 +26,8 @@ from gatedloop.graph import build_graph
 from gatedloop.graph.models import ModelCannotBindTools
 from gatedloop.graph.scripted import ScriptedChatModel
 
-TESTS = Path(__file__).parent
-README = TESTS.parent / "README.md"
+SUPPORT = Path(__file__).parent / "support"
+README = SUPPORT.parent / "README.md"
 
 
 def readme_section(title: str) -> str:
@@ -103,7 +103,7 @@ with open_sqlite(db) as saver:
 
 
 def run_child(db: str, step: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])}
     child = subprocess.run([sys.executable, "-c", CHILD, db, step], capture_output=True, text=True, env=env, timeout=60)
     assert child.returncode == 0, child.stderr
     return json.loads(child.stdout.strip().splitlines()[-1])

@@ -33,7 +33,7 @@ from thread_child import LAST_QUESTION, asking_responder, open_saver, summary
 from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.checkpoints.pruning import DeltaHistoryCut
 
-TESTS = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 APPROVE = Command(resume={"decisions": [{"type": "approve"}], "reviewer": "ana"})
 CALL = "c1_0"
 TURNS = 30  # about 4 messages updates a turn: past the DeltaChannel's first snapshot (100 updates)
@@ -223,8 +223,15 @@ def test_keep_latest_keeps_what_the_delta_messages_need_and_a_fresh_process_goes
     assert backend.saver.ledger.audit(thread_id) == audit
 
     child_db = "env" if backend.name == "postgres" else backend.db
-    command = [sys.executable, str(TESTS / "thread_child.py"), backend.name, child_db, backend.effects.path, thread_id]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=TESTS)
+    command = [
+        sys.executable,
+        str(SUPPORT / "thread_child.py"),
+        backend.name,
+        child_db,
+        backend.effects.path,
+        thread_id,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=SUPPORT)
     assert done.returncode == 0, done.stderr[-3000:]
     loaded, after = (json.loads(line) for line in done.stdout.splitlines())
     assert loaded["loaded"] == conversation

@@ -1,7 +1,7 @@
 """A long read-only conversation, and a fresh process that loads it and goes on (tests/test_thread_ops.py).
 
 `asking_responder` answers "ask X" with one `lookup` call, then "answer: X". Run as a script
-(`python tests/thread_child.py sqlite|postgres DB EFFECTS THREAD`, `DB` as `env` for Postgres reads
+(`python tests/support/thread_child.py sqlite|postgres DB EFFECTS THREAD`, `DB` as `env` for Postgres reads
 `GATEDLOOP_TEST_PG_URL`), it opens the thread in this new process, prints the messages it loaded as one JSON
 line, asks one more question and prints the messages after that turn and its status.
 """

@@ -1,6 +1,6 @@
 """A graph for `langgraph dev` whose one write times out, so its outcome is unknown (tests/test_studio.py).
 
-Loaded by the dev server from its file path (`/abs/tests/studio_app.py:graph`). The model is scripted:
+Loaded by the dev server from its file path (`/abs/tests/support/studio_app.py:graph`). The model is scripted:
 "book SLOT" -> one `book_slot` call with a deterministic id -> a summary of what came back. `book_slot` is a
 write with `timeout_s=0.3`, no approval and no `reconcile`, so a timeout goes to a person as an
 `unknown_outcome` interrupt.

@@ -1,5 +1,6 @@
-"""Serve tests/auth_app.py with the repo's own `langgraph.json` (so its `auth` block, gatedloop.graph.auth) under the
-real `langgraph dev`, and give each configured user a `langgraph-sdk` client carrying her bearer token.
+"""Serve auth_app.py (beside this file) with the repo's own `langgraph.json` (so its `auth` block,
+gatedloop.graph.auth) under the real `langgraph dev`, and give each configured user a `langgraph-sdk` client
+carrying her bearer token.
 
 The auth configuration reaches the server process as `GATEDLOOP_AUTH_TOKENS` in its environment (the dev
 server's `env` file is dropped so a developer's `.env` cannot interfere). `tokens=None` leaves auth unconfigured:
@@ -18,7 +19,7 @@ from typing import Any
 from devserver import run_dev_server
 from langgraph_sdk import get_sync_client
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 AUTH_APP = Path(__file__).with_name("auth_app.py")
 GRAPH = "auth_app"
 CALLERS, EFFECTS = "callers.jsonl", "effects.jsonl"  # as in auth_app.py, which only the server may import

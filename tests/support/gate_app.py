@@ -75,7 +75,7 @@ def build(
     saver: Any, effects: Effects, *, ledger: Any = None, context_schema: Any = None, **policy_overrides: Any
 ) -> Any:
     """`saver`: a checkpointer from `open_sqlite` (its ledger is used), or None with `ledger=` (under
-    `langgraph dev`, which supplies the checkpointer; see tests/gate_server_app.py)."""
+    `langgraph dev`, which supplies the checkpointer; see tests/support/gate_server_app.py)."""
     extra = {"context_schema": context_schema} if context_schema is not None else {}
     return build_graph(
         ScriptedChatModel(responder=responder),

@@ -1,4 +1,4 @@
-"""tests/gate_app.py's payments graph as `langgraph dev` serves it (tests/test_gate_devserver.py).
+"""tests/support/gate_app.py's payments graph as `langgraph dev` serves it (tests/test_gate_devserver.py).
 
 Loaded by the dev server from its file path, with this folder on `PYTHONPATH` (for `gate_app` and `sample_app`).
 The server supplies the checkpointer (gatedloop's SQLite saver on `GATEDLOOP_DB`); the ledger, with its approval

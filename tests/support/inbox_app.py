@@ -1,7 +1,7 @@
 """The approval inbox on a SQLite file, for the browser tests: the demo tools, with `reserve_seat` approvable only
 by the `events` role (so role filtering shows), served by uvicorn in this process.
 
-    python tests/inbox_app.py DB PORT AUTH_JSON      (the token configuration of `gatedloop.graph.auth`)
+    python tests/support/inbox_app.py DB PORT AUTH_JSON      (the token configuration of `gatedloop.graph.auth`)
 
 `app_parts(db)` builds the same tools, policies and graph for the test process that starts the threads.
 """

@@ -1,6 +1,6 @@
 """A real child process for crash tests, and the parent side that kills it.
 
-Run as a script (`python tests/crash_child.py --db ... --effects ... --thread ...`, with tests/ on
+Run as a script (`python tests/support/crash_child.py --db ... --effects ... --thread ...`, with tests/ on
 PYTHONPATH), it opens the checkpointer (`--db`: a SQLite file, a Postgres URL, or `env` for the test server's URL;
 see `backends.open_checkpointer`), builds the sample app and drives one thread until it reaches a
 final status: it starts the thread if no checkpoint exists yet, approves every pending approval, resumes a
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent
 CHILD_TIMEOUT_S = 120.0
 
 EXIT_FINAL, EXIT_BUSY, EXIT_WAITING = 0, 3, 4
@@ -302,12 +302,22 @@ class ChildRun:
 
 
 def child_command(db: str, effects: str, thread: str, *extra: str) -> list[str]:
-    return [sys.executable, str(TESTS / "crash_child.py"), "--db", db, "--effects", effects, "--thread", thread, *extra]
+    return [
+        sys.executable,
+        str(SUPPORT / "crash_child.py"),
+        "--db",
+        db,
+        "--effects",
+        effects,
+        "--thread",
+        thread,
+        *extra,
+    ]
 
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SUPPORT), env.get("PYTHONPATH", "")) if p)
     return env
 
 

@@ -5,7 +5,7 @@
 developer's machine without a server and fails under CI (see `pg_server.require_postgres`). On Postgres every
 test shares one database, so tests name their threads with `pg_server.new_thread_id`.
 
-Run as a script (`python tests/backends.py claim --db ... --thread ...`, tests/ on PYTHONPATH) it races ledger
+Run as a script (`python tests/support/backends.py claim --db ... --thread ...`, tests/ on PYTHONPATH) it races ledger
 claims: it waits at a barrier, then claims (or reclaims) calls c0..c{n-1}, printing `won <call>` for each one
 this process got.
 """
@@ -26,7 +26,7 @@ from pg_server import URL_ENV
 
 from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent
 
 
 def resolve_db(db: str) -> str:
@@ -81,7 +81,7 @@ class Backend:
 
 
 def claim_command(db: str, thread: str, calls: int, barrier: str, *extra: str) -> list[str]:
-    script = str(TESTS / "backends.py")
+    script = str(SUPPORT / "backends.py")
     return [
         sys.executable,
         script,

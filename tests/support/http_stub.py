@@ -1,6 +1,7 @@
 """What the scripted provider servers share: an HTTP/1.1 server on 127.0.0.1 at a free port, served from a daemon
 thread for the `with` block, that records every error and fails the block with them so a test cannot pass while
-the server was answering 500s. tests/openai_stub.py and tests/provider_wires.py add the wire formats. Stdlib only.
+the server was answering 500s. openai_stub.py and provider_wires.py
+(beside this file) add the wire formats. Stdlib only.
 """
 
 from __future__ import annotations

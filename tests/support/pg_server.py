@@ -4,7 +4,7 @@ The server comes from `GATEDLOOP_TEST_PG_URL` (`.ci/start_postgres.sh` starts on
 no URL, or without the `postgres` extra installed, the Postgres tests are skipped on a developer's machine
 and FAIL under CI (`CI=true`): a skip must not hide a missing server there.
 
-Run as a script, `python tests/pg_server.py open ...` (tests/ on PYTHONPATH) races the first opening of a
+Run as a script, `python tests/support/pg_server.py open ...` (tests/ on PYTHONPATH) races the first opening of a
 fresh database. A child driving a thread on Postgres is `crash_child.py --db env` (see `backends`).
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 URL_ENV = "GATEDLOOP_TEST_PG_URL"
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent
 
 
 class PostgresUnavailable(RuntimeError):

@@ -2,7 +2,7 @@
 
 Drives the real ``openai``/``langchain-openai`` client stack over real HTTP, so tests see exactly what
 those libraries make of complete, truncated, refused and broken responses. The server is stdlib only (on
-tests/http_stub.py); `chat_openai` is the client the tests point at it.
+tests/support/http_stub.py); `chat_openai` is the client the tests point at it.
 """
 
 from __future__ import annotations

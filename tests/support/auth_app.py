@@ -1,7 +1,7 @@
 """A graph for `langgraph dev` with gatedloop's auth (tests/test_server_auth.py): it shows who the graph thinks
 is calling, and has one write only finance may request and one payment only finance may approve.
 
-Loaded by the dev server from its file path (`/abs/tests/auth_app.py:graph`). The scripted model maps the last
+Loaded by the dev server from its file path (`/abs/tests/support/auth_app.py:graph`). The scripted model maps the last
 user message to one call with a deterministic id `call_<turn>_<tool>`, then reports the call's answer as
 "<status>: <content>":
 
