@@ -384,7 +384,7 @@ def test_under_langgraph_dev_with_auth_reviewers_sign_in_with_their_api_tokens(t
         "GATEDLOOP_AUTH_TOKENS": json.dumps(config),
         "GATEDLOOP_AUTH_FILE": None,
     }
-    with run_dev_server(SUPPORT.parent, env=env, workdir=tmp_path / "server", config_overrides={"env": None}) as url:
+    with run_dev_server(SUPPORT.parent.parent, env=env, workdir=tmp_path / "server", config_overrides={"env": None}) as url:
         ana_api = get_sync_client(url=url, api_key=None, headers={"Authorization": f"Bearer {users['ana'][0]}"})
         thread_id = ana_api.threads.create()["thread_id"]
         ask = {"messages": [{"role": "user", "content": SEAT.format(who="Ana")}]}

@@ -27,7 +27,7 @@ from gatedloop.graph.models import ModelCannotBindTools
 from gatedloop.graph.scripted import ScriptedChatModel
 
 SUPPORT = Path(__file__).parent / "support"
-README = SUPPORT.parent / "README.md"
+README = Path(__file__).parent.parent / "README.md"
 
 
 def readme_section(title: str) -> str:
