@@ -123,7 +123,12 @@ def _answer_texts(answer: ToolMessage | None, redact: Redactor) -> tuple[str | N
         return None, redact(visible(content))
     if body is None:
         return redact(visible(content)), None
-    return redact(visible(json.dumps(body, ensure_ascii=False, indent=1))), None
+    return redact(_lines_visible(json.dumps(body, ensure_ascii=False, indent=1))), None
+
+
+def _lines_visible(text: str) -> str:
+    """`visible` line by line: the line breaks of pretty JSON stay line breaks."""
+    return "\n".join(visible(line) for line in text.split("\n"))
 
 
 def answers_by_call(messages: Sequence[BaseMessage]) -> dict[str, ToolMessage]:
