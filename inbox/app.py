@@ -1,4 +1,8 @@
-"""The inbox's Starlette app: the page, its live-updated list, answering, signing in, and a thread's audit trail."""
+"""The inbox's Starlette app: the page (filtered, live-updated), answering, signing in, a request's own page
+(`/inbox/requests/<request_id>`, also reachable as `/requests/<request_id>`), and a thread's timeline.
+
+Every action is a plain form POST answered by a redirect (POST/redirect/GET), so the page works without
+JavaScript; the script only refreshes the list, counts down expiries and opens the edit form."""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import parse_qsl, quote
 
+from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -23,12 +29,15 @@ from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import describe_thread
 from gatedloop.graph import runs
-from gatedloop.graph.display import STOP_WORDS, history_lines
+from gatedloop.graph.display import STOP_WORDS, day_and_clock
+from gatedloop.inbox.filters import ORDERS, Filters, choices
 from gatedloop.inbox.forms import FormError, parse_edit
 from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
-from gatedloop.inbox.pending import PendingRequests, PendingView, age_text
+from gatedloop.inbox.masking import thread_redactor
+from gatedloop.inbox.pending import PendingRequests, PendingView, age_text, pending_view
+from gatedloop.inbox.review import answers_by_call, call_story, find_request, thread_story
 from gatedloop.nodes.gate.hitl import InvalidDecision
-from gatedloop.tools.policy import MASK, CallContext
+from gatedloop.tools.policy import MASK, CallContext, ToolPolicy
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 POLL_MS = 2000
@@ -42,6 +51,7 @@ class RequestSource(Protocol):
     def visible(self, reviewer: CallContext, *, own_threads_only: bool = False) -> list[PendingView]: ...
     def get(self, thread_id: str) -> PendingView | None: ...
     def refusal(self, view: PendingView, reviewer: CallContext) -> str | None: ...
+    def tools_and_policy(self, graph: str) -> tuple[dict[str, BaseTool], Callable[[str], ToolPolicy]]: ...
 
 
 @dataclass
@@ -71,11 +81,41 @@ class Flash:
     thread_id: str | None = None
 
 
+@dataclass(frozen=True)
+class Draft:
+    """What a reviewer typed into a card whose answer was refused, shown again instead of a reset form, with why.
+    A secret argument's field is never kept (its value is never rendered): it is typed again."""
+
+    request_id: str
+    values: dict[str, str]
+    error: str
+
+
 def _clock(epoch: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch)) if epoch else "—"
 
 
-TEMPLATES.env.globals.update(age=age_text, clock=_clock)
+def _left(until: float | None, now: float) -> str:
+    """Time left before an expiry, in words ("expired" once past)."""
+    if until is None:
+        return ""
+    return "expired" if until <= now else "expires in " + age_text(now, until)
+
+
+CHOICE_WORDS = {
+    "approve": "Approve as shown",
+    "edit": "Approve with my edits",
+    "reject": "Reject",
+    "respond": "Answer in the tool's place",
+    "done": "It happened (done, with its result)",
+    "not_done": "It did not happen: run it",
+    "abandon": "Abandon it",
+}
+"""What each decision's radio button says: approving as shown and approving one's edits are different actions."""
+
+TEMPLATES.env.globals.update(
+    age=age_text, clock=_clock, left=_left, day_and_clock=day_and_clock, orders=ORDERS, choice_words=CHOICE_WORDS
+)
 
 
 def create_app(
@@ -86,6 +126,7 @@ def create_app(
 ) -> Starlette:
     """The inbox; `open_backend` is entered once for the app's lifetime (its lifespan)."""
     flashes: dict[str, list[Flash]] = {}
+    drafts: dict[str, dict[str, Draft]] = {}  # session -> thread -> what she typed into a refused answer
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -128,23 +169,47 @@ def create_app(
     def sign_in_page(request: Request, error: str | None = None, status: int = 200) -> Response:
         return render(request, "login.html", {"error": error, "can_sign_in": sessions.can_sign_in}, status)
 
+    def notes_and_drafts(request: Request, views: list[PendingView]) -> tuple[list[Flash], dict[str, Draft]]:
+        """This session's notes (shown once) and its drafts of requests still pending (others are dropped)."""
+        session_id = session_of(request) or ""
+        pending = {v.thread_id: v.request_id for v in views}
+        kept = {t: d for t, d in drafts.get(session_id, {}).items() if pending.get(t) == d.request_id}
+        if session_id in drafts:
+            drafts[session_id] = kept
+        return flashes.pop(session_id, []), kept
+
+    async def listing(request: Request, reviewer: Reviewer) -> dict[str, Any]:
+        everything = await run_in_threadpool(_visible, backend_of(request), reviewer, origin(request))
+        filters = Filters.from_query(request.query_params)
+        now = time.time()
+        views = filters.apply(everything, now)
+        return {
+            "reviewer": reviewer,
+            "views": views,
+            "total": len(everything),
+            "filters": filters,
+            "now": now,
+            "choices": choices(everything),
+            "back": filters.query(),
+        }
+
     async def page(request: Request) -> Response:
         reviewer = reviewer_of(request)
         if reviewer is None:
             return sign_in_page(request)
-        views = await run_in_threadpool(_visible, backend_of(request), reviewer, origin(request))
-        session_id = session_of(request) or ""
-        notes = flashes.pop(session_id, [])
-        return render(
-            request, "inbox.html", {"reviewer": reviewer, "views": views, "flashes": notes, "now": time.time()}
-        )
+        shown = await listing(request, reviewer)
+        notes, kept = notes_and_drafts(request, shown["views"])
+        return render(request, "inbox.html", {**shown, "flashes": notes, "drafts": kept})
 
     async def cards(request: Request) -> Response:
         reviewer = reviewer_of(request)
         if reviewer is None:
             return HTMLResponse("signed out", status_code=401)
-        views = await run_in_threadpool(_visible, backend_of(request), reviewer, origin(request))
-        return render(request, "_cards.html", {"reviewer": reviewer, "views": views, "now": time.time()})
+        shown = await listing(request, reviewer)
+        kept = drafts.get(session_of(request) or "", {})
+        response = render(request, "_cards.html", {**shown, "drafts": kept})
+        response.headers["X-Inbox-Count"] = str(len(shown["views"]))  # the page's title, kept current
+        return response
 
     async def answer(request: Request) -> Response:
         form = await request.form()
@@ -155,9 +220,17 @@ def create_app(
         if reviewer is None or session_id is None:
             return sign_in_page(request, "Sign in to answer requests.", 401)
         thread_id = _field(form, "thread_id") or ""
-        note = await run_in_threadpool(_answer, backend_of(request), reviewer, origin(request), thread_id, form)
+        request_id = _field(form, "request_id") or ""
+        note, draft = await run_in_threadpool(_answer, backend_of(request), reviewer, origin(request), thread_id, form)
         flashes.setdefault(session_id, []).append(note)
-        return RedirectResponse("/inbox", status_code=303)
+        session_drafts = drafts.setdefault(session_id, {})
+        session_drafts.pop(thread_id, None)
+        if draft is not None:
+            session_drafts[thread_id] = draft
+        if _field(form, "return_to") == "request":
+            return RedirectResponse(_request_url(request_id, thread_id), status_code=303)
+        back = Filters.from_query(dict(parse_qsl(_field(form, "back") or ""))).query()
+        return RedirectResponse("/inbox" + (f"?{back}" if back else ""), status_code=303)
 
     async def login(request: Request) -> Response:
         form = await request.form()
@@ -188,6 +261,24 @@ def create_app(
             return render(request, "message.html", {"message": message}, 404)
         return render(request, "thread.html", {"reviewer": reviewer, **shown})
 
+    async def request_page(request: Request) -> Response:
+        reviewer = reviewer_of(request)
+        if reviewer is None:
+            return sign_in_page(request)
+        request_id = request.path_params["request_id"]
+        hint = request.query_params.get("thread") or None
+        shown = await run_in_threadpool(_request_card, backend_of(request), reviewer, origin(request), request_id, hint)
+        if shown is None:
+            return render(request, "message.html", {"message": f"No request {request_id!r} that you review."}, 404)
+        notes, kept = notes_and_drafts(request, [shown["view"]] if shown["pending"] else [])
+        context = {"reviewer": reviewer, "flashes": notes, "drafts": kept, "now": time.time(), **shown}
+        return render(request, "request.html", context)
+
+    async def short_request_link(request: Request) -> Response:
+        """`/requests/<id>` (the link notifications carry) -> the inbox's page for it, under the cookie's path."""
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(f"/inbox/requests/{quote(request.path_params['request_id'])}{query}", 307)
+
     return Starlette(
         routes=[
             Route("/inbox", page, methods=["GET"]),
@@ -196,6 +287,8 @@ def create_app(
             Route("/inbox/login", login, methods=["POST"]),
             Route("/inbox/logout", logout, methods=["POST"]),
             Route("/inbox/thread/{thread_id}", thread, methods=["GET"]),
+            Route("/inbox/requests/{request_id}", request_page, methods=["GET"]),
+            Route("/requests/{request_id}", short_request_link, methods=["GET"]),
         ],
         lifespan=lifespan,
     )
@@ -217,30 +310,48 @@ def _field(form: FormData, name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _answer(backend: InboxBackend, reviewer: Reviewer, origin: str, thread_id: str, form: FormData) -> Flash:
-    """Apply the reviewer's answer (the CLI's checked path, or a run through the server); a note for the page."""
+def _answer(
+    backend: InboxBackend, reviewer: Reviewer, origin: str, thread_id: str, form: FormData
+) -> tuple[Flash, Draft | None]:
+    """Apply the reviewer's answer (the CLI's checked path, or a run through the server): a note for the page, and
+    when the answer was refused, what she typed (so the card shows it again with the reason)."""
     source = backend.requests(reviewer, origin)
     view = source.get(thread_id) if thread_id else None
     if view is None or view.request_id != _field(form, "request_id"):
-        return Flash("error", f"Thread {thread_id}: this request was already answered or cancelled.", thread_id)
+        return Flash("error", f"Thread {thread_id}: this request was already answered or cancelled.", thread_id), None
     refusal = _may_decide(source, reviewer, view)
     if refusal is not None:
-        return Flash("error", f"Thread {thread_id}: you may not decide this request: {refusal}.", thread_id)
+        return Flash("error", f"Thread {thread_id}: you may not decide this request: {refusal}.", thread_id), None
     try:
         answer = answer_from_form(view, form, reviewer)
         result = backend.send(reviewer, origin, view, answer)
     except FormError as exc:
-        return Flash("error", f"Thread {thread_id}: not sent: {exc}", thread_id)
+        return _refused(view, form, f"Thread {thread_id}: not sent: {exc}")
     except InvalidDecision as exc:
-        return Flash("error", f"Thread {thread_id}: not accepted: {exc}", thread_id)
+        return _refused(view, form, f"Thread {thread_id}: not accepted: {exc}")
     except ThreadBusy:
-        return Flash(
-            "error", f"Thread {thread_id}: another answer is being applied; look again in a moment.", thread_id
-        )
+        return _refused(view, form, f"Thread {thread_id}: another answer is being applied; look again in a moment.")
     if result.get("__interrupt__"):
-        return Flash("ok", f"Thread {thread_id}: recorded; the thread is waiting again.", thread_id)
+        return Flash("ok", f"Thread {thread_id}: recorded; the thread is waiting again.", thread_id), None
     status = result.get("status") or "unknown"
-    return Flash("ok", f"Thread {thread_id}: decided; the thread ended: {STOP_WORDS.get(status, status)}.", thread_id)
+    words = STOP_WORDS.get(status, status)
+    return Flash("ok", f"Thread {thread_id}: decided; the thread ended: {words}.", thread_id), None
+
+
+def _refused(view: PendingView, form: FormData, text: str) -> tuple[Flash, Draft]:
+    secret = {f"arg-{a.index}-{f.name}" for a in view.actions for f in a.fields if f.secret}
+    kept = {
+        name: value.replace("\r\n", "\n")
+        for name, value in form.multi_items()
+        if isinstance(value, str)
+        and name.startswith(("decision-", "message-", "result-", "arg-"))
+        and name not in secret
+    }
+    return Flash("error", text, view.thread_id), Draft(view.request_id, kept, text)
+
+
+def _request_url(request_id: str, thread_id: str) -> str:
+    return f"/inbox/requests/{quote(request_id)}?thread={quote(thread_id)}"
 
 
 def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> dict[str, Any]:
@@ -289,27 +400,91 @@ def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> d
     return answer
 
 
-def _audit(backend: InboxBackend, reviewer: Reviewer, origin: str, thread_id: str) -> dict[str, Any] | None:
-    """A thread's history for a reviewer who has a request in it to decide, or decided something in it."""
-    try:
-        audit = backend.ledger.audit(thread_id)
-    except Exception:
-        return None
-    source = backend.requests(reviewer, origin)
-    view = source.get(thread_id)
-    may_see = (view is not None and _may_decide(source, reviewer, view) is None) or any(
+def _may_see(
+    backend: InboxBackend, source: RequestSource, reviewer: Reviewer, view: PendingView | None, thread_id: str
+) -> tuple[bool, list[dict[str, Any]]]:
+    """Whether the reviewer may read this thread's history (she may decide its request, or took part in it), and
+    its audit trail."""
+    audit = backend.ledger.audit(thread_id)
+    may = (view is not None and _may_decide(source, reviewer, view) is None) or any(
         e.get("actor") == reviewer.user_id for e in audit
     )
-    if not may_see:
+    return may, audit
+
+
+def _graph_of(backend: InboxBackend, thread_id: str) -> str:
+    """The graph (assistant) id LangGraph Server recorded on the thread's latest checkpoint ("" standalone)."""
+    saver = backend.graph.checkpointer
+    if saver is None or isinstance(saver, bool):
+        return ""
+    tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    return str(((tup.metadata if tup else None) or {}).get("graph_id") or "")
+
+
+def _audit(backend: InboxBackend, reviewer: Reviewer, origin: str, thread_id: str) -> dict[str, Any] | None:
+    """A thread's conversation with each call's timeline, for a reviewer who may see it (None: she may not)."""
+    source = backend.requests(reviewer, origin)
+    view = source.get(thread_id)
+    try:
+        may, audit = _may_see(backend, source, reviewer, view, thread_id)
+    except Exception:
         return None
-    values = runs.output(backend.graph, thread_id)
+    if not may:
+        return None
+    _, policy = source.tools_and_policy(view.graph if view is not None else _graph_of(backend, thread_id))
+    messages = runs.output(backend.graph, thread_id).get("messages", [])
+    redact = thread_redactor(messages, policy, backend.ledger.edited_args(thread_id, list(answers_by_call(messages))))
     summary = describe_thread(backend.graph, thread_id, backend.ledger)
     return {
         "thread_id": thread_id,
-        "lines": history_lines(values.get("messages", []), audit),
+        "entries": thread_story(messages, audit, policy, redact),
+        "first_at": audit[0]["at"] if audit else None,
         "status": summary.status,
         "detail": summary.detail,
         "view": view,
+    }
+
+
+def _request_card(
+    backend: InboxBackend, reviewer: Reviewer, origin: str, request_id: str, thread_id: str | None
+) -> dict[str, Any] | None:
+    """One request's card: pending (with its form, if this reviewer may decide it) or decided (with each call's
+    outcome and timeline). `thread_id` (from the link) saves searching every thread for it."""
+    source = backend.requests(reviewer, origin)
+    if thread_id is None:
+        thread_id = next((v.thread_id for v in _visible(backend, reviewer, origin) if v.request_id == request_id), None)
+    saver = backend.graph.checkpointer
+    if saver is None or isinstance(saver, bool):
+        return None
+    searched = [thread_id] if thread_id is not None else list(reversed(backend.pending.thread_ids()))
+    found = find_request(saver, searched, request_id)
+    if found is None:
+        return None
+    current = source.get(found.thread_id)
+    tools, policy = source.tools_and_policy(found.graph or (current.graph if current else ""))
+    messages = runs.output(backend.graph, found.thread_id).get("messages", [])
+    shown = pending_view(found.thread_id, found.interrupt_id, found.request, messages, tools, policy, graph=found.graph)
+    may, audit = _may_see(backend, source, reviewer, shown, found.thread_id)
+    if not may:
+        return None
+    pending = (
+        current is not None and current.request_id == request_id and _may_decide(source, reviewer, current) is None
+    )
+    view = current if pending and current is not None else shown
+    call_ids = [a.tool_call_id for a in view.actions]
+    redact = thread_redactor(messages, policy, backend.ledger.edited_args(found.thread_id, call_ids))
+    answers = answers_by_call(messages)
+    stories = [
+        call_story(a.tool_call_id, a.name, a.args, audit, answers.get(a.tool_call_id), redact) for a in view.actions
+    ]
+    summary = describe_thread(backend.graph, found.thread_id, backend.ledger)
+    return {
+        "view": view,
+        "pending": pending,
+        "stories": stories,
+        "request_id": request_id,
+        "status": summary.status,
+        "detail": summary.detail,
     }
 
 

@@ -7,6 +7,7 @@ only re-read when one of them changes.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.inbox.forms import FormField, edit_fields
+from gatedloop.inbox.masking import Redactor, thread_redactor
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 RECENT_MESSAGES = 6
@@ -39,6 +41,25 @@ class ActionView:
     approvers: list[str] | None = None
     fields: list[FormField] = field(default_factory=list)
     reason: str = ""  # unknown outcome: why it is unknown
+    effect: str = "write"  # the tool's policy: "read" or "write"
+    summary: str = ""  # the tool's own description (what it does), without the request's facts
+    proposed: dict[str, Any] | None = None  # what the model proposed (masked), when the pending args differ from it
+
+    @property
+    def rows(self) -> list[tuple[str, str, str | None]]:
+        """(argument, value shown, what the model proposed if a reviewer's edit changed it) per argument."""
+        proposed = self.proposed or {}
+        names = [*self.args, *(n for n in proposed if n not in self.args)]
+        return [
+            (
+                n,
+                shown_value(self.args.get(n)),
+                shown_value(proposed.get(n))
+                if self.proposed is not None and proposed.get(n) != self.args.get(n)
+                else None,
+            )
+            for n in names
+        ]
 
 
 @dataclass(frozen=True)
@@ -64,6 +85,10 @@ class PendingView:
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
 
+    @property
+    def tool_names(self) -> list[str]:
+        return sorted({a.name for a in self.actions})
+
 
 @dataclass
 class _Cached:
@@ -83,8 +108,18 @@ def _text(message: BaseMessage) -> tuple[str, str]:
     return message.type, content
 
 
-def recent_conversation(messages: Sequence[BaseMessage]) -> list[tuple[str, str]]:
-    return [_text(m) for m in messages[-RECENT_MESSAGES:]]
+def recent_conversation(messages: Sequence[BaseMessage], redact: Redactor) -> list[tuple[str, str]]:
+    return [(who, redact(text)) for who, text in (_text(m) for m in messages[-RECENT_MESSAGES:])]
+
+
+def shown_value(value: Any) -> str:
+    """An argument's value as the card shows it: strings as they are, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def proposed_args(messages: Sequence[BaseMessage]) -> dict[str, dict[str, Any]]:
+    """call id -> the arguments the model proposed for it (unmasked: mask before showing)."""
+    return {str(c.get("id")): c.get("args") or {} for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
 
 
 class PendingRequests:
@@ -104,8 +139,15 @@ class PendingRequests:
         self._cache: dict[str, _Cached] = {}
         self._lock = threading.Lock()
 
+    def thread_ids(self) -> list[str]:
+        return self._thread_ids()
+
     def policy(self, name: str) -> ToolPolicy:
         return self.policies.get(name, GATED_WRITE)  # no policy: a gated write (fail closed), as the registry does
+
+    def tools_and_policy(self, graph: str) -> tuple[dict[str, BaseTool], Callable[[str], ToolPolicy]]:
+        """The tools and policies of `graph`'s threads: standalone, every thread is this one graph's."""
+        return self.tools, self.policy
 
     def refusal(self, view: PendingView, reviewer: CallContext) -> str | None:
         """Why this reviewer may not decide this request (None: may decide every call in it)."""
@@ -172,6 +214,7 @@ def pending_view(
     """A pending request (the interrupt value, as the wire format has it) as the inbox shows it; `tools` give the
     edit forms their fields (a tool not among them gets no edit form)."""
     kind = str(request.get("kind") or "approval")
+    proposals = proposed_args(messages)
     if kind == "unknown_outcome":
         actions = [
             ActionView(
@@ -192,6 +235,10 @@ def pending_view(
         for i, action in enumerate(request.get("action_requests") or []):
             config = configs[i] if i < len(configs) else {}
             tool = tools.get(action["name"])
+            rules = policy(action["name"])
+            args = action.get("args") or {}
+            model_args = proposals.get(str(action.get("tool_call_id")))
+            proposed = rules.masked(model_args) if model_args is not None else None
             actions.append(
                 ActionView(
                     index=i,
@@ -204,9 +251,10 @@ def pending_view(
                     approvals_required=int(action.get("approvals_required") or 1),
                     approved_by=list(action.get("approved_by") or []),
                     approvers=action.get("approvers"),
-                    fields=edit_fields(tool, action.get("args") or {}, policy(action["name"]).secret_args)
-                    if tool is not None
-                    else [],
+                    fields=edit_fields(tool, args, rules.secret_args) if tool is not None else [],
+                    effect=rules.effect,
+                    summary=tool.description if tool is not None else "",
+                    proposed=proposed if proposed is not None and proposed != args else None,
                 )
             )
     first = (request.get("action_requests") or [{}])[0] if kind != "unknown_outcome" else {}
@@ -220,7 +268,7 @@ def pending_view(
         requested_at=first.get("requested_at") or _epoch(checkpoint_ts),
         expires_at=first.get("expires_at"),
         error=request.get("error"),
-        recent=recent_conversation(messages),
+        recent=recent_conversation(messages, thread_redactor(messages, policy)),
         graph=graph,
     )
 

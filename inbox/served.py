@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -101,6 +101,17 @@ class ServedRequests:
             if refusal:
                 return refusal
         return None
+
+    def tools_and_policy(self, graph: str) -> tuple[dict[str, BaseTool], Callable[[str], ToolPolicy]]:
+        """The tools and policies of the served graph `graph`. For a thread whose graph is not known, a tool's
+        policy is the first served graph's that has the tool, so its secret arguments are still masked."""
+        if graph in self.graphs:
+            return dict(self.graphs[graph].tools), self.graphs[graph].policy
+
+        def any_graph(name: str) -> ToolPolicy:
+            return next((g.policies[name] for g in self.graphs.values() if name in g.policies), GATED_WRITE)
+
+        return {}, any_graph
 
     def _view(self, thread: Mapping[str, Any]) -> PendingView | None:
         if thread.get("status") != "interrupted":

@@ -178,6 +178,14 @@ def test_an_invalid_edit_shows_its_error_and_a_valid_one_runs_the_edited_call(br
     error = ana.wait_for_selector(".flash.error")
     assert "not accepted" in error.inner_text() and "WS-999" in error.inner_text()
     assert "Previous answer refused" in card(ana, "e1").inner_text()
+    # What she typed and chose is kept (the form does not reset), with why it was refused, on the card itself.
+    form = card(ana, "e1")
+    assert form.locator("input[name=arg-0-event_id]").input_value() == "WS-999"
+    assert (
+        form.locator("input[value=edit]").is_checked()
+        and form.locator("details.edit").get_attribute("open") is not None
+    )
+    assert "Your choices and values are kept" in form.inner_text()
     shot(ana, "inbox-refused-edit")
     assert inbox.output("e1").get("__interrupt__")  # still waiting, nothing ran
     form = card(ana, "e1")
@@ -211,7 +219,7 @@ def test_changing_an_argument_and_choosing_approve_runs_the_change_never_the_ori
 
 def test_a_reject_with_a_reason_reaches_the_model(browser, inbox):
     ana = sign_in(browser, inbox, "ana")
-    inbox.pause("r1", SEAT.format(who="Alice"))
+    request = inbox.pause("r1", SEAT.format(who="Alice"))
     form = card(ana, "r1")
     form.wait_for()
     form.locator("input[value=reject]").check()
@@ -221,6 +229,9 @@ def test_a_reject_with_a_reason_reaches_the_model(browser, inbox):
     rejected = inbox.tool_message("r1")
     assert rejected.status == "error" and "no budget this quarter" in rejected.content
     assert [d["detail"]["decision"] for d in inbox.decisions("r1")] == ["reject"]
+    ana.goto(f"{inbox.url}/requests/{request['request_id']}")  # the link notifications carry, without the thread
+    assert "Not run: rejected_by_reviewer: no budget this quarter" in ana.inner_text(".story")
+    assert "rejected by ana" in ana.inner_text(".story .timeline")
 
 
 def test_a_reviewer_without_the_role_does_not_see_the_request(browser, inbox):
@@ -384,7 +395,8 @@ def test_under_langgraph_dev_with_auth_reviewers_sign_in_with_their_api_tokens(t
         "GATEDLOOP_AUTH_TOKENS": json.dumps(config),
         "GATEDLOOP_AUTH_FILE": None,
     }
-    with run_dev_server(SUPPORT.parent.parent, env=env, workdir=tmp_path / "server", config_overrides={"env": None}) as url:
+    root = SUPPORT.parent.parent
+    with run_dev_server(root, env=env, workdir=tmp_path / "server", config_overrides={"env": None}) as url:
         ana_api = get_sync_client(url=url, api_key=None, headers={"Authorization": f"Bearer {users['ana'][0]}"})
         thread_id = ana_api.threads.create()["thread_id"]
         ask = {"messages": [{"role": "user", "content": SEAT.format(who="Ana")}]}
@@ -419,3 +431,145 @@ def test_under_langgraph_dev_with_auth_reviewers_sign_in_with_their_api_tokens(t
         assert [e["actor"] for e in ledger.audit(thread_id) if e["event"] == "decision"] == ["bo"]
     finally:
         ledger.close()
+
+
+def test_the_request_page_decides_an_edit_and_then_shows_the_diff_the_result_and_the_timeline(browser, inbox):
+    """`/requests/<id>` (the notifications' link) shows the card while pending, with the tool's description, its
+    effect and the policy facts; answered there, it shows what the reviewer changed, what the tool returned, and
+    who did what when."""
+    request = inbox.pause("d1", SEAT.format(who="Dora"), requester="rita")
+    ana = sign_in(browser, inbox, "ana")
+    ana.goto(f"{inbox.url}/requests/{request['request_id']}?thread=d1")
+    pending = card(ana, "d1")
+    text = pending.inner_text()
+    assert "Reserve a workshop seat" in pending.locator(".summary").inner_text()  # the tool's own description
+    assert "writes (a side effect)" in text and "approvers: events" in text and "approvals 0 of 1" in text
+    pending.locator("details.edit summary").click()
+    pending.locator("input[name=arg-0-participant]").fill("Dora Kim")
+    assert pending.locator("input[value=edit]").is_checked()  # typing an argument is an edit, visibly
+    pending.locator("button.send").click()
+    ana.wait_for_selector(".flash.ok >> text=d1")
+    story = ana.locator(".story")
+    assert ana.locator("h2#decided-title").inner_text().endswith("decided")
+    assert story.locator(".diff del").inner_text() == "Dora" and story.locator(".diff ins").inner_text() == "Dora Kim"
+    result = json.loads(story.locator(".result.ok pre").inner_text())
+    assert result["result"]["participant"] == "Dora Kim", result
+    timeline = story.locator(".timeline li").all_inner_texts()
+    assert "proposed by the model, asked by rita: needs approval" in timeline[0]
+    assert any("edited and approved by ana" in line for line in timeline)
+    assert "ran: ok in" in timeline[-1]
+    shot(ana, "inbox-decided-request")
+    assert ana.goto(f"{inbox.url}/requests/req-000000000000?thread=d1").status == 404
+    bo = sign_in(browser, inbox, "bo")  # not an approver of reserve_seat, took no part: not his to see
+    assert bo.goto(f"{inbox.url}/requests/{request['request_id']}?thread=d1").status == 404
+
+
+def test_several_calls_in_one_request_each_get_their_own_decision_in_one_submission(browser, inbox):
+    request = inbox.pause("m1", "Reserve seats in WS-101 for Mia and Noor", requester="rita")
+    assert [a["args"]["participant"] for a in request["action_requests"]] == ["Mia", "Noor"]
+    ana = sign_in(browser, inbox, "ana")
+    form = card(ana, "m1")
+    form.wait_for()
+    assert form.locator("fieldset.action").count() == 2 and "(2 calls)" in form.locator("h2").inner_text()
+    form.locator("input[name=decision-0][value=approve]").check()
+    form.locator("input[name=decision-1][value=reject]").check()
+    form.locator("textarea[name=message-1]").fill("Noor is already registered elsewhere")
+    form.locator("button.send").click()
+    ana.wait_for_selector(".flash.ok >> text=m1")
+    decided = {d["call_id"]: d["detail"]["decision"] for d in inbox.decisions("m1")}
+    assert decided == {"call_seat_0": "approve", "call_seat_1": "reject"}
+    answers = {m.tool_call_id: m for m in inbox.output("m1")["messages"] if isinstance(m, ToolMessage)}
+    assert answers["call_seat_0"].status == "success" and answers["call_seat_1"].status == "error"
+    ana.goto(f"{inbox.url}/requests/{request['request_id']}?thread=m1")
+    stories = ana.locator(".story")
+    assert '"participant": "Mia"' in stories.nth(0).locator(".result.ok").inner_text()
+    assert "Noor is already registered elsewhere" in stories.nth(1).locator(".result.refused").inner_text()
+
+
+def test_filters_and_order_narrow_the_list_and_the_title_counts_what_is_shown(browser, inbox):
+    inbox.pause("f-1", "Reserve a seat in workshop WS-102 for Fay", requester="rita")
+    inbox.pause("f-2", "Schedule lunch with Alice on 2026-03-10", requester="sam")
+    inbox.pause("f-3", "Pay invoice INV-3 with card 4000056655665556", requester="rita")  # expires in 10 min
+    ana = sign_in(browser, inbox, "ana")
+
+    def shown(query: str) -> list[str]:
+        ana.goto(f"{inbox.url}/inbox?{query}")
+        return ana.locator("section.card").evaluate_all("cards => cards.map(c => c.dataset.key)")
+
+    assert shown("thread=f-") == ["f-1", "f-2", "f-3"] and ana.title() == "(3) gatedloop inbox"
+    assert shown("thread=f-&order=newest") == ["f-3", "f-2", "f-1"]
+    assert shown("thread=f-&order=expiry") == ["f-3", "f-1", "f-2"]
+    assert shown("thread=f-&requester=sam") == ["f-2"]
+    assert shown("thread=f-&expiring=1") == ["f-3"]
+    assert shown("thread=f-&older=60") == [] and "No request matches these filters." in ana.inner_text("#cards")
+    assert shown("thread=f-&older=soon") == ["f-1", "f-2", "f-3"]
+    assert "'soon' is not a whole number of minutes" in ana.inner_text(".flash.error")
+    # The form's controls, by their labels, as a keyboard or screen-reader user reaches them.
+    ana.goto(f"{inbox.url}/inbox?thread=f-")
+    ana.get_by_label("Tool", exact=True).select_option("reserve_seat")
+    ana.get_by_role("button", name="Filter").click()
+    ana.wait_for_url("**tool=reserve_seat**")
+    assert ana.locator("section.card").evaluate_all("cards => cards.map(c => c.dataset.key)") == ["f-1"]
+    assert ana.title() == "(1) gatedloop inbox"
+    inbox.pause("f-4", "Reserve a seat in workshop WS-102 for Gus", requester="rita")
+    card(ana, "f-4").wait_for()  # the live refresh keeps the filters: a new match appears, and the count follows
+    ana.wait_for_function("document.title === '(2) gatedloop inbox'")
+    assert card(ana, "f-2").count() == 0
+
+
+def test_the_inbox_works_with_javascript_disabled(browser, inbox):
+    """Live refresh is an enhancement: signing in, filtering, deciding and reading the outcome are plain forms
+    and links (POST, then a redirect), and a phone-sized window gets the same page."""
+    inbox.pause("n1", SEAT.format(who="Nina"), requester="rita")
+    context = browser.new_context(java_script_enabled=False, viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(f"{inbox.url}/inbox")
+    page.fill("input[name=token]", TOKENS["cy"])
+    page.click("button:has-text('Sign in')")
+    page.wait_for_selector("header >> text=cy")
+    assert page.locator("meta[name=viewport]").count() == 1
+    page.get_by_label("Thread", exact=True).fill("n1")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url("**thread=n1**")
+    assert page.title() == "(1) gatedloop inbox"
+    form = card(page, "n1")
+    width = form.evaluate("el => el.getBoundingClientRect().width")
+    assert width <= 390  # fits a phone's width: no sideways scrolling
+    shot(page, "inbox-phone")
+    form.locator("input[value=approve]").check()
+    form.locator("button.send").click()
+    page.wait_for_selector(".flash.ok >> text=n1")
+    assert "thread=n1" in page.url  # back to the same filtered list
+    assert inbox.output("n1")["status"] == "completed"
+    page.goto(f"{inbox.url}/inbox/thread/n1")
+    assert "approved by cy" in page.inner_text("#audit")
+    context.close()
+
+
+def test_a_secret_argument_is_never_on_any_page_the_thread_view_included(browser, inbox):
+    """`pay_invoice`'s `card` is a secret: its value is in the user's message, the model's call, the tool's result
+    (which echoes it) and, after an edit, in what the reviewer typed. No page shows any of them."""
+    card_number, new_number = "4111111111111111", "5500000000000004"
+    request = inbox.pause("s1", f"Pay invoice INV-7 with card {card_number}", requester="rita")
+    assert request["action_requests"][0]["args"]["card"] == "***"
+    ana = sign_in(browser, inbox, "ana")
+    form = card(ana, "s1")
+    form.wait_for()
+    assert card_number not in ana.content() and "***" in form.locator("table.args").inner_text()
+    form.locator("details.edit summary").click()
+    form.locator("input[name=arg-0-card]").fill(new_number)
+    form.locator("input[value=approve]").check()
+    form.locator("button.send").click()
+    ana.wait_for_selector(".flash.ok >> text=s1")
+    body = json.loads(inbox.tool_message("s1").content)
+    assert body["result"]["receipt"] == f"charged card {new_number}"  # the tool did get (and echo) the secret
+    pages = ["/inbox/thread/s1", f"/inbox/requests/{request['request_id']}?thread=s1", "/inbox"]
+    for path in pages:
+        ana.goto(f"{inbox.url}{path}")
+        html = ana.content()
+        assert card_number not in html and new_number not in html, path
+    ana.goto(f"{inbox.url}/inbox/thread/s1")
+    timeline = ana.inner_text("#audit")
+    assert "Pay invoice INV-7 with card ***" in timeline and "charged card ***" in timeline
+    assert "edited and approved by ana" in timeline

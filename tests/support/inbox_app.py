@@ -1,5 +1,8 @@
 """The approval inbox on a SQLite file, for the browser tests: the demo tools, with `reserve_seat` approvable only
-by the `events` role (so role filtering shows), served by uvicorn in this process.
+by the `events` role (so role filtering shows), plus `pay_invoice`, whose `card` is a secret argument and whose
+requests expire after ten minutes; served by uvicorn in this process. The demo model gains two scenarios: "Pay
+invoice INV-1 with card 4111..." (a secret in the user's words, the call and the tool's result) and "Reserve seats
+in WS-101 for Alice and Bob" (two gated calls in one request).
 
     python tests/support/inbox_app.py DB PORT AUTH_JSON      (the token configuration of `gatedloop.graph.auth`)
 
@@ -15,26 +18,68 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.demo import DemoStore, build_demo_tools, demo_policies
-from gatedloop.demo.model import demo_model
+from gatedloop.demo.model import demo_responder
 from gatedloop.graph import build_graph
+from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.tools.policy import ToolPolicy
 
 EVENTS_ROLE = "events"
+PAY_TTL_S = 600.0
+
+
+@tool
+def pay_invoice(invoice_id: str, card: str) -> dict[str, Any]:
+    """Pay an invoice with a card."""
+    return {"paid": invoice_id, "receipt": f"charged card {card}"}  # echoes its secret, as careless tools do
 
 
 def tools_and_policies(db: str) -> tuple[list[Any], dict[str, Any], DemoStore]:
     store = DemoStore(Path(db).with_name("demo-data.sqlite"))
     policies = demo_policies(store)
     policies["reserve_seat"] = dataclasses.replace(policies["reserve_seat"], approvers=frozenset({EVENTS_ROLE}))
-    return build_demo_tools(store), policies, store
+    policies["pay_invoice"] = ToolPolicy(
+        effect="write", approval="always", secret_args=frozenset({"card"}), approval_ttl_s=PAY_TTL_S
+    )
+    return [*build_demo_tools(store), pay_invoice], policies, store
+
+
+def responder(messages: list[BaseMessage]) -> AIMessage:
+    """The demo model, plus paying an invoice and reserving several seats in one turn."""
+    question = str(next(m for m in reversed(messages) if isinstance(m, HumanMessage)).content)
+    answered = isinstance(messages[-1], ToolMessage)
+    words = question.split()
+    if question.startswith("Pay invoice"):
+        if answered:
+            return reply(f"Done: {messages[-1].content}")
+        return reply(calls=[call("pay_invoice", {"invoice_id": words[2], "card": words[-1]}, "call_pay")])
+    if question.startswith("Reserve seats in"):
+        if answered:
+            return reply("Reserved what the reviewer allowed.")
+        people = question.split(" for ", 1)[1].split(" and ")
+        seats = [
+            call("reserve_seat", {"event_id": words[3], "participant": p}, f"call_seat_{i}")
+            for i, p in enumerate(people)
+        ]
+        return reply(calls=seats)
+    return demo_responder(messages)
 
 
 @contextmanager
 def app_parts(db: str) -> Iterator[tuple[Any, Any, list[Any], dict[str, Any], DemoStore]]:
     tools, policies, store = tools_and_policies(db)
     with open_sqlite(db) as saver:
-        yield build_graph(demo_model(), tools, policies=policies, checkpointer=saver), saver, tools, policies, store
+        yield (
+            build_graph(ScriptedChatModel(responder=responder), tools, policies=policies, checkpointer=saver),
+            saver,
+            tools,
+            policies,
+            store,
+        )
 
 
 def main(db: str, port: int, reviewers: str) -> None:
