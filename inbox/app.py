@@ -23,7 +23,7 @@ from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import describe_thread
 from gatedloop.graph import runs
-from gatedloop.graph.display import STOP_WORDS, history_lines
+from gatedloop.graph.display import STOP_WORDS, Display
 from gatedloop.inbox.forms import FormError, parse_edit
 from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
 from gatedloop.inbox.pending import PendingRequests, PendingView, age_text
@@ -306,7 +306,7 @@ def _audit(backend: InboxBackend, reviewer: Reviewer, origin: str, thread_id: st
     summary = describe_thread(backend.graph, thread_id, backend.ledger)
     return {
         "thread_id": thread_id,
-        "lines": history_lines(values.get("messages", []), audit),
+        "lines": Display.for_graph(backend.graph).history_lines(values.get("messages", []), audit),
         "status": summary.status,
         "detail": summary.detail,
         "view": view,
