@@ -22,8 +22,7 @@ from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
 from gatedloop.checkpoints.sqlite import open_sqlite_readonly
 from gatedloop.demo import DemoStore, build_demo_tools, choose_model, demo_model, demo_policies
 from gatedloop.graph import build_graph
-from gatedloop.graph.build import parts_of, with_saver
-from gatedloop.graph.display import SECRET_POLICIES
+from gatedloop.graph.build import with_saver
 from gatedloop.graph.load import GraphNotFound, NamedGraph, choose_graph
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED, EXIT_NOT_FOUND, EXIT_BUSY, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
@@ -140,25 +139,14 @@ def open_app(
     """The CLI's graph over the database: the user's `named` graph, or else the demo (the configured model, the
     demo tools with their data beside the database). Commands that only read or flag threads
     (`with_model=False`) get the demo's offline model and leave its data file alone: reading state never calls
-    either, so they need no API key and touch no data file. What the CLI prints masks the graph's own
-    `secret_args`."""
+    either, so they need no API key and touch no data file. What the CLI prints is shown through
+    `Display.for_graph(graph)`, which masks the graph's own `secret_args`."""
     if named is not None:
         with open_saver(db, read_only=read_only) as saver:
-            graph = with_saver(named.graph, saver)
-            parts = parts_of(graph)
-            shown = SECRET_POLICIES.set(parts.registry.policies if parts is not None else {})
-            try:
-                yield graph, saver
-            finally:
-                SECRET_POLICIES.reset(shown)
+            yield with_saver(named.graph, saver), saver
         return
     model = choose_model() if with_model else demo_model()
     with open_saver(db, read_only=read_only) as saver:
         store = demo_store(db) if with_model else DemoStore(demo_data_path(db), prepare=False)
         policies = demo_policies(store)
-        shown_with = SECRET_POLICIES.set(policies)  # what the CLI prints masks these tools' secret arguments
-        try:
-            graph = build_graph(model, build_demo_tools(store), policies=policies, checkpointer=saver)
-            yield graph, saver
-        finally:
-            SECRET_POLICIES.reset(shown_with)
+        yield build_graph(model, build_demo_tools(store), policies=policies, checkpointer=saver), saver

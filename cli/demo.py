@@ -12,11 +12,12 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 from gatedloop.cli.app import open_app
 from gatedloop.demo import DEMO_QUESTIONS
 from gatedloop.graph import runs
-from gatedloop.graph.display import approval_table, step_lines
+from gatedloop.graph.display import Display
 from gatedloop.tools import CallContext
 
 REVIEWER = "demo-reviewer"
@@ -46,7 +47,7 @@ def run_demo(db: str | None = None) -> int:
         if request is None:
             print("expected an approval request")
             return 1
-        print(approval_table(request))
+        print(Display.for_graph(graph).approval_table(request))
         print(f"-> paused. Resuming thread {lunch} in a new process with --approve (reviewer {REVIEWER}):")
     child = subprocess.run(
         [
@@ -90,27 +91,28 @@ def run_demo(db: str | None = None) -> int:
     return 1 if failures else 0
 
 
-def _print_events(events: object) -> None:
-    for mode, chunk in events:  # type: ignore[attr-defined]
+def _print_events(graph: Any, events: Any) -> None:
+    display = Display.for_graph(graph)
+    for mode, chunk in events:
         if mode == "updates":
             for node, update in chunk.items():
-                for line in step_lines(node, update):
+                for line in display.step_lines(node, update):
                     print("   " + line)
 
 
-def _show_run(graph: object, thread_id: str, question: str) -> str | None:
-    _print_events(runs.stream_start(graph, thread_id, question))  # type: ignore[arg-type]
+def _show_run(graph: Any, thread_id: str, question: str) -> str | None:
+    _print_events(graph, runs.stream_start(graph, thread_id, question))
     return _final(graph, thread_id)
 
 
-def _show_resume(graph: object, thread_id: str, answer: dict) -> str | None:
+def _show_resume(graph: Any, thread_id: str, answer: dict) -> str | None:
     reviewer = CallContext(user_id=REVIEWER)
-    _print_events(runs.stream_resume(graph, thread_id, answer, context=reviewer))  # type: ignore[arg-type]
+    _print_events(graph, runs.stream_resume(graph, thread_id, answer, context=reviewer))
     return _final(graph, thread_id)
 
 
-def _final(graph: object, thread_id: str) -> str | None:
-    result = runs.output(graph, thread_id)  # type: ignore[arg-type]
+def _final(graph: Any, thread_id: str) -> str | None:
+    result = runs.output(graph, thread_id)
     if "__interrupt__" in result:
         return None
     print(f"   status: {result.get('status')}   answer: {result.get('answer')}")

@@ -57,15 +57,7 @@ from gatedloop.demo import choose_model
 from gatedloop.demo.model import describe_choice
 from gatedloop.graph import runs
 from gatedloop.graph.build import parts_of
-from gatedloop.graph.display import (
-    STOP_WORDS,
-    approval_table,
-    history_lines,
-    json_line,
-    message_json,
-    shown_update,
-    step_lines,
-)
+from gatedloop.graph.display import STOP_WORDS, Display
 from gatedloop.graph.models import ModelConfigError
 from gatedloop.nodes.gate.hitl import InvalidDecision, pending_summary
 from gatedloop.tools.policy import CallContext
@@ -78,8 +70,9 @@ ANSWER_HINT = "--approve, --reject [REASON], --edit JSON or --respond TEXT"
 class Output:
     """Human lines, or (with --json) JSON lines only: everything else goes to stderr or nowhere."""
 
-    def __init__(self, as_json: bool):
+    def __init__(self, as_json: bool, display: Display | None = None):
         self.as_json = as_json
+        self.display = display or Display()  # the graph's (Display.for_graph) wherever a call can be printed
 
     def say(self, text: str) -> None:
         if not self.as_json:
@@ -87,7 +80,7 @@ class Output:
 
     def record(self, kind: str, **fields: Any) -> None:
         if self.as_json:
-            print(json_line({"type": kind, **fields}), flush=True)
+            print(self.display.json_line({"type": kind, **fields}), flush=True)
 
     def events(self, events: Iterator[tuple[str, Any]]) -> None:
         for mode, chunk in events:
@@ -101,9 +94,9 @@ class Output:
                 if node == "__interrupt__":
                     continue  # the pending request is printed once, after the run, with the thread id
                 if self.as_json:
-                    self.record("step", node=node, update=shown_update(update))
+                    self.record("step", node=node, update=self.display.shown_update(update))
                 else:
-                    for line in step_lines(node, update):
+                    for line in self.display.step_lines(node, update):
                         self.say(line)
 
 
@@ -148,14 +141,14 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, 
         request = pending[0].value
         if not interactive(args):
             out.record("request", thread_id=thread_id, request=request)
-            out.say(approval_table(request))
+            out.say(out.display.approval_table(request))
             named = f" --request {request['request_id']}" if request.get("request_id") else ""
             if args.graph:
                 named = f" --graph {args.graph}{named}"
             out.say(f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id}{named} {ANSWER_HINT}")
             return EXIT_PAUSED
         try:
-            answer = ask_reviewer(request, args.user)
+            answer = ask_reviewer(request, args.user, out.display)
         except (KeyboardInterrupt, EOFError):
             raise CliError(
                 f"no answer given; thread {thread_id} is still waiting: gatedloop resume {thread_id}", EXIT_PAUSED
@@ -179,10 +172,10 @@ def stream(out: Output, thread_id: str, events: Iterator[tuple[str, Any]]) -> No
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    out = Output(args.json)
     thread_id = validate_thread_id(args.thread or f"t-{uuid.uuid4().hex[:12]}")
     named = named_graph(args.graph)
     with open_app(args.db, named=named) as (graph, _saver):
+        out = Output(args.json, Display.for_graph(graph))
         model = f"graph: {named.reference}" if named is not None else f"model: {describe_choice()}"
         out.say(f"{model}   thread: {thread_id}   db: {shown_db(args.db)}")
         events = runs.stream_start(
@@ -262,10 +255,10 @@ def _refuse_closed(summary: ThreadSummary, thread_id: str) -> NoReturn:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    out = Output(args.json)
     thread_id = validate_thread_id(args.thread)
     answering = any(getattr(args, flag) not in (None, False) for flag in DECISION_FLAGS)
     with open_app(args.db, named=named_graph(args.graph)) as (graph, saver):
+        out = Output(args.json, Display.for_graph(graph))
         require_thread(graph, thread_id, args.db)
         if not args.upgrade_graph:
             runs.check_thread_graph(graph, thread_id)
@@ -311,11 +304,11 @@ def cmd_threads(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    out = Output(args.json)
     thread_id = validate_thread_id(args.thread)
     with open_app(args.db, named=named_graph(args.graph), with_model=False, read_only=True) as (graph, saver):
         require_thread(graph, thread_id, args.db)
         runs.check_thread_graph(graph, thread_id)  # another graph's policies would not mask this thread's secrets
+        out = Output(args.json, Display.for_graph(graph))
         summary = describe_thread(graph, thread_id, saver.ledger)
         if args.mermaid:
             drawing = path_mermaid(node_path(graph, thread_id), summary.status)
@@ -326,10 +319,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         audit = saver.ledger.audit(thread_id)
         if out.as_json:
             for message in messages:
-                out.record("message", thread_id=thread_id, **message_json(message))
+                out.record("message", thread_id=thread_id, **out.display.message_json(message))
             for event in audit:
                 out.record("audit", thread_id=thread_id, **event)
-        for line in history_lines(messages, audit):
+        for line in out.display.history_lines(messages, audit):
             out.say(line)
         out.record("status", thread_id=thread_id, status=summary.status, detail=summary.detail)
         out.say(f"status: {summary.status}" + (f" ({summary.detail})" if summary.detail else ""))

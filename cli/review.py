@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gatedloop.graph.display import approval_table
+from gatedloop.graph.display import Display
 
 PROMPT = "  {index}. {name}: [a]pprove / [e]dit / [r]eject / re[s]pond? "
 
 
-def ask_reviewer(request: dict[str, Any], reviewer: str) -> dict[str, Any]:
-    print(approval_table(request))
+def ask_reviewer(request: dict[str, Any], reviewer: str, display: Display) -> dict[str, Any]:
+    print(display.approval_table(request))
     if request.get("kind") == "unknown_outcome":
         return {"decisions": [_ask_unknown(i, c) for i, c in enumerate(request["calls"], 1)], "reviewer": reviewer}
     decisions = []

@@ -17,7 +17,7 @@ Number = int | float
 
 MAX_LENGTH = 200
 MAX_NODES = 400
-MAX_DEPTH = 100
+MAX_NESTING = 100
 MAX_EXPONENT = 100
 MAX_DIGITS = 100
 _LIMIT = 10**MAX_DIGITS
@@ -61,7 +61,7 @@ def _check_shape(tree: ast.Expression) -> None:
     while stack:
         node, depth = stack.pop()
         nodes += 1
-        if nodes > MAX_NODES or depth > MAX_DEPTH:
+        if nodes > MAX_NODES or depth > MAX_NESTING:
             raise _refuse("The expression is too complex.")
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 

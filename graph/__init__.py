@@ -1,6 +1,9 @@
 """gatedloop.graph: build the gated loop, its limits, its state and the model it talks to; and the one import a user
 needs (`from gatedloop.graph import build_graph, Limits, ToolPolicy, CallContext, ToolFailure, InvalidDecision,
-ThreadBusy, open_sqlite, open_async_sqlite, runs`)."""
+ThreadBusy, open_sqlite, open_async_sqlite, runs`, and `open_postgres`, `open_async_postgres` with the `postgres`
+extra installed)."""
+
+from typing import Any
 
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.sqlite import open_async_sqlite, open_sqlite
@@ -26,7 +29,23 @@ __all__ = [
     "ToolPolicy",
     "UnknownThread",
     "build_graph",
+    "open_async_postgres",
     "open_async_sqlite",
+    "open_postgres",
     "open_sqlite",
     "runs",
 ]
+
+POSTGRES_OPENERS = ("open_postgres", "open_async_postgres")
+
+
+def __getattr__(name: str) -> Any:
+    """The Postgres openers, imported on first use: psycopg is an optional extra, and the SQLite path must not need
+    it."""
+    if name not in POSTGRES_OPENERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from gatedloop.checkpoints import postgres
+    except ImportError as exc:
+        raise ImportError(f"{name} needs the postgres extra: pip install 'gatedloop[postgres]' ({exc})") from exc
+    return getattr(postgres, name)

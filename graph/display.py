@@ -1,5 +1,9 @@
 """How a thread is shown to a person, in plain text and JSON: steps, approval requests, stop reasons, a thread's
-history, with secret arguments masked. Shared by the two user interfaces above the graph, the CLI and the inbox."""
+history, with secret arguments masked. Shared by the two user interfaces above the graph, the CLI and the inbox.
+
+What masks is explicit: a `Display` is built from the graph being shown (`Display.for_graph`, its tools'
+policies) and every renderer that can print a call's arguments is one of its methods. Nothing ambient: a renderer
+called without the graph's policies cannot exist, so no interface can forget to mask."""
 
 from __future__ import annotations
 
@@ -8,17 +12,16 @@ import shutil
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping
-from contextvars import ContextVar
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TextIO
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Interrupt
 
+from gatedloop.graph.build import parts_of
 from gatedloop.tools.policy import MASK, ToolPolicy
-
-SECRET_POLICIES: ContextVar[Mapping[str, ToolPolicy]] = ContextVar("secret_policies", default=MappingProxyType({}))
-"""The policies of the tools being shown, so their `secret_args` are masked (set by the CLI's `open_app`)."""
 
 STOP_WORDS = {
     "completed": "completed",
@@ -40,31 +43,6 @@ def short(value: Any, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def call_text(name: str, args: Any) -> str:
-    """A call with every argument in full (a reviewer approves what is shown, so nothing is cut), secrets
-    masked, and invisible characters (controls, bidi overrides) written as escapes so nothing hides text."""
-    args = shown_args(name, args)
-    text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, default=repr)
-    return f"{name}({visible(text)})"
-
-
-def shown_update(update: Any) -> Any:
-    """A node's state update for `--json`: the call plans' secret arguments masked (messages: `message_json`)."""
-    if not isinstance(update, dict) or not isinstance(update.get("calls"), list):
-        return update
-    plans = [c for c in update["calls"] if isinstance(c, dict)]
-    return {**update, "calls": [{**c, "args": shown_args(str(c.get("name")), c.get("args"))} for c in plans]}
-
-
-def shown_args(name: str, args: Any) -> Any:
-    """`args` with the tool's `secret_args` masked; unparsed text of a tool with secrets is masked whole (nobody
-    can tell which part of it is the secret)."""
-    policy = SECRET_POLICIES.get().get(name)
-    if policy is None or not policy.secret_args:
-        return args
-    return policy.masked(args) if isinstance(args, dict) else MASK
-
-
 def visible(text: str) -> str:
     """Characters that show nothing (controls, zero-width and bidi marks, line separators) as escapes."""
     return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text)
@@ -81,91 +59,7 @@ def wrapped(text: str, indent: str) -> list[str]:
     return [*lines, indent + text]
 
 
-def step_lines(node: str, update: Any) -> list[str]:
-    """One or more readable lines for a node's state update."""
-    if not isinstance(update, dict):
-        return []
-    lines: list[str] = []
-    for message in update.get("messages") or []:
-        lines.extend(_message_lines(node, message))
-    if node == "finalize" and update.get("status"):
-        lines.append(
-            f"[{node}] {STOP_WORDS.get(update['status'], update['status'])}"
-            + (f" ({update['stop_detail']})" if update.get("stop_detail") else "")
-        )
-    elif update.get("stop"):
-        lines.append(f"[{node}] stopping: {update.get('stop_detail') or update['stop']}")
-    return lines
-
-
-def _message_lines(node: str, message: BaseMessage) -> list[str]:
-    if isinstance(message, AIMessage):
-        calls = [call_text(c["name"], c["args"]) for c in message.tool_calls]
-        calls += [call_text(c.get("name") or "?", c.get("args")) + " [unparseable]" for c in message.invalid_tool_calls]
-        if calls:
-            return [f"[{node}] proposes {c}" for c in calls]
-        return [f"[{node}] answers: {short(message.content, 200)}"]
-    if isinstance(message, ToolMessage):
-        mark = "✗" if message.status == "error" else "✓"
-        return [f"[{node}] {mark} {message.name} -> {short(message.content)}"]
-    return []
-
-
-def approval_table(request: dict[str, Any]) -> str:
-    if request.get("kind") == "unknown_outcome":
-        rows = []
-        for i, c in enumerate(request.get("calls", []), 1):
-            rows.append(f"  {i}. {c['name']}  outcome unknown ({c['reason']}), key {c['idempotency_key']}")
-            rows.extend(wrapped(call_text(c["name"], c["args"]), "     "))
-        head = "A write's outcome is unknown. Answer done (with its result), not_done (run it) or abandon:"
-        return "\n".join([head, *rows])
-    rows = []
-    for i, (action, config) in enumerate(zip(request["action_requests"], request["review_configs"], strict=False), 1):
-        rows.append(f"  {i}. {action['name']}   allowed: {', '.join(config['allowed_decisions'])}")
-        rows.extend(wrapped(call_text(action["name"], action["args"]), "     "))
-    head = "Approval needed:" + (f"  (previous answer refused: {request['error']})" if request.get("error") else "")
-    return "\n".join([head, *rows])
-
-
-# --- JSON -------------------------------------------------------------------------------------------------
-
-
-def message_json(message: BaseMessage) -> dict[str, Any]:
-    """A message as compact JSON: role, content, and the tool-call fields that matter."""
-    body: dict[str, Any] = {"role": message.type, "id": message.id, "content": message.content}
-    if isinstance(message, AIMessage):
-        body["tool_calls"] = [
-            {"id": c["id"], "name": c["name"], "args": shown_args(c["name"], c["args"])} for c in message.tool_calls
-        ]
-        if message.invalid_tool_calls:
-            body["invalid_tool_calls"] = [
-                {**c, "args": shown_args(c.get("name") or "", c.get("args"))} for c in message.invalid_tool_calls
-            ]
-    if isinstance(message, ToolMessage):
-        body.update(tool_call_id=message.tool_call_id, name=message.name, status=message.status)
-    return body
-
-
-def jsonable(value: Any) -> Any:
-    """Stream chunks as plain JSON: messages compacted, interrupts as {id, value}, anything else by repr."""
-
-    def default(item: Any) -> Any:
-        if isinstance(item, BaseMessage):
-            return message_json(item)
-        if isinstance(item, Interrupt):
-            return {"id": item.id, "value": item.value}
-        if isinstance(item, set | frozenset | tuple):
-            return list(item)
-        return repr(item)
-
-    return json.loads(json.dumps(value, ensure_ascii=False, default=default))
-
-
-def json_line(record: dict[str, Any]) -> str:
-    return json.dumps(jsonable(record), ensure_ascii=False)
-
-
-# --- a thread's history -----------------------------------------------------------------------------------
+# --- a thread's history: words for audit events -------------------------------------------------------------
 
 
 def clock(at: float) -> str:
@@ -249,31 +143,149 @@ def audit_text(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
     return f"{name}{by}: {short(detail, 80)}"
 
 
-def history_lines(messages: list[BaseMessage], audit: list[dict[str, Any]]) -> list[str]:
-    """The conversation with each call's fate under it, every event with its time (UTC) and durations."""
-    events: dict[str, list[dict[str, Any]]] = {}
-    for event in audit:
-        events.setdefault(event["call_id"], []).append(event)
-    lines: list[str] = []
-    if audit:
-        lines.append(f"first event {day_and_clock(audit[0]['at'])}, last {day_and_clock(audit[-1]['at'])}")
-    for message in messages:
-        if isinstance(message, HumanMessage):
-            lines.append(f"user: {short(message.content, 300)}")
-        elif isinstance(message, AIMessage):
-            for call in [*message.tool_calls, *message.invalid_tool_calls]:
-                lines.append(f"model: call {call.get('id')}")
-                lines.extend(wrapped(call_text(call.get("name") or "?", call.get("args")), "      "))
-                seen = events.get(call.get("id") or "", [])
-                for index, event in enumerate(seen):
-                    lines.append(f"    {clock(event['at'])}  {audit_text(event, seen[:index])}")
-            if message.content:
-                lines.append(f"model: {short(message.content, 300)}")
-        elif isinstance(message, ToolMessage):
-            lines.append(f"tool {message.tool_call_id}: {short(message.content, 160)}")
-    return lines
-
-
 def print_lines(lines: Iterable[str], out: TextIO) -> None:
     for line in lines:
         print(line, file=out, flush=True)
+
+
+@dataclass(frozen=True)
+class Display:
+    """Renderers for one graph's threads: every one that can print a call's arguments masks its tools'
+    `secret_args` (policies given here, explicitly)."""
+
+    policies: Mapping[str, ToolPolicy] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def for_graph(cls, graph: CompiledStateGraph[Any, Any, Any, Any]) -> Display:
+        """The display of a graph built by `build_graph` (its tools' policies); a graph gatedloop did not build
+        has no policies to mask by."""
+        parts = parts_of(graph)
+        return cls(parts.registry.policies if parts is not None else {})
+
+    def shown_args(self, name: str, args: Any) -> Any:
+        """`args` with the tool's `secret_args` masked; unparsed text of a tool with secrets is masked whole (nobody
+        can tell which part of it is the secret)."""
+        policy = self.policies.get(name)
+        if policy is None or not policy.secret_args:
+            return args
+        return policy.masked(args) if isinstance(args, dict) else MASK
+
+    def call_text(self, name: str, args: Any) -> str:
+        """A call with every argument in full (a reviewer approves what is shown, so nothing is cut), secrets
+        masked, and invisible characters (controls, bidi overrides) written as escapes so nothing hides text."""
+        args = self.shown_args(name, args)
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, default=repr)
+        return f"{name}({visible(text)})"
+
+    def shown_update(self, update: Any) -> Any:
+        """A node's state update for `--json`: the call plans' secret arguments masked (messages: `message_json`)."""
+        if not isinstance(update, dict) or not isinstance(update.get("calls"), list):
+            return update
+        plans = [c for c in update["calls"] if isinstance(c, dict)]
+        return {**update, "calls": [{**c, "args": self.shown_args(str(c.get("name")), c.get("args"))} for c in plans]}
+
+    def step_lines(self, node: str, update: Any) -> list[str]:
+        """One or more readable lines for a node's state update."""
+        if not isinstance(update, dict):
+            return []
+        lines: list[str] = []
+        for message in update.get("messages") or []:
+            lines.extend(self._message_lines(node, message))
+        if node == "finalize" and update.get("status"):
+            lines.append(
+                f"[{node}] {STOP_WORDS.get(update['status'], update['status'])}"
+                + (f" ({update['stop_detail']})" if update.get("stop_detail") else "")
+            )
+        elif update.get("stop"):
+            lines.append(f"[{node}] stopping: {update.get('stop_detail') or update['stop']}")
+        return lines
+
+    def _message_lines(self, node: str, message: BaseMessage) -> list[str]:
+        if isinstance(message, AIMessage):
+            calls = [self.call_text(c["name"], c["args"]) for c in message.tool_calls]
+            calls += [
+                self.call_text(c.get("name") or "?", c.get("args")) + " [unparseable]"
+                for c in message.invalid_tool_calls
+            ]
+            if calls:
+                return [f"[{node}] proposes {c}" for c in calls]
+            return [f"[{node}] answers: {short(message.content, 200)}"]
+        if isinstance(message, ToolMessage):
+            mark = "✗" if message.status == "error" else "✓"
+            return [f"[{node}] {mark} {message.name} -> {short(message.content)}"]
+        return []
+
+    def approval_table(self, request: dict[str, Any]) -> str:
+        if request.get("kind") == "unknown_outcome":
+            rows = []
+            for i, c in enumerate(request.get("calls", []), 1):
+                rows.append(f"  {i}. {c['name']}  outcome unknown ({c['reason']}), key {c['idempotency_key']}")
+                rows.extend(wrapped(self.call_text(c["name"], c["args"]), "     "))
+            head = "A write's outcome is unknown. Answer done (with its result), not_done (run it) or abandon:"
+            return "\n".join([head, *rows])
+        rows = []
+        for i, (action, config) in enumerate(
+            zip(request["action_requests"], request["review_configs"], strict=False), 1
+        ):
+            rows.append(f"  {i}. {action['name']}   allowed: {', '.join(config['allowed_decisions'])}")
+            rows.extend(wrapped(self.call_text(action["name"], action["args"]), "     "))
+        head = "Approval needed:" + (f"  (previous answer refused: {request['error']})" if request.get("error") else "")
+        return "\n".join([head, *rows])
+
+    def message_json(self, message: BaseMessage) -> dict[str, Any]:
+        """A message as compact JSON: role, content, and the tool-call fields that matter."""
+        body: dict[str, Any] = {"role": message.type, "id": message.id, "content": message.content}
+        if isinstance(message, AIMessage):
+            body["tool_calls"] = [
+                {"id": c["id"], "name": c["name"], "args": self.shown_args(c["name"], c["args"])}
+                for c in message.tool_calls
+            ]
+            if message.invalid_tool_calls:
+                body["invalid_tool_calls"] = [
+                    {**c, "args": self.shown_args(c.get("name") or "", c.get("args"))}
+                    for c in message.invalid_tool_calls
+                ]
+        if isinstance(message, ToolMessage):
+            body.update(tool_call_id=message.tool_call_id, name=message.name, status=message.status)
+        return body
+
+    def jsonable(self, value: Any) -> Any:
+        """Stream chunks as plain JSON: messages compacted, interrupts as {id, value}, anything else by repr."""
+
+        def default(item: Any) -> Any:
+            if isinstance(item, BaseMessage):
+                return self.message_json(item)
+            if isinstance(item, Interrupt):
+                return {"id": item.id, "value": item.value}
+            if isinstance(item, set | frozenset | tuple):
+                return list(item)
+            return repr(item)
+
+        return json.loads(json.dumps(value, ensure_ascii=False, default=default))
+
+    def json_line(self, record: dict[str, Any]) -> str:
+        return json.dumps(self.jsonable(record), ensure_ascii=False)
+
+    def history_lines(self, messages: list[BaseMessage], audit: list[dict[str, Any]]) -> list[str]:
+        """The conversation with each call's fate under it, every event with its time (UTC) and durations."""
+        events: dict[str, list[dict[str, Any]]] = {}
+        for event in audit:
+            events.setdefault(event["call_id"], []).append(event)
+        lines: list[str] = []
+        if audit:
+            lines.append(f"first event {day_and_clock(audit[0]['at'])}, last {day_and_clock(audit[-1]['at'])}")
+        for message in messages:
+            if isinstance(message, HumanMessage):
+                lines.append(f"user: {short(message.content, 300)}")
+            elif isinstance(message, AIMessage):
+                for call in [*message.tool_calls, *message.invalid_tool_calls]:
+                    lines.append(f"model: call {call.get('id')}")
+                    lines.extend(wrapped(self.call_text(call.get("name") or "?", call.get("args")), "      "))
+                    seen = events.get(call.get("id") or "", [])
+                    for index, event in enumerate(seen):
+                        lines.append(f"    {clock(event['at'])}  {audit_text(event, seen[:index])}")
+                if message.content:
+                    lines.append(f"model: {short(message.content, 300)}")
+            elif isinstance(message, ToolMessage):
+                lines.append(f"tool {message.tool_call_id}: {short(message.content, 160)}")
+        return lines

@@ -75,7 +75,7 @@ def test_every_code_name_in_the_glossary_exists(word):
         ("outcome", "running.OutcomeStatus"),
         ("outcome", "ledger.FinishedState"),
         ("decision", "policy.DecisionType"),
-        ("decision", "unknown.UnknownDecisionType"),
+        ("decision", "hitl.UnknownDecisionType"),
         ("verdict", "state.Verdict"),
         ("verdict", "evidence.CallVerdict"),
     ],

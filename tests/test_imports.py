@@ -16,6 +16,8 @@ import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {"tools": 0, "checkpoints": 1, "nodes": 2, "graph": 3, "demo": 4, "inbox": 5, "cli": 6}
 
@@ -137,3 +139,18 @@ def test_the_readmes_layer_diagram_is_the_order_this_test_enforces():
     diagram = section[section.index("```\n") + 4 : section.index("```", section.index("```\n") + 4)]
     drawn = [line.split()[0] for line in diagram.splitlines() if line[:1].isalpha()]  # indented: continued
     assert list(reversed(drawn)) == sorted(LAYERS, key=LAYERS.__getitem__)
+
+
+def test_one_import_gives_a_user_everything_including_the_postgres_openers():
+    """`from gatedloop.graph import ...` is the documented path: each name is the object from its home module."""
+    import gatedloop.graph as public
+    from gatedloop.checkpoints import lease, postgres, sqlite
+    from gatedloop.nodes.gate import hitl
+
+    assert public.ThreadBusy is lease.ThreadBusy and public.InvalidDecision is hitl.InvalidDecision
+    assert public.open_sqlite is sqlite.open_sqlite
+    assert public.open_postgres is postgres.open_postgres  # loaded on first use (the postgres extra)
+    assert public.open_async_postgres is postgres.open_async_postgres
+    assert all(hasattr(public, name) for name in public.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'open_mysql'"):
+        _ = public.open_mysql

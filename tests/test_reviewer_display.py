@@ -22,15 +22,7 @@ from langgraph.types import Command
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import build_graph, runs
-from gatedloop.graph.display import (
-    SECRET_POLICIES,
-    approval_table,
-    history_lines,
-    json_line,
-    message_json,
-    shown_update,
-    step_lines,
-)
+from gatedloop.graph.display import Display
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import CallContext, ToolPolicy
 
@@ -114,30 +106,27 @@ def test_secret_arguments_are_masked_in_the_cli_the_log_and_the_stream_events(
     lines: list[str] = []
     json_lines: list[str] = []  # as `--json` prints each step
 
-    def record(mode: str, chunk: Any) -> None:
+    def record(display: Display, mode: str, chunk: Any) -> None:
         if mode == "custom":
             events.append(chunk)
             return
         for node, update in chunk.items():
-            lines.extend(step_lines(node, update))
-            json_lines.append(json_line({"type": "step", "node": node, "update": shown_update(update)}))
+            lines.extend(display.step_lines(node, update))
+            json_lines.append(display.json_line({"type": "step", "node": node, "update": display.shown_update(update)}))
 
-    token = SECRET_POLICIES.set(app.policies)
-    try:
-        with caplog.at_level(logging.DEBUG, logger="gatedloop"), open_sqlite(tmp_path / "runs.sqlite") as saver:
-            graph = build_graph(model, app.tools, policies=app.policies, checkpointer=saver)
-            for mode, chunk in runs.stream_start(graph, "t", "log me in"):
-                record(mode, chunk)
-            request = runs.pending_request(graph, "t")
-            assert request is not None
-            table = approval_table(request)
-            for mode, chunk in runs.stream_resume(graph, "t", {"decisions": [{"type": "approve"}]}):
-                record(mode, chunk)
-            out = runs.output(graph, "t")
-            history = "\n".join(history_lines(out["messages"], saver.ledger.audit("t")))
-            as_json = json.dumps([message_json(m) for m in out["messages"]])
-    finally:
-        SECRET_POLICIES.reset(token)
+    with caplog.at_level(logging.DEBUG, logger="gatedloop"), open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(model, app.tools, policies=app.policies, checkpointer=saver)
+        display = Display.for_graph(graph)  # what the CLI and the inbox show this graph's threads with
+        for mode, chunk in runs.stream_start(graph, "t", "log me in"):
+            record(display, mode, chunk)
+        request = runs.pending_request(graph, "t")
+        assert request is not None
+        table = display.approval_table(request)
+        for mode, chunk in runs.stream_resume(graph, "t", {"decisions": [{"type": "approve"}]}):
+            record(display, mode, chunk)
+        out = runs.output(graph, "t")
+        history = "\n".join(display.history_lines(out["messages"], saver.ledger.audit("t")))
+        as_json = json.dumps([display.message_json(m) for m in out["messages"]])
     assert app.logins == [("ana", SECRET)], "the tool itself gets the real value"
     assert out["status"] == "completed"
     assert '"password": "***"' in table and '"user": "ana"' in table
@@ -261,9 +250,6 @@ def test_callbacks_see_a_secret_tools_run_with_masked_inputs_and_other_tools_as_
 
 
 def test_unparsed_arguments_of_a_tool_with_secrets_are_masked_whole():
-    token = SECRET_POLICIES.set(Login().policies)
-    try:
-        lines = step_lines("model", {"messages": [reply(calls=[call("login", '{"password": "' + SECRET)])]})
-    finally:
-        SECRET_POLICIES.reset(token)
+    display = Display(Login().policies)
+    lines = display.step_lines("model", {"messages": [reply(calls=[call("login", '{"password": "' + SECRET)])]})
     assert lines == ["[model] proposes login(***) [unparseable]"]

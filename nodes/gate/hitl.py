@@ -1,4 +1,5 @@
-"""The approval wire format: LangChain v1's batched `HITLRequest`, so existing clients work unchanged.
+"""Every interrupt's wire format: the approval request (LangChain v1's batched `HITLRequest`, so existing clients
+work unchanged) and the question about a write whose outcome is unknown (`UnknownOutcomeRequest`).
 
 Agent Chat UI and code written for `HumanInTheLoopMiddleware` read `action_requests`/`review_configs` and
 answer `{"decisions": [...]}`. We add a `request_id`, and per action `tool_call_id`, `args_digest` and the
@@ -204,3 +205,42 @@ def _check_one(
     if kind == "edit":
         result["edited_action"] = decision["edited_action"]
     return result
+
+
+# --- a write whose outcome is unknown: the question and its answer (asked by unknown.py) ---------------------
+
+UnknownDecisionType = Literal["done", "not_done", "abandon"]
+UNKNOWN_DECISIONS: tuple[UnknownDecisionType, ...] = ("done", "not_done", "abandon")
+
+
+class UnknownCall(TypedDict):
+    tool_call_id: str
+    name: str
+    args: dict[str, Any]
+    idempotency_key: str
+    reason: str
+
+
+class UnknownOutcomeRequest(TypedDict):
+    kind: Literal["unknown_outcome"]
+    calls: list[UnknownCall]
+    allowed_decisions: list[UnknownDecisionType]
+    error: NotRequired[str]
+
+
+def check_unknown_answer(answer: Any, count: int) -> list[dict[str, Any]]:
+    if not isinstance(answer, dict) or not isinstance(answer.get("decisions"), list):
+        raise InvalidDecision('the answer must be {"decisions": [...]}, one per call of unknown outcome')
+    decisions = answer["decisions"]
+    if len(decisions) != count:
+        raise InvalidDecision(f"expected {count} decision(s), got {len(decisions)}")
+    reviewer = answer.get("reviewer")
+    checked = []
+    for index, decision in enumerate(decisions):
+        if not isinstance(decision, dict) or decision.get("type") not in UNKNOWN_DECISIONS:
+            raise InvalidDecision(f"decision {index}: type must be one of {list(UNKNOWN_DECISIONS)}")
+        if decision["type"] == "done" and "result" not in decision:
+            raise InvalidDecision(f'decision {index}: "done" needs the "result" the write produced')
+        note = decision.get("reviewer", reviewer)
+        checked.append({**decision, **({"note": note} if isinstance(note, str) and note else {})})
+    return checked

@@ -9,7 +9,7 @@ with `needs_attention`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Any, cast
 
 from langgraph.config import get_config
 from langgraph.func import task
@@ -17,7 +17,14 @@ from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
 
 from gatedloop.nodes.gate.admission import with_edited_args
-from gatedloop.nodes.gate.hitl import ANONYMOUS, InvalidDecision, decider
+from gatedloop.nodes.gate.hitl import (
+    ANONYMOUS,
+    UNKNOWN_DECISIONS,
+    InvalidDecision,
+    UnknownOutcomeRequest,
+    check_unknown_answer,
+    decider,
+)
 from gatedloop.nodes.gate.parts import LoopParts, call_context
 from gatedloop.nodes.gate.running import (
     CANNOT_TELL,
@@ -40,24 +47,6 @@ from gatedloop.tools.registry import ToolRegistry
 log = logging.getLogger("gatedloop.reconcile")
 
 REFUSED_EVENT = "unknown_answer_refused"
-
-UnknownDecisionType = Literal["done", "not_done", "abandon"]
-UNKNOWN_DECISIONS: tuple[UnknownDecisionType, ...] = ("done", "not_done", "abandon")
-
-
-class UnknownCall(TypedDict):
-    tool_call_id: str
-    name: str
-    args: dict[str, Any]
-    idempotency_key: str
-    reason: str
-
-
-class UnknownOutcomeRequest(TypedDict):
-    kind: Literal["unknown_outcome"]
-    calls: list[UnknownCall]
-    allowed_decisions: list[UnknownDecisionType]
-    error: NotRequired[str]
 
 
 def reconciled_outcome(parts: LoopParts, result: Any) -> Outcome:
@@ -244,21 +233,3 @@ def _settle(
     parts.ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
     parts.ledger.record(thread_id, plan["id"], how, {"result_chars": len(outcome["content"])}, who)
     return outcome
-
-
-def check_unknown_answer(answer: Any, count: int) -> list[dict[str, Any]]:
-    if not isinstance(answer, dict) or not isinstance(answer.get("decisions"), list):
-        raise InvalidDecision('the answer must be {"decisions": [...]}, one per call of unknown outcome')
-    decisions = answer["decisions"]
-    if len(decisions) != count:
-        raise InvalidDecision(f"expected {count} decision(s), got {len(decisions)}")
-    reviewer = answer.get("reviewer")
-    checked = []
-    for index, decision in enumerate(decisions):
-        if not isinstance(decision, dict) or decision.get("type") not in UNKNOWN_DECISIONS:
-            raise InvalidDecision(f"decision {index}: type must be one of {list(UNKNOWN_DECISIONS)}")
-        if decision["type"] == "done" and "result" not in decision:
-            raise InvalidDecision(f'decision {index}: "done" needs the "result" the write produced')
-        note = decision.get("reviewer", reviewer)
-        checked.append({**decision, **({"note": note} if isinstance(note, str) and note else {})})
-    return checked
