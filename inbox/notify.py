@@ -142,8 +142,9 @@ def sign(secret: bytes, timestamp: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
-def request_link(config: NotifyConfig, request_id: str) -> str:
-    return f"{config.inbox_url}/requests/{quote(request_id, safe='')}"
+def request_link(config: NotifyConfig, request_id: str, thread_id: str) -> str:
+    """The request's page in the inbox; the thread names it exactly (request ids repeat across threads)."""
+    return f"{config.inbox_url}/requests/{quote(request_id, safe='')}?thread={quote(thread_id, safe='')}"
 
 
 def generic_body(notice: Notification, link: str) -> dict[str, Any]:
@@ -198,7 +199,7 @@ def slack_body(notice: Notification, link: str) -> dict[str, Any]:
 
 
 def body_bytes(webhook: Webhook, notice: Notification, config: NotifyConfig) -> bytes:
-    link = request_link(config, notice.request_id)
+    link = request_link(config, notice.request_id, notice.thread_id)
     body = slack_body(notice, link) if webhook.format == "slack" else generic_body(notice, link)
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 

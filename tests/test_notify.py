@@ -155,7 +155,7 @@ def test_a_request_is_queued_once_and_delivered_once_signed_with_its_secret_mask
     assert [(a["tool"], a["tool_call_id"], a["args"]) for a in body["actions"]] == [
         ("pay", "c1", {"amount": 250.0, "to": "***"})
     ]
-    assert body["url"] == f"http://inbox.example:8765/inbox/requests/{request['request_id']}"
+    assert body["url"] == f"http://inbox.example:8765/inbox/requests/{request['request_id']}?thread=t1"
     assert HIDDEN not in json.dumps(body)
 
 
@@ -217,7 +217,7 @@ def test_a_slack_webhook_gets_slacks_body_with_the_link_and_masked_arguments(db,
         request = pause(saver, "t1")
         assert Deliverer(saver.ledger, config).run_once().delivered == 1
     [(_, body)] = receiver.posts
-    link = f"https://review.example/inbox/requests/{request['request_id']}"
+    link = f"https://review.example/inbox/requests/{request['request_id']}?thread=t1"
     assert body["text"].startswith("Approval requested: pay (thread t1)") and body["text"].endswith(link)
     section, actions = body["blocks"]
     assert section["type"] == "section" and section["text"]["type"] == "mrkdwn"
@@ -317,7 +317,8 @@ def test_the_inbox_runs_the_deliverer_and_links_to_its_own_page(db, receiver, tm
         inbox.terminate()
         inbox.wait(30)
     [(_, body)] = receiver.posts
-    assert body["url"] == f"http://127.0.0.1:{port}/inbox/requests/{request['request_id']}", log.read_text()
+    page = f"http://127.0.0.1:{port}/inbox/requests/{request['request_id']}?thread=t1"
+    assert body["url"] == page, log.read_text()
 
 
 def free_port() -> int:
