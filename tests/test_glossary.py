@@ -1,4 +1,4 @@
-"""The glossary (docs/glossary.md) names what the code names: every code name in it exists, and every value the code
+"""The README's glossary names what the code names: every code name in it exists, and every value the code
 spells for a glossary word (outcome statuses, ledger states, decision types, verdicts, statuses) is in it."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ MODULES = {
 
 
 def glossary() -> dict[str, tuple[str, str]]:
-    """word -> (meaning, code names) from the Glossary table."""
+    """word -> (meaning, code names) from the README's Glossary table."""
     rows = {}
     for line in section("Glossary").splitlines():
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
@@ -87,5 +87,5 @@ def test_the_glossary_status_points_to_the_table_of_every_status():
     from gatedloop.graph import STATUSES
 
     table = section("What ends a request (`status`)")
-    assert "(policies.md#what-ends-a-request-status)" in glossary()["status"][0]
+    assert "(docs/policies.md#what-ends-a-request-status)" in glossary()["status"][0]
     assert all(f"| `{status}` |" in table for status in STATUSES)
