@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from cli_in_process import run_cli
+from doc_text import section
 
 from gatedloop.cli.main import (
     EXIT_BUSY,
@@ -33,7 +34,6 @@ from gatedloop.cli.main import (
 )
 
 SEAT = "Reserve a seat in workshop WS-101 for Alice"
-README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -425,9 +425,9 @@ def test_usage_and_configuration_errors_are_one_line_and_debug_shows_the_traceba
     debug = cli("run", "hello", "--debug", db=db, code=None, env=env)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "Missing credentials" in debug.stderr
 
-    readme = README.read_text()
-    section = readme[readme.index("Exit codes") :]
+    cli_doc = section("CLI")
+    exit_codes = cli_doc[cli_doc.index("Exit codes") :]
     helptext = cli("--help", db=None).stdout
     for code in EXIT_CODES:
-        assert f"| {code} |" in section, code
+        assert f"| {code} |" in exit_codes, code
         assert f"{code:>3}  " in helptext

@@ -6,11 +6,10 @@ from __future__ import annotations
 import importlib
 import re
 import typing
-from pathlib import Path
 
 import pytest
+from doc_text import section
 
-README = Path(__file__).resolve().parent.parent / "README.md"
 MODULES = {
     "running": "gatedloop.nodes.gate.running",
     "hitl": "gatedloop.nodes.gate.hitl",
@@ -29,10 +28,8 @@ MODULES = {
 
 def glossary() -> dict[str, tuple[str, str]]:
     """word -> (meaning, code names) from the README's Glossary table."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("\n## Glossary\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
-    for line in section.splitlines():
+    for line in section("Glossary").splitlines():
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
         if len(cells) == 3 and cells[0] not in ("word", "---"):
             rows[cells[0]] = (cells[1], cells[2])
@@ -89,7 +86,6 @@ def test_every_value_the_code_spells_is_in_the_glossary(word, spelled):
 def test_the_glossary_status_points_to_the_table_of_every_status():
     from gatedloop.graph import STATUSES
 
-    text = README.read_text(encoding="utf-8")
-    table = text.split("### What ends a request (`status`)", 1)[1].split("\n### ", 1)[0]
-    assert "(#what-ends-a-request-status)" in glossary()["status"][0]
+    table = section("What ends a request (`status`)")
+    assert "(docs/policies.md#what-ends-a-request-status)" in glossary()["status"][0]
     assert all(f"| `{status}` |" in table for status in STATUSES)

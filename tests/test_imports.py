@@ -1,4 +1,4 @@
-"""Imports flow one way: tools, checkpoints <- nodes <- graph <- demo <- inbox <- cli (README "Architecture").
+"""Imports flow one way: tools, checkpoints <- nodes <- graph <- demo <- inbox <- cli (docs/architecture.md).
 
 Two checks. Every module is imported first, alone, in a fresh interpreter: an import cycle fails there even when
 the suite's own import order hides it (as `import gatedloop.nodes.validate` once failed while every test passed).
@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from doc_text import section
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {"tools": 0, "checkpoints": 1, "nodes": 2, "graph": 3, "demo": 4, "inbox": 5, "cli": 6}
@@ -133,10 +134,9 @@ def test_every_module_imports_first_in_a_fresh_interpreter():
     assert not failures, "modules that cannot be imported first:\n" + "\n".join(failures)
 
 
-def test_the_readmes_layer_diagram_is_the_order_this_test_enforces():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("\n## Architecture\n") :]
-    diagram = section[section.index("```\n") + 4 : section.index("```", section.index("```\n") + 4)]
+def test_the_documented_layer_diagram_is_the_order_this_test_enforces():
+    text = section("Architecture")
+    diagram = text[text.index("```\n") + 4 : text.index("```", text.index("```\n") + 4)]
     drawn = [line.split()[0] for line in diagram.splitlines() if line[:1].isalpha()]  # indented: continued
     assert list(reversed(drawn)) == sorted(LAYERS, key=LAYERS.__getitem__)
 

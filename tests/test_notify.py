@@ -61,7 +61,7 @@ class Receiver:
 
 
 def verified(headers: Any, raw: bytes) -> bool:
-    """The receiver's check, as the README shows it: HMAC-SHA256 over `{timestamp}.{body}`, and a recent timestamp."""
+    """The receiver's check, as the docs show it: HMAC-SHA256 over `{timestamp}.{body}`, and a recent timestamp."""
     timestamp = headers["X-Gatedloop-Timestamp"]
     expected = "sha256=" + hmac.new(SECRET.encode(), f"{timestamp}.".encode() + raw, hashlib.sha256).hexdigest()
     fresh = abs(time.time() - int(timestamp)) < 300

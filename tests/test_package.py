@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from doc_text import section
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -39,8 +41,7 @@ def test_readme_diagram_matches_the_compiled_graph():
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
-    readme = (ROOT / "README.md").read_text()
-    quick = readme.split("## Quick start", 1)[1].split("##", 1)[0]
+    quick = section("Quick start", page="README.md")
     commands = re.findall(r"```bash\n(.*?)\n```", quick)
     assert len(commands) == 2, "the quick start is exactly two commands"
     assert "gatedloop demo" in commands[0]
@@ -59,22 +60,16 @@ def test_langgraph_json_names_a_graph_factory_without_a_checkpointer():
     assert graph.checkpointer is None
 
 
-def _architecture() -> str:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("\n## Architecture\n")
-    return readme[start : readme.index("\n## ", start + 1)]
-
-
-def test_the_readmes_architecture_names_files_and_tests_that_exist():
+def test_the_documented_architecture_names_files_and_tests_that_exist():
     """The architecture section is a map: every module and test it names must be there to find."""
-    section = _architecture()
-    files = set(re.findall(r"\b((?:tools|checkpoints|nodes|graph|demo|inbox|cli|tests)/\w+\.py)\b", section))
-    tests = set(re.findall(r"`(tests/\w+\.py)::(\w+)`", section))
+    architecture = section("Architecture")
+    files = set(re.findall(r"\b((?:tools|checkpoints|nodes|graph|demo|inbox|cli|tests)/\w+\.py)\b", architecture))
+    tests = set(re.findall(r"`(tests/\w+\.py)::(\w+)`", architecture))
     assert len(files) > 20 and len(tests) > 10, "the section lost its map"
     assert not [f for f in sorted(files) if not (ROOT / f).is_file()], "files named that do not exist"
     missing = [f"{path}::{name}" for path, name in sorted(tests) if f"def {name}(" not in (ROOT / path).read_text()]
     assert not missing, f"tests named that do not exist: {missing}"
-    invariants = re.findall(r"^\| (\d)\. ", section, re.MULTILINE)
+    invariants = re.findall(r"^\| (\d)\. ", architecture, re.MULTILINE)
     assert invariants == [str(n) for n in range(1, 10)], "one row per invariant, 1 to 9"
 
 

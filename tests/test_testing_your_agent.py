@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_text import section
 from invariants import assert_each_call_answered_once
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import (
@@ -27,28 +28,20 @@ from gatedloop.graph.models import ModelCannotBindTools
 from gatedloop.graph.scripted import ScriptedChatModel
 
 SUPPORT = Path(__file__).parent / "support"
-README = Path(__file__).parent.parent / "README.md"
-
-
-def readme_section(title: str) -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
 
 
 def python_blocks(section: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
-SECTION = readme_section("Testing your agent")
+SECTION = section("Testing your agent")
 
 
 @pytest.mark.parametrize("index", range(2), ids=["scripted-model", "langchain-fakes"])
 def test_the_readme_examples_run_as_written(index: int) -> None:
     blocks = python_blocks(SECTION)
     assert len(blocks) == 2
-    exec(compile(blocks[index], f"README.md: Testing your agent, block {index + 1}", "exec"), {"__name__": "readme"})
+    exec(compile(blocks[index], f"docs/testing.md, block {index + 1}", "exec"), {"__name__": "readme"})
 
 
 FAKES: dict[str, BaseChatModel] = {
@@ -68,7 +61,7 @@ def test_a_model_that_cannot_bind_tools_is_refused_in_one_line_naming_the_fix(na
     assert f"{name}.bind_tools is not implemented" in line and "ScriptedChatModel" in line
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
     if name == "GenericFakeChatModel":
-        assert f"```\n{line}\n```" in SECTION  # the README quotes the real message
+        assert f"```\n{line}\n```" in SECTION  # the docs quote the real message
 
 
 CHILD = """

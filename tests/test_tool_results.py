@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from doc_text import section
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from invariants import assert_each_call_answered_once
@@ -670,16 +671,15 @@ def test_any_tool_result_or_exception_is_answered_once_as_json_and_never_leaks(p
         assert len(states) == 1 and states[0] in ("done", "failed", "abandoned")
 
 
-def test_the_readme_states_the_one_rule_for_what_the_model_reads_with_the_envelopes_the_code_builds():
+def test_the_docs_state_the_one_rule_for_what_the_model_reads_with_the_envelopes_the_code_builds():
     """The table under "What the model sees from a tool" spells each envelope as the code builds it."""
     from gatedloop.tools.results import edited_result, responded_result
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### What the model sees from a tool", 1)[1].split("\n### ", 1)[0]
+    table = section("What the model sees from a tool")
     edited = json.loads(edited_result('{"id": 7}', {"to": "x"}))
     responded = json.loads(responded_result("done by hand"))
     assert edited == {"ok": True, "note": edited["note"], "ran_with": {"to": "x"}, "result": {"id": 7}}
-    assert f'"note": "{edited["note"]}"' in section
+    assert f'"note": "{edited["note"]}"' in table
     assert responded == {"ok": True, "answered_by": "reviewer", "result": "done by hand"}
-    assert '`{"ok": true, "answered_by": "reviewer", "result": "..."}`' in section
-    assert '`{"ok": false, "error": {"type", "message", "retryable"}}`' in section
+    assert '`{"ok": true, "answered_by": "reviewer", "result": "..."}`' in table
+    assert '`{"ok": false, "error": {"type", "message", "retryable"}}`' in table
