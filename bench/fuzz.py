@@ -9,6 +9,8 @@ Runs, through pytest (so fixtures work as in the suite):
   invariants (nothing unapproved runs, every call answered once, a known status);
 - `tests/test_tool_results.py`: any tool return value or exception is answered once, as JSON text, and no
   exception text reaches the model;
+- `tests/test_gate_forgery.py` (`forgery`): forged state written with `update_state` as any node never pays without
+  an authorized approval, and most forgeries reach the gate (the module fails otherwise);
 - `tests/test_gate_devserver.py` (`http_forgery`): forged state written over HTTP to the real `langgraph dev` never
   pays without an authorized approval (about 3.5 s an example: give it `--examples 200`, not the default).
 
@@ -41,6 +43,7 @@ TARGETS = {
     "test_the_loop_never_raises_never_runs_what_it_should_not_and_answers_every_call",
     "tool_results": "tests/test_tool_results.py::"
     "test_any_tool_result_or_exception_is_answered_once_as_json_and_never_leaks",
+    "forgery": "tests/test_gate_forgery.py::test_forged_state_never_runs_a_gated_call_without_an_authorized_approval",
     "http_forgery": "tests/test_gate_devserver.py::"
     "test_forged_state_over_http_never_pays_without_an_authorized_approval",
 }

@@ -76,10 +76,25 @@ def demo_data_path(db: str) -> Path:
     return path.with_name(f"{path.stem}.demo-data.sqlite")
 
 
+def require_db_folder(db: str) -> None:
+    """A SQLite `--db` whose folder does not exist is refused: a mistyped path would otherwise become a new, empty
+    database in a new folder (`open_sqlite` creates both), where the thread just run can never be found again."""
+    if is_postgres(db) or db == ":memory:":
+        return
+    folder = Path(db).parent
+    if not folder.is_dir():
+        raise CliError(
+            f"the folder {folder} of --db {db} does not exist: create it (mkdir -p {folder}) or fix --db "
+            "(or GATEDLOOP_DB)",
+            EXIT_NOT_FOUND,
+        )
+
+
 @contextmanager
 def open_saver(db: str, *, read_only: bool = False) -> Iterator[Any]:
     """`open_sqlite(db)` (read-only: `open_sqlite_readonly`), or `open_postgres(db)` for a `postgresql://` URL."""
     if not is_postgres(db):
+        require_db_folder(db)
         if read_only and not Path(db).is_file():
             raise CliError(f"no database at {db}: check --db (or GATEDLOOP_DB)", EXIT_NOT_FOUND)
         with ExitStack() as stack:

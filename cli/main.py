@@ -1,14 +1,13 @@
 """`gatedloop`: run, review, resume, list and inspect threads of the gated loop (SQLite file or Postgres URL).
 
-Every failure is one line on stderr that says what to do, with an exit code per kind (`EXIT_CODES`); a
-traceback only with `--debug`.
+Every failure is one line on stderr that says what to do (under `--json`, one JSON object), with an exit code per
+kind (`EXIT_CODES`); a traceback only with `--debug`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sqlite3
 import sys
@@ -49,9 +48,11 @@ from gatedloop.cli.app import (
     named_graph,
     open_app,
     open_saver,
+    require_db_folder,
     shown_db,
     writable_hint,
 )
+from gatedloop.cli.output import Output, configure_logging, wants_json
 from gatedloop.cli.review import ask_reviewer
 from gatedloop.demo import choose_model
 from gatedloop.demo.model import describe_choice
@@ -65,39 +66,6 @@ from gatedloop.tools.policy import CallContext
 DEFAULT_DB = "gatedloop.sqlite"
 DECISION_FLAGS = ("approve", "reject", "edit", "respond", "done", "not_done", "abandon")
 ANSWER_HINT = "--approve, --reject [REASON], --edit JSON or --respond TEXT"
-
-
-class Output:
-    """Human lines, or (with --json) JSON lines only: everything else goes to stderr or nowhere."""
-
-    def __init__(self, as_json: bool, display: Display | None = None):
-        self.as_json = as_json
-        self.display = display or Display()  # the graph's (Display.for_graph) wherever a call can be printed
-
-    def say(self, text: str) -> None:
-        if not self.as_json:
-            print(text, flush=True)
-
-    def record(self, kind: str, **fields: Any) -> None:
-        if self.as_json:
-            print(self.display.json_line({"type": kind, **fields}), flush=True)
-
-    def events(self, events: Iterator[tuple[str, Any]]) -> None:
-        for mode, chunk in events:
-            if mode == "custom":
-                if self.as_json:
-                    self.record("tool", **chunk) if isinstance(chunk, dict) else self.record("custom", data=chunk)
-                elif isinstance(chunk, dict) and chunk.get("event") == "tool_finished":
-                    self.say(f"  … {chunk['tool']} {chunk['outcome']} in {chunk['duration_ms']:.0f} ms")
-                continue
-            for node, update in chunk.items():
-                if node == "__interrupt__":
-                    continue  # the pending request is printed once, after the run, with the thread id
-                if self.as_json:
-                    self.record("step", node=node, update=self.display.shown_update(update))
-                else:
-                    for line in self.display.step_lines(node, update):
-                        self.say(line)
 
 
 def interactive(args: argparse.Namespace) -> bool:
@@ -276,6 +244,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         answer = resume_answer(args, request) if request is not None else None
         for sentence in unsettled_writes(saver.ledger, thread_id):
             out.say(f"settling: {sentence}")
+            out.record("settling", thread_id=thread_id, detail=sentence)
         events = runs.stream_resume(graph, thread_id, answer, context=context_of(args), upgrade=args.upgrade_graph)
         stream(out, thread_id, events)
         after = runs.pending_request(graph, thread_id)
@@ -373,6 +342,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         )
     fixed = Reviewer(args.as_user, context_of(args).roles, "fixed") if args.as_user else None
     notify = _notify_config(args, default_inbox_url=f"http://{args.host}:{args.port}/inbox")
+    require_db_folder(args.db)  # before the server starts: its startup is where the database is opened
 
     named = named_graph(args.graph)
 
@@ -389,7 +359,11 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     if named is None:
         choose_model()  # a model that is not configured is a one-line error now, not at the first answer
     app = create_app(open_backend, Sessions(config, fixed))
-    print(f"gatedloop inbox on http://{args.host}:{args.port}/inbox  (db: {shown_db(args.db)})", file=sys.stderr)
+    url = f"http://{args.host}:{args.port}/inbox"
+    if args.json:
+        Output(True).record("inbox", url=url, db=shown_db(args.db))
+    else:
+        print(f"gatedloop inbox on {url}  (db: {shown_db(args.db)})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="debug" if args.debug else "warning")
     return EXIT_COMPLETED
 
@@ -458,14 +432,27 @@ def _notify_options(command: argparse.ArgumentParser) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from gatedloop.cli.demo import run_demo
 
-    return run_demo(args.db)
+    return run_demo(args.db, Output(args.json))
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (exit 2) instead of the usage block and a message."""
+    """argparse, but a usage error is one line (exit 2) instead of the usage block and a message: raised, so that
+    `main` prints it as every other failure (JSON under --json)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"gatedloop: {message} (see: {self.prog} --help)\n")
+        raise CliError(f"{message} (see: {self.prog} --help)", EXIT_USAGE)
+
+
+def tcp_port(text: str) -> int:
+    """A port to listen on, 1-65535: a larger one would be taken modulo 65536 by the socket layer (99999 listens on
+    34463) while the URL printed says 99999."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (1-65535)")
+    return port
 
 
 def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -549,7 +536,7 @@ def parser() -> argparse.ArgumentParser:
     cancel.set_defaults(func=cmd_cancel)
     inbox = command("inbox", "serve the approval inbox (a web page for reviewers) for this database")
     inbox.add_argument("--host", default="127.0.0.1")
-    inbox.add_argument("--port", type=int, default=8765)
+    inbox.add_argument("--port", type=tcp_port, default=8765)
     inbox.add_argument(
         "--auth-file", metavar="FILE", help="reviewers' tokens, as for LangGraph Server (GATEDLOOP_AUTH_FILE)"
     )
@@ -563,25 +550,6 @@ def parser() -> argparse.ArgumentParser:
     notify.set_defaults(func=cmd_notify)
     command("demo", "play the articles' scenarios offline, approvals answered and shown").set_defaults(func=cmd_demo)
     return root
-
-
-class OneLineFormatter(logging.Formatter):
-    """Log records as one line, never a traceback (those need --debug)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        lines = record.getMessage().splitlines() or [""]
-        return f"gatedloop: {record.levelname.lower()} ({record.name}): {lines[0]}"
-
-
-def configure_logging(debug: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if debug:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
-        logging.getLogger("gatedloop").setLevel(logging.DEBUG)
-        return
-    handler.setFormatter(OneLineFormatter())
-    logging.basicConfig(level=logging.ERROR, handlers=[handler], force=True)
 
 
 def explain(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
@@ -615,15 +583,20 @@ def explain(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    configure_logging(args.debug)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parser().parse_args(argv)
+    except CliError as exc:  # a usage error
+        Output(wants_json(argv)).error(str(exc), exc.code)
+        return exc.code
+    configure_logging(args.debug, args.json)
     try:
         return int(args.func(args))
     except (Exception, KeyboardInterrupt) as exc:
         if args.debug and not isinstance(exc, CliError):
             raise
         message, code = explain(exc, args)
-        print(f"gatedloop: {message}", file=sys.stderr)
+        Output(args.json).error(message, code)
         return code
 
 

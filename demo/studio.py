@@ -16,6 +16,7 @@ an assistant chooses its model, limits, demo tools and system prompt with the ke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from gatedloop.checkpoints.ledger import Ledger, SqliteLedger
 from gatedloop.demo import DemoStore, build_demo_tools, demo_policies
 from gatedloop.demo.model import choose_model
 from gatedloop.graph.build import build_graph
+from gatedloop.graph.models import ModelConfigError
 from gatedloop.nodes.limits import Limits
 from gatedloop.tools.policy import ToolPolicy
 
@@ -156,9 +158,23 @@ def make_studio_graph(settings: AssistantSettings | None = None) -> CompiledStat
     )
 
 
+@lru_cache(maxsize=32)
+def _served_graph(settings: AssistantSettings) -> CompiledStateGraph:
+    """One compiled graph per assistant settings: building one (nine tool schemas, compiling) takes 30-100 ms, and
+    the server times every factory call, logging "Slow graph load" above 100 ms. A compiled graph holds no run
+    state (the server copies it with its checkpointer per call), so reusing it changes nothing else."""
+    return make_studio_graph(settings)
+
+
 async def graph(config: RunnableConfig, runtime: ServerRuntime) -> CompiledStateGraph:
     """The graph factory LangGraph Server calls for each run (and each read), with the assistant's config and the
     run's context, so two assistants of this one graph can use different models, limits and tools. Building opens
     SQLite files and may load a model client: off the server's event loop."""
     settings = assistant_settings(config, getattr(runtime, "context", None))
-    return await asyncio.to_thread(make_studio_graph, settings)
+    return await asyncio.to_thread(_served_graph, settings)
+
+
+# The default assistant's graph, built while the server imports this module (untimed), so its first run is a cache
+# hit too. A model that is not configured fails at the first run, as without this.
+with contextlib.suppress(ModelConfigError):
+    _served_graph(AssistantSettings())

@@ -194,6 +194,12 @@ def build_auth(config: AuthConfig | None) -> Auth:
         async def on_local_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate) -> None:
             refuse_routing(value)
 
+        @auth.on
+        async def local_user_may_do_anything(ctx: Auth.types.AuthContext, value: Any) -> None:
+            """One local user, nothing restricted, said explicitly: without a handler for every other path,
+            langgraph-api warns at start that those paths fail open (which here is the intent)."""
+            return None
+
         return auth
 
     @auth.authenticate

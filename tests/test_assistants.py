@@ -139,3 +139,32 @@ def test_context_wins_over_config_and_unknown_tools_are_named(tmp_path: Path, mo
     assert (settings.model, settings.system_prompt, settings.tools) == ("demo", "b", ("calculator",))
     with pytest.raises(AssistantConfigError, match=r"unknown tools \['nope'\]"):
         studio.make_studio_graph(assistant_settings(None, {"tools": ["nope"]}))
+
+
+def test_the_factory_builds_one_graph_per_assistant_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """langgraph-api times every factory call (each run and each read) and logs "Slow graph load" above 100 ms; a
+    build takes 30-100 ms, so the factory builds once per assistant settings and then returns that graph."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from gatedloop.demo import studio
+    from gatedloop.graph.build import parts_of
+
+    built: list[Any] = []
+    monkeypatch.setattr(studio, "make_studio_graph", lambda settings: built.append(settings) or object())
+    studio._served_graph.cache_clear()
+    try:
+        graphs = [
+            asyncio.run(studio.graph({"configurable": {"model": "demo"}}, SimpleNamespace(context=context)))
+            for context in (None, {"tools": ["calculator"]}, None, {"tools": ["calculator"]})
+        ]
+    finally:
+        studio._served_graph.cache_clear()
+    assert graphs[0] is graphs[2] and graphs[1] is graphs[3] and graphs[0] is not graphs[1]
+    assert [s.tools for s in built] == [None, ("calculator",)]
+
+    monkeypatch.undo()
+    served = asyncio.run(studio.graph({}, SimpleNamespace(context={"tools": ["calculator"]})))
+    assert served is asyncio.run(studio.graph({}, SimpleNamespace(context={"tools": ["calculator"]})))
+    parts = parts_of(served)
+    assert parts is not None and list(parts.registry.tools) == ["calculator"]

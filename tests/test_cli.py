@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import pty
 import select
@@ -431,3 +432,86 @@ def test_usage_and_configuration_errors_are_one_line_and_debug_shows_the_traceba
     for code in EXIT_CODES:
         assert f"| {code} |" in exit_codes, code
         assert f"{code:>3}  " in helptext
+
+
+def test_a_port_outside_1_to_65535_is_refused_before_anything_listens(tmp_path):
+    """`--port 99999` used to be announced as 99999 while the socket layer listened on 34463 (99999 mod 65536)."""
+    db = str(tmp_path / "runs.sqlite")
+    for port, shown in (("99999", "99999"), ("65536", "65536"), ("0", "0"), ("-1", "-1"), ("http", "'http'")):
+        out = cli("inbox", "--as", "ana", "--port", port, db=db, code=EXIT_USAGE)
+        assert f"argument --port: {shown} is not a port number (1-65535)" in one_line(out.stderr)
+    assert not Path(db).exists()
+
+
+def test_a_db_in_a_folder_that_does_not_exist_is_refused_by_every_command_and_nothing_is_created(tmp_path):
+    missing = tmp_path / "nope"
+    db = str(missing / "runs.sqlite")
+    with socket.socket() as taken:  # were the check gone, the inbox would fail to bind here instead of serving
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for args in (
+            ("run", "What is 2 + 3?"),
+            ("threads",),
+            ("show", "t1"),
+            ("cancel", "t1"),
+            ("resume", "t1", "--approve"),
+            ("inbox", "--as", "ana", "--port", port),
+            ("demo",),
+        ):
+            out = cli(*args, db=db, code=EXIT_NOT_FOUND)
+            assert f"the folder {missing} of --db {db} does not exist: create it (mkdir -p {missing})" in one_line(
+                out.stderr
+            ), args
+    assert not missing.exists()
+
+
+def test_under_json_every_failure_is_one_json_object_on_stderr_with_the_exit_code_of_the_text_one(tmp_path):
+    db = str(tmp_path / "runs.sqlite")
+    paused(db, "w1")
+    failing = {
+        ("bogus",): EXIT_USAGE,
+        ("inbox", "--as", "ana", "--port", "99999"): EXIT_USAGE,
+        ("show", "../x"): EXIT_USAGE,
+        ("resume", "w1", "--approve"): EXIT_USAGE,
+        ("show", "nosuch"): EXIT_NOT_FOUND,
+        ("--db", str(tmp_path / "nope" / "x.sqlite"), "threads"): EXIT_NOT_FOUND,
+        ("resume", "w1", "--request", "req-0", "--edit", "[{}, {}]"): EXIT_REFUSED,
+    }
+    for args, code in failing.items():
+        text = one_line(cli(*args, db=db, code=code).stderr)
+        as_json = cli(*args, "--json", db=db, code=code)
+        assert not as_json.stdout, args
+        [error] = json_lines(as_json.stderr)
+        assert error == {"type": "error", "error": text.removeprefix("gatedloop: "), "exit": code}
+
+
+def test_json_holds_for_demo_and_cancel(tmp_path):
+    db = str(tmp_path / "runs.sqlite")
+    demo = json_lines(cli("--json", "demo", db=str(tmp_path / "demo.sqlite")).stdout)
+    scenarios = [r["scenario"] for r in demo if r["type"] == "scenario"]
+    assert scenarios == ["order", "trip", "math", "lunch", "workshop", "reject"]
+    results = [r for r in demo if r["type"] == "result"]  # the lunch's from the resuming process's own --json
+    assert len(results) == 6 and {r["status"] for r in results} == {"completed"}
+    [request] = [r for r in demo if r["type"] == "request"]
+    assert request["request"]["action_requests"][0]["name"] == "create_event"
+    assert demo[-1] == {"type": "demo", "db": str(tmp_path / "demo.sqlite"), "failures": 0}
+
+    paused(db, "w1")
+    cancelled = json_lines(cli("cancel", "w1", "--json", db=db).stdout)
+    assert cancelled == [{"type": "cancel", "thread_id": "w1", "cancelled": True, "status": "cancelled"}]
+    again = json_lines(cli("cancel", "w1", "--json", db=db).stdout)
+    assert again == [{"type": "cancel", "thread_id": "w1", "cancelled": True, "status": "cancelled"}]
+
+
+def test_under_json_a_log_record_is_a_json_line(capsys):
+    from gatedloop.cli.output import configure_logging
+
+    configure_logging(debug=False, as_json=True)
+    try:
+        logging.getLogger("langgraph").error("checkpoint write failed\nTraceback (most recent call last): ...")
+    finally:
+        configure_logging(debug=False)
+    assert json_lines(capsys.readouterr().err) == [
+        {"type": "log", "level": "error", "logger": "langgraph", "message": "checkpoint write failed"}
+    ]

@@ -331,9 +331,13 @@ def test_gatedloop_inbox_serves_the_page_for_a_database_and_needs_a_reviewer(tmp
     port = _free_port()
     log = tmp_path / "inbox.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([*command, "--as", "ana", "--port", str(port)], env=env, stdout=out, stderr=out)
+        proc = subprocess.Popen(
+            [*command, "--as", "ana", "--port", str(port), "--json"], env=env, stdout=out, stderr=out
+        )
     try:
         _wait_ready(f"http://127.0.0.1:{port}/inbox", proc, log)
+        started = {"type": "inbox", "url": f"http://127.0.0.1:{port}/inbox", "db": db}
+        assert [json.loads(line) for line in log.read_text().splitlines()] == [started]  # --json: its one line
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/inbox", timeout=10) as response:
             page = response.read().decode()
         assert "ana" in page and "Nothing is waiting for you." in page

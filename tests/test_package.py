@@ -86,3 +86,40 @@ def test_the_manifest_installs_what_its_http_app_needs():
     listed = {name(dep) for dep in manifest["dependencies"] if not dep.startswith(".")}
     assert "." in manifest["dependencies"]
     assert {name(dep) for dep in extras["inbox"]} <= listed
+
+
+def test_the_readme_notebook_install_line_brings_jupyter_lab_and_every_package_the_notebooks_import():
+    """The Notebooks section's `pip install '.[EXTRAS]'` then `jupyter lab`: the extras (with the core dependencies)
+    name JupyterLab and the distribution of every module a notebook imports or runs with `python -m`."""
+    import importlib.metadata
+    import tomllib
+
+    def name(spec: str) -> str:
+        return re.split(r"[<>=\[ ;]", spec, maxsplit=1)[0].lower().replace("_", "-")
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def requirements(extra: str) -> set[str]:
+        specs = project["optional-dependencies"][extra]
+        inner = [re.search(r"gatedloop\[(.+?)\]", s) for s in specs]
+        return {name(s) for s in specs if not s.startswith("gatedloop")}.union(
+            *(requirements(e.strip()) for m in inner if m for e in m.group(1).split(","))
+        )
+
+    notebooks_doc = section("Notebooks")
+    [extras] = re.findall(r"pip install '\.\[([\w,]+)\]'", notebooks_doc)
+    assert "jupyter lab notebooks/" in notebooks_doc
+    allowed = {name(s) for s in project["dependencies"]}.union(*(requirements(e) for e in extras.split(",")))
+    assert "jupyterlab" in allowed
+
+    providers = importlib.metadata.packages_distributions()
+    modules = set()
+    for notebook in (ROOT / "notebooks").glob("*.ipynb"):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            modules |= set(re.findall(r"^\s*(?:from|import)\s+(\w+)", source, re.M))
+            modules |= set(re.findall(r"""["']-m["'],\s*["'](\w+)["']""", source))
+    third_party = {m for m in modules if m not in sys.stdlib_module_names and m != "gatedloop"}
+    assert {"langgraph_sdk", "langchain", "langgraph_cli"} <= third_party  # the scan sees what the notebooks use
+    missing = {m: providers.get(m) for m in third_party if not {name(d) for d in providers.get(m, [])} & allowed}
+    assert not missing, f"notebooks import these, not installed by '.[{extras}]': {missing}"

@@ -204,6 +204,8 @@ def test_repo_config_serves_the_demo_graph_on_the_sqlite_checkpointer(studio: Se
     assert [a["graph_id"] for a in studio.client.assistants.search(graph_id=GRAPH)] == [GRAPH]
     log = (studio.workdir / "langgraph-dev.log").read_text()
     assert "Using custom checkpointer: GatedAsyncSqliteSaver" in log
+    startup = log[: log.index("Application started up")]
+    assert not [line for line in startup.splitlines() if "[warning" in line or "[error" in line], startup
 
 
 def test_the_inbox_is_served_at_slash_inbox_and_answers_through_the_checked_path(studio: Server) -> None:
