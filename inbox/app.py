@@ -275,7 +275,8 @@ def create_app(
         return render(request, "request.html", context)
 
     async def short_request_link(request: Request) -> Response:
-        """`/requests/<id>` (the link notifications carry) -> the inbox's page for it, under the cookie's path."""
+        # The short link notifications carry, redirected to the inbox's page under the cookie's path. (A comment, not
+        # a docstring: LangGraph Server parses route docstrings as OpenAPI YAML and warns on this one.)
         query = f"?{request.url.query}" if request.url.query else ""
         return RedirectResponse(f"/inbox/requests/{quote(request.path_params['request_id'])}{query}", 307)
 
