@@ -262,7 +262,6 @@ class _Turn:
             update.update(stop="loop_detected", stop_detail="the model repeated the same call with the same result")
         return update
 
-
     def _stopped_answers(self) -> list[ToolMessage]:
         """The calls a stop left unstarted, each answered "not run" with the stop's name."""
         if self.stop is None:
