@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 from gatedloop.nodes.gate.answers import check_history, error_message, record_answers, tool_message
 from gatedloop.nodes.gate.open_calls import recorded_answer
 from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
-from gatedloop.nodes.gate.running import unknown
+from gatedloop.nodes.gate.running import UnknownReason, unknown
 from gatedloop.nodes.state import GatedState
 from gatedloop.tools import errors
 
@@ -55,7 +55,8 @@ def make_finalize_node(parts: LoopParts):
                 leftovers.append(recorded)
                 continue
             if entry is not None:  # claimed: it started, and nobody knows whether it happened
-                why = "claimant_running" if parts.ledger.claimant_alive(entry.claimant) else "claimant_died"
+                alive = parts.ledger.claimant_alive(entry.claimant)
+                why: UnknownReason = "claimant_running" if alive else "claimant_died"
                 leftovers.append(tool_message(call.id, call.name, "unknown", unknown(why, entry.attempts)["content"]))
                 started_unknown = True
                 continue

@@ -138,7 +138,7 @@ def test_a_cancel_while_paused_settles_the_started_write_and_runs_nothing_new(
     db: str, decision: dict[str, Any], status: str, p1_error: str | None
 ):
     with open_sqlite(db) as saver:
-        graph, bank, clock = paused_on_the_question(saver, work_s=1.0)
+        graph, bank, _ = paused_on_the_question(saver, work_s=1.0)
         runs.cancel(THREAD, ledger=saver.ledger)
         out = runs.resume(graph, THREAD, {"decisions": [decision]})
         entries = [(e.call_id, e.state) for e in saver.ledger.entries(THREAD)]
