@@ -134,6 +134,8 @@ def audit_text(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
             else "the process running it stopped and the tool's system reported it had not happened"
         )
         return f"run again (attempt {attempt}): {why}"
+    if name.startswith("unknown_outcome_asked"):
+        return "outcome unknown; a person was asked whether it happened"
     if name == "unknown_outcome_decision":
         return f"outcome unknown; decided{by}: {UNKNOWN_WORDS.get(str(detail.get('decision')), detail.get('decision'))}"
     if name == "reconciled":

@@ -7,13 +7,18 @@ against the ledger's evidence (nodes/gate/admission.py): the registry's effect, 
 arguments, and for a gated call the recorded approvals of exactly those arguments. A gated call without them
 goes back to `approve`; a call nobody validated, or whose arguments were changed, is answered, never run.
 Unknown write outcomes are reconciled here.
+
+A stop (cancel, deadline) stops work not yet started. A write that already started (it has a ledger entry) is
+settled as always, its recorded outcome, reconcile or a person's answer, and never answered "not run"; the time
+a person took to answer is then excluded from the deadline, which is weighed again before anything new starts
+(see `_Turn.to_run`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
@@ -28,7 +33,7 @@ from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
 from gatedloop.nodes.gate.running import Outcome, error_outcome, run_read, run_write
 from gatedloop.nodes.gate.tool_env import ToolEnv
 from gatedloop.nodes.gate.unknown import make_settle_task
-from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead
+from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead, Status
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, fingerprint
 from gatedloop.tools.results import edited_result
@@ -77,7 +82,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
                 turn.outcomes[plan["id"]] = future.result()
             batch.clear()
 
-        for plan in turn.runnable:
+        for plan in turn.to_run():
             if plan["effect"] == "read":
                 batch.append(plan)
                 continue
@@ -105,7 +110,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
             turn.outcomes.update({plan["id"]: result for plan, result in zip(batch, results, strict=True)})
             batch.clear()
 
-        for plan in turn.runnable:
+        for plan in turn.to_run():
             if plan["effect"] == "read":
                 batch.append(plan)
                 continue
@@ -128,6 +133,9 @@ class _Turn:
 
     Consecutive reads run concurrently; a write is a barrier and runs alone, and an unknown write outcome is
     settled before the next write starts, so writes happen in the model's order even after a crash.
+
+    The stop checks (cancel, deadline) cost nothing extra per step: only when one fires is the ledger read, for
+    writes of this turn that already started, which are then settled before the stop answers the rest.
     """
 
     def __init__(self, parts: LoopParts, state: GatedState, runtime: Runtime):
@@ -138,7 +146,11 @@ class _Turn:
         self.outcomes: dict[str, Outcome] = {}
         self.unsettled: list[str] = []
         self.refused: list[ToolMessage] = []
+        self.waited_s = 0.0
+        self.not_run: list[CallPlan] = []
         self.calls, self.runnable = self._admitted(state.get("calls") or [])
+        self.stop: tuple[Status, str] | None = None
+        self.settle_first = 0
         self.early = self._early_exit()
 
     def _admitted(self, calls: list[CallPlan]) -> tuple[list[CallPlan], list[CallPlan]]:
@@ -171,14 +183,36 @@ class _Turn:
     def _early_exit(self) -> dict[str, Any] | None:
         if any(c["verdict"] == "ask" for c in self.calls):
             return {"calls": self.calls, **self._answers(self.refused)}
-        stop = self.parts.stop_before_work(self.thread_id, self.counters, tokens=False)
-        if stop:
-            reason = errors.NOT_RUN_STOPPED.format(reason=stop[1])
-            failure = errors.ToolFailure(reason, error_type=errors.not_run_label(stop[0]))
-            not_run = [error_message(c["id"], c["name"], failure) for c in self.runnable]
-            update = {"calls": _answered(self.calls), "stop": stop[0], "stop_detail": stop[1]}
-            return {**update, **self._answers([*self.refused, *not_run])}
+        self.stop = self.parts.stop_before_work(self.thread_id, self.counters, tokens=False)
+        if self.stop is not None:
+            self.settle_first = self._through_last_started_write()
         return None
+
+    def _through_last_started_write(self) -> int:
+        """How many runnable calls to take through the usual path under a stop: up to the last write that already
+        started (reads before it ran before it, and replay from their tasks), so that each started write reaches
+        the same settle task, with the same question and answer, as it would without the stop."""
+        started = {entry.call_id for entry in self.parts.ledger.entries(self.thread_id)}
+        hits = [i + 1 for i, plan in enumerate(self.runnable) if plan["effect"] == "write" and plan["id"] in started]
+        return hits[-1] if hits else 0
+
+    def to_run(self) -> Iterator[CallPlan]:
+        """The calls to run, in the model's order. Under a stop, the started writes (`settle_first`) are settled
+        first; then the stop is weighed again, the deadline without the time their settling waited for a person,
+        and if it still holds, the calls not yet started are answered "not run" (`not_run`)."""
+        for index, plan in enumerate(self.runnable):
+            if self.stop is not None and index == self.settle_first and self._still_stopped(index):
+                return
+            yield plan
+        if self.stop is not None and len(self.runnable) == self.settle_first:
+            self._still_stopped(len(self.runnable))
+
+    def _still_stopped(self, index: int) -> bool:
+        if self.stop is not None and self.stop[0] == "deadline":
+            self.stop = self.parts.past_deadline(self.counters, self.waited_s)
+        if self.stop is not None:
+            self.runnable, self.not_run = self.runnable[:index], self.runnable[index:]
+        return self.stop is not None
 
     def _answers(self, messages: list[ToolMessage]) -> dict[str, Any]:
         return record_answers(self.parts.ledger, self.thread_id, messages, "execute")
@@ -186,6 +220,7 @@ class _Turn:
     def record_write(self, plan: CallPlan, outcome: Outcome, settled: dict[str, Any] | None) -> None:
         if settled is not None:
             outcome = settled["outcome"]
+            self.waited_s += settled.get("waited_s", 0.0)  # absent from a task result stored by an older version
             if settled["left_open"]:
                 self.unsettled.append(plan["id"])
         self.outcomes[plan["id"]] = outcome
@@ -211,18 +246,30 @@ class _Turn:
             self.parts.ledger.record(self.thread_id, plan["id"], "executed", _audit(plan, shown, outcome))
         counters["tool_calls"] += len(self.runnable)
         counters["per_tool"] = per_tool
+        counters["waited_s"] += self.waited_s
         update: dict[str, Any] = {
             "calls": _answered(self.calls),
             "counters": counters,
-            **self._answers([*self.refused, *answers]),
+            **self._answers([*self.refused, *answers, *self._stopped_answers()]),
         }
         if seen:
             update["seen_reads"] = seen
         if self.unsettled:
             update.update(stop="needs_attention", stop_detail="a write's outcome is unknown and was left to a person")
+        elif self.stop is not None:
+            update.update(stop=self.stop[0], stop_detail=self.stop[1])
         elif loop_hit:
             update.update(stop="loop_detected", stop_detail="the model repeated the same call with the same result")
         return update
+
+    def _stopped_answers(self) -> list[ToolMessage]:
+        """The calls a stop left unstarted, each answered "not run" with the stop's name."""
+        if self.stop is None:
+            return []
+        failure = errors.ToolFailure(
+            errors.NOT_RUN_STOPPED.format(reason=self.stop[1]), error_type=errors.not_run_label(self.stop[0])
+        )
+        return [error_message(c["id"], c["name"], failure) for c in self.not_run]
 
 
 def _not_run(reason: str) -> Outcome:

@@ -1,8 +1,9 @@
 """The `finalize` node: the terminal status and, only for `completed`, the answer.
 
 It also enforces invariant 1 as a last line: a foreign answer (one gatedloop did not give) is removed, and
-any call still unanswered (which the other nodes never leave) gets its recorded outcome if it ran, else a
-"not run" error, so the history stays valid for the provider.
+any call still unanswered (which the other nodes never leave) gets its recorded outcome if it ran, `outcome_unknown`
+if it started and never finished (the request then needs attention: finalize asks nobody), else a "not run" error,
+so the history stays valid for the provider.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.gate.answers import check_history, error_message, record_answers
+from gatedloop.nodes.gate.answers import check_history, error_message, record_answers, tool_message
 from gatedloop.nodes.gate.open_calls import recorded_answer
 from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
+from gatedloop.nodes.gate.running import UnknownReason, unknown
 from gatedloop.nodes.state import GatedState
 from gatedloop.tools import errors
 
@@ -45,14 +47,24 @@ def make_finalize_node(parts: LoopParts):
             status, answer, detail = "error", None, "the loop ended without a final answer"
         check = check_history(messages, parts.ledger.answer_digests(thread_id))
         leftovers: list[ToolMessage] = []
+        started_unknown = False
         for call in check.open_calls:
-            recorded = recorded_answer(parts.ledger.get(thread_id, call.id), call)
+            entry = parts.ledger.get(thread_id, call.id)
+            recorded = recorded_answer(entry, call)
             if recorded is not None:
                 leftovers.append(recorded)
+                continue
+            if entry is not None:  # claimed: it started, and nobody knows whether it happened
+                alive = parts.ledger.claimant_alive(entry.claimant)
+                why: UnknownReason = "claimant_running" if alive else "claimant_died"
+                leftovers.append(tool_message(call.id, call.name, "unknown", unknown(why, entry.attempts)["content"]))
+                started_unknown = True
                 continue
             reason = errors.NOT_RUN_STOPPED.format(reason=detail or status)
             not_run = errors.ToolFailure(reason, error_type=errors.not_run_label(status))
             leftovers.append(error_message(call.id, call.name, not_run))
+        if started_unknown and status != "completed":
+            status, detail = "needs_attention", "a write's outcome is unknown and was left to a person"
         removals = check.removals()
         answered = record_answers(parts.ledger, thread_id, leftovers, "finalize").get("messages", [])
         update: dict[str, Any] = {"status": status, "answer": answer, "stop_detail": detail, "calls": []}

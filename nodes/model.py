@@ -203,7 +203,7 @@ class _ModelTurn:
             if state.get("seen_reads"):
                 self.reset["seen_reads"] = Overwrite({})  # repeats are counted per request
         else:
-            counters = {**counters}
+            counters = {**counters, "waited_s": counters["waited_s"] + self.closed.waited_s}
         self.counters = counters
         self.messages = messages
         self.earlier = earlier_call_ids(messages)

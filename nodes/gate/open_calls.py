@@ -5,7 +5,8 @@ call." before posting a new message), and `update_state` can write one: such ans
 as a call's result. A call still open when a new message arrives is answered here: one that never started is
 `superseded` (not run); a write that finished is answered with its recorded outcome; a write that was claimed
 when its process died is settled (reconcile, else a person), and never run now. The model then sees each
-assistant turn followed directly by its answers.
+assistant turn followed directly by its answers. This happens before any stop is weighed: a stop never answers a
+started write "not run". The time a person took to settle one is `ClosedHistory.waited_s`, not work.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class ClosedHistory:
     update: list[BaseMessage] = field(default_factory=list)
     view: list[BaseMessage] = field(default_factory=list)
     left_open: bool = False
+    waited_s: float = 0.0
 
 
 def close_open_calls(
@@ -63,13 +65,15 @@ def close_open_calls(
         )
     answers: list[ToolMessage] = []
     left_open = False
+    waited_s = 0.0
     for call in check.open_calls:
-        answer, still_open = _close(parts, settle_task, thread_id, call)
+        answer, settled = _close(parts, settle_task, thread_id, call)
         answers.append(answer)
-        left_open = left_open or still_open
+        left_open = left_open or bool(settled.get("left_open"))
+        waited_s += settled.get("waited_s", 0.0)
     removals: list[BaseMessage] = [RemoveMessage(id=m.id) for m in check.foreign if m.id]
     update = [*removals, *record_answers(parts.ledger, thread_id, answers, SUPERSEDED_SOURCE).get("messages", [])]
-    return ClosedHistory(update, model_view([*messages, *answers], check.foreign), left_open)
+    return ClosedHistory(update, model_view([*messages, *answers], check.foreign), left_open, waited_s)
 
 
 def _adopt(parts: LoopParts, thread_id: str, foreign: Sequence[ToolMessage]) -> bool:
@@ -95,14 +99,15 @@ def recorded_answer(entry: LedgerEntry | None, call: OpenCall) -> ToolMessage | 
     return tool_message(call.id, call.name, outcome["status"], outcome["content"])
 
 
-def _close(parts: LoopParts, settle_task: Any, thread_id: str, call: OpenCall) -> tuple[ToolMessage, bool]:
+def _close(parts: LoopParts, settle_task: Any, thread_id: str, call: OpenCall) -> tuple[ToolMessage, dict[str, Any]]:
+    """The call's answer, and the settle task's result for a write whose outcome was unknown (else empty)."""
     entry = parts.ledger.get(thread_id, call.id)
     if entry is None:
         parts.ledger.record(thread_id, call.id, "superseded", {"how": "never started"})
-        return error_message(call.id, call.name, errors.ToolFailure(errors.SUPERSEDED, error_type="superseded")), False
+        return error_message(call.id, call.name, errors.ToolFailure(errors.SUPERSEDED, error_type="superseded")), {}
     recorded = recorded_answer(entry, call)
     if recorded is not None:
-        return recorded, False
+        return recorded, {}
     plan: CallPlan = {
         "id": call.id,
         "name": call.name,
@@ -113,4 +118,4 @@ def _close(parts: LoopParts, settle_task: Any, thread_id: str, call: OpenCall) -
     }
     settled = settle_task(thread_id, plan, unknown("claimant_died", entry.attempts), False).result()
     outcome = settled["outcome"]
-    return tool_message(call.id, call.name, outcome["status"], outcome["content"]), bool(settled["left_open"])
+    return tool_message(call.id, call.name, outcome["status"], outcome["content"]), settled

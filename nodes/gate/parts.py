@@ -53,11 +53,18 @@ class LoopParts:
         """The node-boundary checks: cancelled, past the deadline, out of tokens. None means go on."""
         if self.ledger.cancel_requested(thread_id):
             return "cancelled", "cancelled on request"
-        active = self.clock() - counters["started_at"] - counters["waited_s"]
-        if active > self.limits.deadline_s:
-            return "deadline", f"the {self.limits.deadline_s:g} s deadline passed"
+        if (late := self.past_deadline(counters)) is not None:
+            return late
         if tokens and counters["tokens"] >= self.limits.max_tokens:
             return "budget_exhausted", f"the token budget ({self.limits.max_tokens}) is used up"
+        return None
+
+    def past_deadline(self, counters: RequestCounters, waited_s: float = 0.0) -> tuple[Status, str] | None:
+        """The deadline alone, on the request's active time: wall clock since it started, minus time spent waiting
+        for a person (`counters["waited_s"]`, plus `waited_s` a node has waited and not stored yet)."""
+        active = self.clock() - counters["started_at"] - counters["waited_s"] - waited_s
+        if active > self.limits.deadline_s:
+            return "deadline", f"the {self.limits.deadline_s:g} s deadline passed"
         return None
 
 

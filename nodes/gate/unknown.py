@@ -4,14 +4,21 @@ Never replayed blindly. `reconcile(args, idempotency_key)` returns the result if
 None if it did not, and raises if it cannot tell. A person answers `done` (with a result), `not_done`
 (run it now; or, for a write a new user message superseded, leave it unrun) or `abandon` (the loop stops
 with `needs_attention`).
+
+Waiting for that person is not work: the request's deadline excludes it, as it excludes waiting for an approval.
+A node cannot update its counters before an `interrupt()`, so the settle task records when it put its question
+(`ASKED_EVENT`, once, with the loop's clock) and returns how long the answer took (`Settlement.waited_s`); the node
+that gets the answer adds it to `waited_s` in its update, and weighs its deadline with it (nodes/execute.py,
+nodes/gate/open_calls.py). Nothing is read for this on the common path: only an answered question reads its event.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from langgraph.config import get_config
+from langgraph.errors import GraphInterrupt
 from langgraph.func import task
 from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
@@ -47,6 +54,17 @@ from gatedloop.tools.registry import ToolRegistry
 log = logging.getLogger("gatedloop.reconcile")
 
 REFUSED_EVENT = "unknown_answer_refused"
+ASKED_EVENT = "unknown_outcome_asked"
+"""`unknown_outcome_asked:<task>`, recorded once when a settle task first asks a person, `{"asked_at": clock}`."""
+
+
+class Settlement(NamedTuple):
+    """A settled unknown outcome: what to answer, whether it is still left to a person, and how long a person was
+    waited for (excluded from the deadline by the node that receives it)."""
+
+    outcome: Outcome
+    left_open: bool
+    waited_s: float = 0.0
 
 
 def reconciled_outcome(parts: LoopParts, result: Any) -> Outcome:
@@ -83,8 +101,8 @@ def make_settle_task(parts: LoopParts) -> Any:
         actual = with_edited_args(parts.registry, parts.ledger, thread_id, plan)
         if actual is None:  # the edit it ran with is not recorded: never re-run a masked value; a person decides
             return {"outcome": {**outcome, "status": "error"}, "left_open": True}
-        settled, left_open = settle_unknown(parts, thread_id, actual, outcome, rerun=rerun, env=env)
-        return {"outcome": settled, "left_open": left_open}
+        settled = settle_unknown(parts, thread_id, actual, outcome, rerun=rerun, env=env)
+        return {"outcome": settled.outcome, "left_open": settled.left_open, "waited_s": settled.waited_s}
 
     # (cast: langgraph's `task` overloads do not type-check a plain sync function under mypy.)
     return task(name="settle_unknown_write")(cast(Any, settle))
@@ -98,7 +116,7 @@ def settle_unknown(
     *,
     rerun: bool = True,
     env: ToolEnv | None = None,
-) -> tuple[Outcome, bool]:
+) -> Settlement:
     """The outcome to report for a write whose outcome was unknown, and whether it is still left open.
 
     In order: an outcome recorded meanwhile (a late finish) wins; then the tool's `reconcile`; then, if no
@@ -109,16 +127,16 @@ def settle_unknown(
     """
     entry = parts.ledger.get(thread_id, plan["id"])
     if entry is not None and entry.state != "claimed":
-        return stored_outcome(entry.state, entry.result), entry.state == "abandoned"
+        return Settlement(stored_outcome(entry.state, entry.result), entry.state == "abandoned")
     answer = reconcile(parts.registry, plan, key_of_record(entry, thread_id, plan["id"]))
     if answer is not CANNOT_TELL and answer is not None:
-        return _settle(parts, thread_id, plan, reconciled_outcome(parts, answer), "reconciled"), False
+        return Settlement(_settle(parts, thread_id, plan, reconciled_outcome(parts, answer), "reconciled"), False)
     if answer is None and entry is not None and not _may_be_running(parts, thread_id, plan, entry.claimant):
         if not rerun:
-            return _superseded(parts, thread_id, plan, "reconciled: not done"), False
+            return Settlement(_superseded(parts, thread_id, plan, "reconciled: not done"), False)
         rerun_outcome = _rerun(parts, thread_id, plan, entry.attempts, env)
         if rerun_outcome is not None:
-            return rerun_outcome, False
+            return Settlement(rerun_outcome, False)
     return _ask_person(parts, thread_id, plan, outcome, rerun=rerun, env=env)
 
 
@@ -149,7 +167,7 @@ def _rerun(parts: LoopParts, thread_id: str, plan: CallPlan, attempts: int, env:
 
 def _ask_person(
     parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, *, rerun: bool, env: ToolEnv | None
-) -> tuple[Outcome, bool]:
+) -> Settlement:
     """Interrupt until a valid answer from someone the tool's policy lets decide: done (with its result),
     not_done (run it now) or abandon. Who answers is the resuming call's identity (invariant 10), never a name
     written in the answer; a refused answer changes nothing but the audit trail, and stays refused when this
@@ -160,8 +178,14 @@ def _ask_person(
     requester = _requester(parts, thread_id, plan)
     error: str | None = None
     question = 0
+    asked = f"{ASKED_EVENT}:{_task_key()}"
     while True:
-        answer = interrupt(request if error is None else {**request, "error": error})
+        try:
+            answer = interrupt(request if error is None else {**request, "error": error})
+        except GraphInterrupt:  # the question is put to a person now (a replayed answer returns instead)
+            first = parts.clock() if question == 0 else _asked_before_events(parts, thread_id, plan)
+            parts.ledger.record(thread_id, plan["id"], asked, {"asked_at": first})  # kept once: the first question
+            raise
         reviewer = call_context(get_runtime().context)
         attempt = _attempt_key(question, answer)
         question += 1
@@ -183,20 +207,22 @@ def _ask_person(
             detail = {"kind": "unknown_outcome", "error": error, "roles": sorted(reviewer.roles)}
             actor = reviewer.user_id or ANONYMOUS
             parts.ledger.record(thread_id, plan["id"], f"{REFUSED_EVENT}:{attempt}", detail, actor)
+    waited = _waited_s(parts, thread_id, plan, asked)
     detail = {"decision": decision["type"], **({"note": decision["note"]} if decision.get("note") else {})}
     parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
     if decision["type"] == "done":
-        return _settle(parts, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who), False
+        settled = _settle(parts, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who)
+        return Settlement(settled, False, waited)
     if decision["type"] == "not_done":
         entry = parts.ledger.get(thread_id, plan["id"])
         if entry is not None and entry.state != "claimed":
-            return stored_outcome(entry.state, entry.result), False
+            return Settlement(stored_outcome(entry.state, entry.result), False, waited)
         if not rerun:
-            return _superseded(parts, thread_id, plan, "marked not done", who), False
+            return Settlement(_superseded(parts, thread_id, plan, "marked not done", who), False, waited)
         again = _rerun(parts, thread_id, plan, entry.attempts if entry else 1, env)
-        return (again, False) if again is not None else (outcome, True)
+        return Settlement(again, False, waited) if again is not None else Settlement(outcome, True, waited)
     parts.ledger.finish(thread_id, plan["id"], "abandoned", outcome)
-    return {**outcome, "status": "error"}, True
+    return Settlement({**outcome, "status": "error"}, True, waited)
 
 
 def _requester(parts: LoopParts, thread_id: str, plan: CallPlan) -> str | None:
@@ -209,6 +235,29 @@ def _attempt_key(question: int, answer: Any) -> str:
     runs again, so (task, position, answer) names one answer however often it is replayed."""
     namespace = get_config().get("configurable", {}).get("checkpoint_ns", "")
     return digest([namespace, question, storable_text(answer)])[:12]
+
+
+def _task_key() -> str:
+    """This settle task, the same each time it replays (a call settled twice, by `execute` and later by `model`,
+    has two questions, each timed on its own)."""
+    return digest([get_config().get("configurable", {}).get("checkpoint_ns", "")])[:12]
+
+
+def _waited_s(parts: LoopParts, thread_id: str, plan: CallPlan, asked: str) -> float:
+    """How long the person took, from this task's first question to the answer being applied now."""
+    for row in parts.ledger.audit(thread_id):
+        if row["call_id"] == plan["id"] and row["event"] == asked:
+            return max(0.0, parts.clock() - float(row["detail"]["asked_at"]))
+    return max(0.0, parts.clock() - _asked_before_events(parts, thread_id, plan))
+
+
+def _asked_before_events(parts: LoopParts, thread_id: str, plan: CallPlan) -> float:
+    """When a question with no `ASKED_EVENT` was put: by an older version, which did not record it (its answer is
+    replayed before any question of this version). It was put right after the write's attempt returned, so the
+    attempt's claim stands in for it (the ledger's wall clock, the loop's default clock); that counts the attempt
+    itself as waiting, at most its timeout."""
+    entry = parts.ledger.get(thread_id, plan["id"])
+    return entry.claimed_at if entry is not None else parts.clock()
 
 
 def _refused_before(parts: LoopParts, thread_id: str, plan: CallPlan, attempt: str) -> str | None:
