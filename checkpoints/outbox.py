@@ -1,8 +1,10 @@
 """The notification outbox: rows saying "a reviewer should hear of this request", beside the ledger.
 
-The graph never talks to the network. The `approve` node inserts one row per approval request (the transactional
+The graph never talks to the network. The gate inserts one row per request a person must answer (the transactional
 outbox pattern: the row is in the same database as the evidence the request is built from, written before the
-interrupt, and re-inserting it when the node re-runs on resume changes nothing); a deliverer
+interrupt, and re-inserting it when the node re-runs on resume changes nothing): `request` for an approval request,
+`unknown` for a question about a write of unknown outcome (nodes/gate/notices.py); the deliverer adds `expiring`
+for an approval request close to its expiry. A deliverer
 (`gatedloop.inbox.notify`) reads the rows and POSTs them to webhooks. Delivery state is kept per (notification,
 endpoint) with a lease, so two deliverers never post the same row at once and a killed deliverer's claim passes
 to the next one: every endpoint gets each notification at least once, under a stable id it can de-duplicate by.
@@ -16,17 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-NotificationKind = Literal["request", "expiring"]
+NotificationKind = Literal["request", "expiring", "unknown"]
 DeliveryState = Literal["pending", "delivered", "failed", "skipped"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS gatedloop_outbox (
     id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL CHECK (kind IN ('request', 'expiring')),
+    kind TEXT NOT NULL CHECK (kind IN ('request', 'expiring', 'unknown')),
     thread_id TEXT NOT NULL,
     request_id TEXT NOT NULL,
     payload TEXT NOT NULL,
@@ -53,6 +56,49 @@ DELIVERY_COLUMNS = (
     "notification_id, endpoint, shown_url, state, attempts, next_attempt_at, leased_by, lease_until, last_error,"
     " updated_at"
 )
+
+
+OLD_KIND_CHECK = "CHECK (kind IN ('request', 'expiring'))"
+"""The outbox table's kind constraint before `unknown` notices; a table created with it is upgraded on open."""
+
+
+def sqlite_upgrade(conn: sqlite3.Connection) -> None:
+    """Widen the kind constraint of an outbox table created before `unknown` notices, keeping its rows.
+
+    SQLite cannot alter a CHECK constraint: the table is rebuilt (SQLite's documented procedure: create, copy, drop,
+    rename) in one immediate transaction, after checking again under it (two processes may open the file at once).
+    The rebuilt table has exactly the columns and rows it had; only the constraint differs."""
+    if not _old_sqlite_table(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if _old_sqlite_table(conn):
+            table = SCHEMA.split(";")[0].replace("IF NOT EXISTS gatedloop_outbox", "gatedloop_outbox_upgraded")
+            conn.execute(table)
+            conn.execute(
+                f"INSERT INTO gatedloop_outbox_upgraded ({NOTIFICATION_COLUMNS})"
+                f" SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox"
+            )
+            conn.execute("DROP TABLE gatedloop_outbox")
+            conn.execute("ALTER TABLE gatedloop_outbox_upgraded RENAME TO gatedloop_outbox")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _old_sqlite_table(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type='table' AND name='gatedloop_outbox'").fetchone()
+    return row is not None and OLD_KIND_CHECK in row[0]
+
+
+POSTGRES_UPGRADE = [
+    "ALTER TABLE gatedloop_outbox DROP CONSTRAINT IF EXISTS gatedloop_outbox_kind_check",
+    "ALTER TABLE gatedloop_outbox ADD CONSTRAINT gatedloop_outbox_kind_check"
+    " CHECK (kind IN ('request', 'expiring', 'unknown'))",
+]
+"""Postgres's form of `sqlite_upgrade` (its default name for the column's constraint), run at setup under the
+setup lock: the same constraint again on a table that has it, the wider one on a table created before."""
 
 
 def notification_id(thread_id: str, request_id: str, kind: NotificationKind) -> str:

@@ -54,7 +54,14 @@ ID_HEADER = "X-Gatedloop-Id"
 TIMESTAMP_HEADER = "X-Gatedloop-Timestamp"
 SIGNATURE_HEADER = "X-Gatedloop-Signature"
 
-EVENT_TYPES = {"request": "approval_requested", "expiring": "approval_expiring"}
+EVENT_TYPES = {"request": "approval_requested", "expiring": "approval_expiring", "unknown": "outcome_unknown"}
+HEADLINES = {"request": "Approval requested", "expiring": "Approval expiring soon", "unknown": "Outcome unknown"}
+ACTION_KEYS = {
+    "request": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
+    "expiring": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
+    "unknown": ("tool", "tool_call_id", "args", "idempotency_key", "reason"),
+}
+"""Each action's keys in the generic body, per kind (an unknown outcome has no approvals and no expiry)."""
 ERROR_CHARS = 300
 
 WebhookFormat = Literal["generic", "slack"]
@@ -142,13 +149,19 @@ def sign(secret: bytes, timestamp: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
-def request_link(config: NotifyConfig, request_id: str, thread_id: str) -> str:
-    """The request's page in the inbox; the thread names it exactly (request ids repeat across threads)."""
-    return f"{config.inbox_url}/requests/{quote(request_id, safe='')}?thread={quote(thread_id, safe='')}"
+def request_link(config: NotifyConfig, notice: Notification) -> str:
+    """The request's page in the inbox; the thread names it exactly (request ids repeat across threads). A question
+    about an unknown outcome links its thread's page, which shows the thread's pending request: the inbox names
+    that question by its interrupt id, which LangGraph makes only once the question is put, after its notice."""
+    thread = quote(notice.thread_id, safe="")
+    if notice.kind == "unknown":
+        return f"{config.inbox_url}/thread/{thread}"
+    return f"{config.inbox_url}/requests/{quote(notice.request_id, safe='')}?thread={thread}"
 
 
 def generic_body(notice: Notification, link: str) -> dict[str, Any]:
-    """The generic JSON body: what was asked, by whom, until when, and where to answer. Arguments are masked."""
+    """The generic JSON body: what was asked, by whom, until when, and where to answer. Arguments are masked. An
+    unknown outcome's actions say why it is unknown (`reason`) and the key its write was started with."""
     p = notice.payload
     return {
         "id": notice.id,
@@ -158,10 +171,7 @@ def generic_body(notice: Notification, link: str) -> dict[str, Any]:
         "requested_by": p["requested_by"],
         "requested_at": p["requested_at"],
         "expires_at": p["expires_at"],
-        "actions": [
-            {k: a[k] for k in ("tool", "tool_call_id", "args", "approvals_required", "expires_at")}
-            for a in p["actions"]
-        ],
+        "actions": [{k: a[k] for k in ACTION_KEYS[notice.kind]} for a in p["actions"]],
         "url": link,
     }
 
@@ -178,7 +188,7 @@ def slack_body(notice: Notification, link: str) -> dict[str, Any]:
     """Slack's incoming-webhook body: `text` (the notification's fallback) and Block Kit blocks."""
     p = notice.payload
     tools = ", ".join(a["tool"] for a in p["actions"])
-    headline = ("Approval expiring soon" if notice.kind == "expiring" else "Approval requested") + f": {tools}"
+    headline = f"{HEADLINES[notice.kind]}: {tools}"
     lines = [f"*{_slack_escape(headline)}*", f"Thread `{_slack_escape(notice.thread_id)}`"]
     lines.append(f"Requested by {_slack_escape(p['requested_by'] or 'unknown')}")
     if p["expires_at"] is not None:
@@ -186,6 +196,8 @@ def slack_body(notice: Notification, link: str) -> dict[str, Any]:
     for action in p["actions"]:
         args = json.dumps(action["args"], ensure_ascii=False)
         lines.append(f"`{_slack_escape(action['tool'])}` ```{_slack_escape(args)}```")
+        if "reason" in action:
+            lines.append(f"Why unknown: {_slack_escape(action['reason'])}")
     return {
         "text": f"{headline} (thread {notice.thread_id}): {link}",
         "blocks": [
@@ -199,7 +211,7 @@ def slack_body(notice: Notification, link: str) -> dict[str, Any]:
 
 
 def body_bytes(webhook: Webhook, notice: Notification, config: NotifyConfig) -> bytes:
-    link = request_link(config, notice.request_id, notice.thread_id)
+    link = request_link(config, notice)
     body = slack_body(notice, link) if webhook.format == "slack" else generic_body(notice, link)
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
@@ -212,6 +224,8 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
         return "expired before delivery"
     if ledger.cancel_requested(notice.thread_id):
         return "thread cancelled"
+    if notice.kind == "unknown":
+        return _settled_reason(ledger, notice)
     actions = notice.payload["actions"]
     ids = [a["tool_call_id"] for a in actions]
     records = ledger.calls(notice.thread_id, ids)
@@ -231,6 +245,16 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
         if not decided:
             return None
     return "decided before delivery"
+
+
+def _settled_reason(ledger: SqlLedger, notice: Notification) -> str | None:
+    """An unknown outcome's question is closed once every call it asks about has a finished ledger entry (done,
+    failed or abandoned: a person answered, a late finish or `reconcile` told, or it ran again)."""
+    for action in notice.payload["actions"]:
+        entry = ledger.get(notice.thread_id, action["tool_call_id"])
+        if entry is None or entry.state == "claimed":
+            return None
+    return "settled before delivery"
 
 
 @dataclass

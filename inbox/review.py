@@ -185,10 +185,11 @@ class FoundRequest:
 def find_request(saver: BaseCheckpointSaver[Any], thread_ids: Sequence[str], request_id: str) -> FoundRequest | None:
     """The request `request_id` as it was shown, pending or answered: looked up in the interrupt writes of each
     thread's checkpoints, newest first. Costs a read of every checkpoint of the threads searched; callers pass the
-    thread when they know it."""
+    thread when they know it. A request whose wire format has no id (an unknown outcome's question) is named by its
+    interrupt id, as the inbox's list names it (`pending_view`)."""
     for thread_id in thread_ids:
         for found in _interrupts(saver, thread_id):
-            if found.request.get("request_id") == request_id:
+            if (found.request.get("request_id") or found.interrupt_id) == request_id:
                 return found
     return None
 

@@ -42,6 +42,7 @@ from gatedloop.nodes.gate.hitl import (
     check_decisions,
     decider,
 )
+from gatedloop.nodes.gate.notices import queue_approval_notice
 from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, Verdict
 from gatedloop.tools import errors
@@ -102,43 +103,6 @@ def approval_request(
     return request
 
 
-def queue_notification(parts: LoopParts, thread_id: str, request: GatedHITLRequest) -> None:
-    """Put the request in the notification outbox (checkpoints/outbox.py), for reviewers' webhooks.
-
-    Written here, just before `interrupt()`, rather than with the calls' registration in `validate`: the request id
-    is computed here, and this node also makes requests `validate` never saw (an edit that needs more approvals, a
-    call dropped at admission), so the notice names exactly the request a reviewer is shown. The row is one
-    `INSERT ... ON CONFLICT DO NOTHING` keyed by (thread, request id): this node re-runs on every resume and after
-    a refused answer, and those runs write nothing. It is committed before the interrupt is checkpointed; a crash
-    in between re-runs this node, which builds the same request. The arguments are the request's own, with
-    `secret_args` masked. Nothing here touches the network: a deliverer (`gatedloop notify`) sends the rows.
-    """
-    actions = request["action_requests"]
-    deadlines = [a["expires_at"] for a in actions if a["expires_at"] is not None]
-    expires = min(deadlines) if deadlines else None
-    payload = {
-        "request_id": request["request_id"],
-        "thread_id": thread_id,
-        "requested_by": actions[0]["requested_by"],
-        "requested_at": min(a["requested_at"] for a in actions),
-        "expires_at": expires,
-        "actions": [
-            {
-                "tool": a["name"],
-                "tool_call_id": a["tool_call_id"],
-                "args": a["args"],
-                "args_digest": a["args_digest"],
-                "approvals_required": a["approvals_required"],
-                "expires_at": a["expires_at"],
-            }
-            for a in actions
-        ],
-    }
-    parts.ledger.record_notification(
-        thread_id, request["request_id"], "request", payload, created_at=time.time(), expires_at=expires
-    )
-
-
 def _description(parts: LoopParts, action: GatedActionRequest, error: str | None) -> str:
     """What a client that shows only `description` (Agent Chat UI) must still tell the reviewer."""
     lines = [
@@ -197,7 +161,7 @@ def make_approve_node(parts: LoopParts):
         request = approval_request(parts, gated, records, approvals, state.get("review_error"))
         if _replaced(parts, thread_id, request, records):
             request["replaced"] = True
-        queue_notification(parts, thread_id, request)
+        queue_approval_notice(parts, thread_id, request)
         answer = interrupt(request)
         reviewer = call_context(runtime.context)
         try:

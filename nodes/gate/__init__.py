@@ -12,5 +12,6 @@ these modules:
 - running.py: running reads and claimed writes. tool_env.py: what a tool is run with. masked_trace.py: a tool with
   secret arguments, traced masked.
 - unknown.py: writes whose outcome is unknown (settle them, or ask a person).
+- notices.py: the notification outbox rows for requests a person must answer (approvals, unknown outcomes).
 - answers.py: the one place a call's `ToolMessage` is built, recorded and checked against the history.
 """

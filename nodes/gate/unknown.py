@@ -32,6 +32,7 @@ from gatedloop.nodes.gate.hitl import (
     check_unknown_answer,
     decider,
 )
+from gatedloop.nodes.gate.notices import queue_unknown_notice
 from gatedloop.nodes.gate.parts import LoopParts, call_context
 from gatedloop.nodes.gate.running import (
     CANNOT_TELL,
@@ -185,6 +186,7 @@ def _ask_person(
         except GraphInterrupt:  # the question is put to a person now (a replayed answer returns instead)
             first = parts.clock() if question == 0 else _asked_before_events(parts, thread_id, plan)
             parts.ledger.record(thread_id, plan["id"], asked, {"asked_at": first})  # kept once: the first question
+            queue_unknown_notice(parts, thread_id, request, requester, first)  # queued once, like the event
             raise
         reviewer = call_context(get_runtime().context)
         attempt = _attempt_key(question, answer)

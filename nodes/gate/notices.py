@@ -1,0 +1,82 @@
+"""Notices for reviewers: the notification outbox rows (checkpoints/outbox.py) for the requests a person must answer.
+
+Two kinds are queued here, each just before the `interrupt()` that puts its request: `request` for an approval
+request (nodes/approve.py) and `unknown` for a question about a write whose outcome is unknown (nodes/gate/unknown.py).
+Each row is one `INSERT ... ON CONFLICT DO NOTHING` keyed by (thread, request id, kind): the node or task re-runs on
+every resume and after a refused answer, and those runs write nothing. It is committed before the interrupt is
+checkpointed; a crash in between re-runs the asking code, which builds the same request. Arguments are the
+request's own, with `secret_args` masked. Nothing here touches the network: a deliverer (`gatedloop notify`) sends
+the rows.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gatedloop.nodes.gate.hitl import GatedHITLRequest, UnknownOutcomeRequest
+from gatedloop.nodes.gate.parts import LoopParts
+
+UNKNOWN_PREFIX = "unknown:"
+
+
+def queue_approval_notice(parts: LoopParts, thread_id: str, request: GatedHITLRequest) -> None:
+    """Queued by `approve` rather than with the calls' registration in `validate`: the request id is computed
+    there, and that node also makes requests `validate` never saw (an edit that needs more approvals, a call dropped
+    at admission), so the notice names exactly the request a reviewer is shown."""
+    actions = request["action_requests"]
+    deadlines = [a["expires_at"] for a in actions if a["expires_at"] is not None]
+    expires = min(deadlines) if deadlines else None
+    payload = {
+        "request_id": request["request_id"],
+        "thread_id": thread_id,
+        "requested_by": actions[0]["requested_by"],
+        "requested_at": min(a["requested_at"] for a in actions),
+        "expires_at": expires,
+        "actions": [
+            {
+                "tool": a["name"],
+                "tool_call_id": a["tool_call_id"],
+                "args": a["args"],
+                "args_digest": a["args_digest"],
+                "approvals_required": a["approvals_required"],
+                "expires_at": a["expires_at"],
+            }
+            for a in actions
+        ],
+    }
+    parts.ledger.record_notification(
+        thread_id, request["request_id"], "request", payload, created_at=time.time(), expires_at=expires
+    )
+
+
+def unknown_request_id(request: UnknownOutcomeRequest) -> str:
+    """The question's name in the outbox: the calls it asks about (the wire format has no request id, and its
+    interrupt id is LangGraph's, known only once the interrupt is raised)."""
+    return UNKNOWN_PREFIX + ",".join(c["tool_call_id"] for c in request["calls"])
+
+
+def queue_unknown_notice(
+    parts: LoopParts, thread_id: str, request: UnknownOutcomeRequest, requested_by: str | None, asked_at: float
+) -> None:
+    """Queued by the settle task when it puts its question to a person (never on the common path: a write whose
+    outcome is known, or reconciled, asks nobody). `requested_by` is the call's requester from the ledger's record,
+    `asked_at` the task's first question. No expiry: the question waits for a person however long it takes."""
+    request_id = unknown_request_id(request)
+    payload = {
+        "request_id": request_id,
+        "thread_id": thread_id,
+        "requested_by": requested_by,
+        "requested_at": asked_at,
+        "expires_at": None,
+        "actions": [
+            {
+                "tool": c["name"],
+                "tool_call_id": c["tool_call_id"],
+                "args": c["args"],
+                "idempotency_key": c["idempotency_key"],
+                "reason": c["reason"],
+            }
+            for c in request["calls"]
+        ],
+    }
+    parts.ledger.record_notification(thread_id, request_id, "unknown", payload, created_at=time.time(), expires_at=None)
