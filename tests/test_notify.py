@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -15,21 +16,31 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
-from gate_app import build, effects_for
+from gate_app import build, effects_for, responder
+from langchain_core.tools import InjectedToolArg, tool
 
-from gatedloop.checkpoints import open_sqlite
+import httpx
+import uvicorn
+
+from gatedloop.checkpoints import idempotency_key, open_sqlite
 from gatedloop.checkpoints.outbox import notification_id
 from gatedloop.cli.main import main
-from gatedloop.graph import runs
+from gatedloop.graph import build_graph, runs
+from gatedloop.graph.build import parts_of
+from gatedloop.graph.scripted import ScriptedChatModel
+from gatedloop.inbox import InboxBackend, create_app
+from gatedloop.inbox.identity import Reviewer, Sessions
 from gatedloop.inbox.notify import Deliverer, NotifyConfig, PassResult, Webhook, notify_config
+from gatedloop.inbox.pending import PendingRequests
 from gatedloop.nodes.gate.hitl import InvalidDecision
-from gatedloop.tools import CallContext
+from gatedloop.tools import CallContext, ToolPolicy
 
 SECRET = "s3cret-for-tests"
 ANA = CallContext(user_id="ana", roles={"staff"})
@@ -347,3 +358,152 @@ def test_the_outbox_keeps_one_row_per_request_and_one_lease_holder_on_each_backe
         assert not ledger.finish_delivery(notice, "e1", "a#1", "delivered", now=6.0, next_attempt_at=6.0, error=None)
         assert ledger.finish_delivery(notice, "e1", "b#2", "delivered", now=6.0, next_attempt_at=6.0, error=None)
         assert [d.state for d, n in ledger.deliveries(["delivered"]) if n.id == notice] == ["delivered"]
+
+
+# --- questions about a write whose outcome is unknown ------------------------------------------------------------------
+
+DONE = {"decisions": [{"type": "done", "result": {"payment": "seen at the bank"}}]}
+
+
+def lossy_graph(saver: Any) -> Any:
+    """The payments app with an ungated `pay` whose connection drops after the payment is made, and no
+    `reconcile`: every payment's outcome is unknown and a person is asked."""
+    effects = effects_for(saver)
+
+    @tool
+    def pay(amount: float, to: str, idempotency_key: Annotated[str | None, InjectedToolArg] = None) -> dict[str, Any]:
+        """Pay an amount to someone (write)."""
+        effects.add("pay", {"amount": amount, "to": to}, idempotency_key)
+        raise ConnectionError("connection reset after the request was sent")
+
+    policy = ToolPolicy(effect="write", approval="never", secret_args=frozenset({"to"}))
+    return build_graph(
+        ScriptedChatModel(responder=responder), [pay], policies={"pay": policy}, checkpointer=saver, name="lossy"
+    )
+
+
+def ask_unknown(saver: Any, thread_id: str = "u1") -> Any:
+    graph = lossy_graph(saver)
+    out = runs.start(graph, thread_id, "pay 250 to " + HIDDEN + " as c1", context=ANA)
+    assert out["__interrupt__"][0].value["kind"] == "unknown_outcome"
+    return graph
+
+
+def test_an_unknown_outcome_question_is_delivered_once_with_its_reason_key_and_masked_arguments(db, receiver):
+    with open_sqlite(db) as saver:
+        graph = ask_unknown(saver)
+        with pytest.raises(InvalidDecision):
+            runs.resume(graph, "u1", {"decisions": []}, context=BO)  # the settle task re-runs and asks again
+        assert (runs.pending_request(graph, "u1") or {})["kind"] == "unknown_outcome"
+        assert outbox_rows(db) == [("unknown", "unknown:c1")]
+        sender = deliverer(saver, Webhook(receiver.url))
+        assert sender.run_once().delivered == 1
+        asked = next(e["detail"]["asked_at"] for e in saver.ledger.audit("u1") if e["event"].startswith("unknown_"))
+        assert runs.resume(graph, "u1", DONE, context=BO)["status"] == "completed"
+        assert sender.run_once() == PassResult()
+        assert outbox_rows(db) == [("unknown", "unknown:c1")]
+    assert receiver.bad_signatures == 0
+    [(notice_id, body)] = receiver.posts
+    assert body["id"] == notice_id and body["type"] == "outcome_unknown"
+    assert body.keys() == {"id", "type", "request_id", "thread_id", "requested_by", "requested_at", "expires_at"} | {
+        "actions",
+        "url",
+    }
+    assert (body["request_id"], body["thread_id"], body["requested_by"]) == ("unknown:c1", "u1", "ana")
+    assert (body["requested_at"], body["expires_at"]) == (asked, None)
+    assert body["actions"] == [
+        {
+            "tool": "pay",
+            "tool_call_id": "c1",
+            "args": {"amount": 250.0, "to": "***"},
+            "idempotency_key": idempotency_key("u1", "c1"),
+            "reason": "connection_lost",
+        }
+    ]
+    assert body["url"] == "http://inbox.example:8765/inbox/thread/u1"
+    assert HIDDEN not in json.dumps(body)
+
+
+def test_an_unknown_outcome_settled_before_delivery_is_skipped_with_its_reason(db, receiver):
+    with open_sqlite(db) as saver:
+        graph = ask_unknown(saver)
+        assert runs.resume(graph, "u1", DONE, context=BO)["status"] == "completed"
+        assert deliverer(saver, Webhook(receiver.url)).run_once() == PassResult()
+        [(delivery, notice)] = saver.ledger.deliveries(["skipped"])
+        assert (notice.kind, delivery.last_error) == ("unknown", "settled before delivery")
+    assert receiver.posts == []
+
+
+def test_a_slack_webhook_is_told_the_outcome_is_unknown_and_why(db, receiver):
+    config = notify_config(
+        [], [receiver.url], inbox_url="https://review.example/inbox", env={"GATEDLOOP_NOTIFY_SECRET": SECRET}
+    )
+    assert config is not None
+    with open_sqlite(db) as saver:
+        ask_unknown(saver)
+        assert Deliverer(saver.ledger, config).run_once().delivered == 1
+    [(_, body)] = receiver.posts
+    link = "https://review.example/inbox/thread/u1"
+    assert body["text"] == f"Outcome unknown: pay (thread u1): {link}"
+    text = body["blocks"][0]["text"]["text"]
+    assert "Why unknown: connection_lost" in text and '"to": "***"' in text
+    assert body["blocks"][1]["elements"][0]["url"] == link
+    assert HIDDEN not in json.dumps(body)
+
+
+def test_the_unknown_outcome_link_opens_a_page_of_the_real_inbox_that_shows_the_question(db, receiver):
+    with open_sqlite(db) as saver:
+        graph = ask_unknown(saver)
+        with listening_socket() as sock:
+            inbox_url = f"http://127.0.0.1:{sock.getsockname()[1]}/inbox"
+            config = NotifyConfig((Webhook(receiver.url),), SECRET.encode(), inbox_url)
+            assert Deliverer(saver.ledger, config).run_once().delivered == 1
+            [(_, body)] = receiver.posts
+            with serving(inbox_for(graph, saver), sock), httpx.Client(follow_redirects=True) as client:
+                page = client.get(body["url"])
+                assert page.status_code == 200 and "Waiting for an answer (outcome unknown)" in page.text
+                assert "pay: connection_lost" in page.text and HIDDEN not in page.text
+                [question] = [href for href in _links(page.text) if href.startswith("/inbox/requests/")]
+                card = client.get(inbox_url.removesuffix("/inbox") + question)
+                assert card.status_code == 200 and "It happened (done, with its result)" in card.text
+
+
+def _links(html: str) -> list[str]:
+    return [href.replace("&amp;", "&") for href in re.findall(r'href="([^"]+)"', html)]
+
+
+def inbox_for(graph: Any, saver: Any) -> Any:
+    """The inbox app as `gatedloop inbox --as bo` builds it, over this graph and database."""
+    parts = parts_of(graph)
+    assert parts is not None
+    tools, policies = list(parts.registry.tools.values()), parts.registry.policies
+
+    @contextmanager
+    def backend() -> Iterator[InboxBackend]:
+        yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, saver.thread_ids, tools, policies))
+
+    return create_app(backend, Sessions(None, Reviewer("bo", frozenset({"finance"}), "fixed")))
+
+
+@contextmanager
+def listening_socket() -> Iterator[socket.socket]:
+    """A socket listening on 127.0.0.1 before the server starts: a GET waits in its backlog, no polling needed."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+@contextmanager
+def serving(app: Any, sock: socket.socket) -> Iterator[None]:
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(30)
