@@ -7,7 +7,8 @@ configured. Each pass:
 1. queues an expiry notice (`approval_expiring`) for every request whose expiry is near (`expiry_warning_s`, at
    most half its time to live) and that is still undecided: no graph step is needed for it;
 2. gives each configured endpoint a delivery row for every notice it has not seen: `pending` if the request is
-   still open, else `skipped` (a webhook configured today is not flooded with requests decided last week);
+   still open, else `skipped` (a webhook configured today is not flooded with requests decided last week; an
+   unknown outcome's question is closed once each call it asks about is finished in the ledger);
 3. sends every due delivery it can claim (a lease, taken by a conditional UPDATE; the lease of a deliverer that
    died passes on at once, an expired one too), and records the outcome: `delivered` on a 2xx, else another
    attempt after an exponential backoff, `failed` after `max_attempts`. An expiry notice whose request was decided
@@ -219,7 +220,7 @@ def body_bytes(webhook: Webhook, notice: Notification, config: NotifyConfig) -> 
 def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | None:
     """Why the request needs no reviewer any more (None: it still does), from the ledger's evidence only: it
     expired, its thread was cancelled, or every call in it was decided (answered, started, edited, or approved
-    by as many reviewers as it needs)."""
+    by as many reviewers as it needs; for an unknown outcome's question, settled)."""
     if notice.expires_at is not None and now >= notice.expires_at:
         return "expired before delivery"
     if ledger.cancel_requested(notice.thread_id):

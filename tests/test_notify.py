@@ -22,12 +22,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import pytest
+import uvicorn
 from gate_app import build, effects_for, responder
 from langchain_core.tools import InjectedToolArg, tool
-
-import httpx
-import uvicorn
 
 from gatedloop.checkpoints import idempotency_key, open_sqlite
 from gatedloop.checkpoints.outbox import notification_id
@@ -360,7 +359,7 @@ def test_the_outbox_keeps_one_row_per_request_and_one_lease_holder_on_each_backe
         assert [d.state for d, n in ledger.deliveries(["delivered"]) if n.id == notice] == ["delivered"]
 
 
-# --- questions about a write whose outcome is unknown ------------------------------------------------------------------
+# --- questions about a write whose outcome is unknown ---------------------------------------------------------------
 
 DONE = {"decisions": [{"type": "done", "result": {"payment": "seen at the bank"}}]}
 
@@ -507,3 +506,17 @@ def serving(app: Any, sock: socket.socket) -> Iterator[None]:
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def test_an_outbox_table_made_before_unknown_notices_is_widened_on_open_and_keeps_its_rows(db):
+    from gatedloop.checkpoints.outbox import OLD_KIND_CHECK, SCHEMA
+
+    with sqlite3.connect(db) as conn:  # the outbox as the first notifying version created it, with one row
+        conn.executescript(SCHEMA.replace("CHECK (kind IN ('request', 'expiring', 'unknown'))", OLD_KIND_CHECK))
+        conn.execute("INSERT INTO gatedloop_outbox VALUES ('ntf-old', 'request', 't0', 'req-0', '{}', 1.0, NULL)")
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute("INSERT INTO gatedloop_outbox VALUES ('ntf-u', 'unknown', 't0', 'u', '{}', 1.0, NULL)")
+    with open_sqlite(db) as saver:
+        assert saver.ledger.notification("ntf-old") is not None
+        ask_unknown(saver)
+    assert outbox_rows(db) == [("request", "req-0"), ("unknown", "unknown:c1")]
