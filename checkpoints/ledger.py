@@ -43,7 +43,7 @@ from gatedloop.checkpoints.evidence import (
 )
 from gatedloop.checkpoints.evidence import SCHEMA as EVIDENCE_SCHEMA
 from gatedloop.checkpoints.outbox import SCHEMA as OUTBOX_SCHEMA
-from gatedloop.checkpoints.outbox import NotificationKind, OutboxStore, sqlite_upgrade
+from gatedloop.checkpoints.outbox import NotificationKind, OutboxStore
 from gatedloop.checkpoints.pruning import Statements
 
 FinishedState = Literal["done", "failed", "abandoned"]  # a finished row; `running.finished_state` maps outcomes
@@ -424,7 +424,6 @@ class SqliteLedger(SqlLedger):
                 self._conn.close()
                 raise LedgerError(LEDGER_LOST.format(path=self.path))
             self._conn.executescript(SCHEMA + SQLITE_META_SCHEMA)
-            sqlite_upgrade(self._conn)
             if lost:
                 self._conn.execute(
                     "INSERT OR REPLACE INTO gatedloop_meta (key, value) VALUES ('recreated_at', ?)", (str(time.time()),)

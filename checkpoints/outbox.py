@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -56,49 +55,6 @@ DELIVERY_COLUMNS = (
     "notification_id, endpoint, shown_url, state, attempts, next_attempt_at, leased_by, lease_until, last_error,"
     " updated_at"
 )
-
-
-OLD_KIND_CHECK = "CHECK (kind IN ('request', 'expiring'))"
-"""The outbox table's kind constraint before `unknown` notices; a table created with it is upgraded on open."""
-
-
-def sqlite_upgrade(conn: sqlite3.Connection) -> None:
-    """Widen the kind constraint of an outbox table created before `unknown` notices, keeping its rows.
-
-    SQLite cannot alter a CHECK constraint: the table is rebuilt (SQLite's documented procedure: create, copy, drop,
-    rename) in one immediate transaction, after checking again under it (two processes may open the file at once).
-    The rebuilt table has exactly the columns and rows it had; only the constraint differs."""
-    if not _old_sqlite_table(conn):
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        if _old_sqlite_table(conn):
-            table = SCHEMA.split(";")[0].replace("IF NOT EXISTS gatedloop_outbox", "gatedloop_outbox_upgraded")
-            conn.execute(table)
-            conn.execute(
-                f"INSERT INTO gatedloop_outbox_upgraded ({NOTIFICATION_COLUMNS})"
-                f" SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox"
-            )
-            conn.execute("DROP TABLE gatedloop_outbox")
-            conn.execute("ALTER TABLE gatedloop_outbox_upgraded RENAME TO gatedloop_outbox")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
-def _old_sqlite_table(conn: sqlite3.Connection) -> bool:
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE type='table' AND name='gatedloop_outbox'").fetchone()
-    return row is not None and OLD_KIND_CHECK in row[0]
-
-
-POSTGRES_UPGRADE = [
-    "ALTER TABLE gatedloop_outbox DROP CONSTRAINT IF EXISTS gatedloop_outbox_kind_check",
-    "ALTER TABLE gatedloop_outbox ADD CONSTRAINT gatedloop_outbox_kind_check"
-    " CHECK (kind IN ('request', 'expiring', 'unknown'))",
-]
-"""Postgres's form of `sqlite_upgrade` (its default name for the column's constraint), run at setup under the
-setup lock: the same constraint again on a table that has it, the wider one on a table created before."""
 
 
 def notification_id(thread_id: str, request_id: str, kind: NotificationKind) -> str:

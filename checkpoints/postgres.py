@@ -39,7 +39,6 @@ from gatedloop.checkpoints.contract import LedgerThreads
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import POSTGRES_SCHEMA, SqlLedger, claimant_alive
-from gatedloop.checkpoints.outbox import POSTGRES_UPGRADE
 from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
 
 CONNECT_TIMEOUT_S = 10
@@ -176,7 +175,7 @@ def prepare_database(url: str, *, checkpoints: bool = True) -> None:
         try:
             if checkpoints:
                 PostgresSaver(conn).setup()
-            for statement in POSTGRES_SCHEMA + POSTGRES_UPGRADE:
+            for statement in POSTGRES_SCHEMA:
                 conn.execute(statement)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))

@@ -506,17 +506,3 @@ def serving(app: Any, sock: socket.socket) -> Iterator[None]:
     finally:
         server.should_exit = True
         thread.join(30)
-
-
-def test_an_outbox_table_made_before_unknown_notices_is_widened_on_open_and_keeps_its_rows(db):
-    from gatedloop.checkpoints.outbox import OLD_KIND_CHECK, SCHEMA
-
-    with sqlite3.connect(db) as conn:  # the outbox as the first notifying version created it, with one row
-        conn.executescript(SCHEMA.replace("CHECK (kind IN ('request', 'expiring', 'unknown'))", OLD_KIND_CHECK))
-        conn.execute("INSERT INTO gatedloop_outbox VALUES ('ntf-old', 'request', 't0', 'req-0', '{}', 1.0, NULL)")
-        with pytest.raises(sqlite3.IntegrityError):
-            conn.execute("INSERT INTO gatedloop_outbox VALUES ('ntf-u', 'unknown', 't0', 'u', '{}', 1.0, NULL)")
-    with open_sqlite(db) as saver:
-        assert saver.ledger.notification("ntf-old") is not None
-        ask_unknown(saver)
-    assert outbox_rows(db) == [("request", "req-0"), ("unknown", "unknown:c1")]
