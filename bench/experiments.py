@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # empty `messages` writes, the ledger at synchronous=NORMAL, a turn-wide task executor, the callback no-op).
 VARIANTS: dict[str, str] = {
     "baseline": "gatedloop as it is",
-    "snapshot": "DeltaChannel(fold_messages, snapshot_frequency=1000) (nodes/state.py)",
+    "snapshot": "DoublingDeltaChannel(fold_messages, snapshot_frequency=1000) (nodes/state.py)",
     "cancel": "clear_cancel deletes only when a cancel row exists (checkpoints/ledger.py, nodes/model.py)",
     "versions": "compact channel versions in GatedSqliteSaver.get_next_version (checkpoints/sqlite.py)",
 }
@@ -40,9 +40,9 @@ COMBOS = {"proposed": ["cancel", "versions"], "proposed_with_snapshot": ["cancel
 
 def _state_module() -> Any:
     """nodes/state.py's annotations are strings (`from __future__ import annotations`): LangGraph evaluates
-    `DeltaChannel(fold_messages)` anew from this module's globals when a graph is built, so the patches
+    `DoublingDeltaChannel(fold_messages)` anew from this module's globals when a graph is built, so the patches
     replace those globals (patching a channel instance from `get_type_hints` would change nothing)."""
-    from gatedloop.graph import state
+    from gatedloop.nodes import state
 
     return state
 
@@ -53,7 +53,7 @@ def apply(variants: list[str]) -> None:
     for name in variants:
         if name == "snapshot":
             state = _state_module()
-            state.DeltaChannel = functools.partial(state.DeltaChannel, snapshot_frequency=1000)
+            state.DoublingDeltaChannel = functools.partial(state.DoublingDeltaChannel, snapshot_frequency=1000)
         elif name == "cancel":
             original_clear = ledger.SqliteLedger.clear_cancel
 

@@ -60,7 +60,7 @@ def best_of(fn: Any, repeat: int = 7) -> float:
 
 
 def bench_fold(n: int, k: int) -> dict[str, float]:
-    from gatedloop.nodes.state import fold_messages
+    from gatedloop.checkpoints.channels import fold_messages
 
     base = history(n)
     writes = [[m] for m in history(k * 4)[:k]]

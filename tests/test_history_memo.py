@@ -1,7 +1,7 @@
 """The per-process history memo gives exactly what a fresh process reads from disk.
 
 A thread is loaded once per process and then extended step by step (`checkpoints.history_memo`,
-`graph.state.fold_messages`). Whatever happened in between (turns here, a turn by another saver on the same
+`checkpoints.channels.fold_messages`). Whatever happened in between (turns here, a turn by another saver on the same
 file, a snapshot of the history, a look at an older checkpoint), a load must equal the saver's full walk.
 """
 

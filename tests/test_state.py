@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.graph.message import add_messages
 
-from gatedloop.nodes.state import fold_messages
+from gatedloop.checkpoints.channels import fold_messages
 
 MESSAGE = st.builds(
     lambda kind, ident, text: (HumanMessage if kind else AIMessage)(content=text, id=ident),
