@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolMessage
 
-from gatedloop.checkpoints.evidence import Answer
+from gatedloop.checkpoints.evidence import Answer, AuditEvent
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.nodes.running import OutcomeStatus
 from gatedloop.tools.arguments import digest
@@ -54,13 +54,15 @@ def _answer_digest(call_id: str, status: str, content: str) -> str:
     return digest({"call": call_id, "status": status, "content": content})
 
 
-def record_answers(ledger: Ledger, thread_id: str, messages: Sequence[ToolMessage], source: str) -> dict[str, Any]:
-    """Record the answers in the ledger, then return them as a `messages` update (none: no update at all,
-    since an empty write still costs a DeltaChannel step)."""
-    if not messages:
-        return {}
-    ledger.record_answers(thread_id, [Answer(m.tool_call_id, m.name or "", answer_digest(m), source) for m in messages])
-    return {"messages": list(messages)}
+def record_answers(
+    ledger: Ledger, thread_id: str, messages: Sequence[ToolMessage], source: str, events: Sequence[AuditEvent] = ()
+) -> dict[str, Any]:
+    """Record the answers (and the step's audit `events`, in the same transaction) in the ledger, then return
+    them as a `messages` update (none: no update at all, since an empty write still costs a DeltaChannel step)."""
+    if messages or events:
+        answers = [Answer(m.tool_call_id, m.name or "", answer_digest(m), source) for m in messages]
+        ledger.record_answers(thread_id, answers, events)
+    return {"messages": list(messages)} if messages else {}
 
 
 @dataclass

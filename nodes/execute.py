@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
@@ -23,6 +23,7 @@ from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
 
+from gatedloop.checkpoints.evidence import AuditEvent
 from gatedloop.nodes.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
 from gatedloop.nodes.answers import error_message, record_answers, result_message, tool_message
 from gatedloop.nodes.parts import LoopParts, current_thread_id
@@ -180,8 +181,8 @@ class _Turn:
             return {**update, **self._answers([*self.refused, *not_run])}
         return None
 
-    def _answers(self, messages: list[ToolMessage]) -> dict[str, Any]:
-        return record_answers(self.parts.ledger, self.thread_id, messages, "execute")
+    def _answers(self, messages: list[ToolMessage], events: Sequence[AuditEvent] = ()) -> dict[str, Any]:
+        return record_answers(self.parts.ledger, self.thread_id, messages, "execute", events)
 
     def record_write(self, plan: CallPlan, outcome: Outcome, settled: dict[str, Any] | None) -> None:
         if settled is not None:
@@ -193,6 +194,7 @@ class _Turn:
     def update(self) -> dict[str, Any]:
         counters = self.counters
         answers: list[ToolMessage] = []
+        events: list[AuditEvent] = []
         loop_hit = False
         seen: dict[str, SeenRead] = {}
         per_tool = dict(counters["per_tool"])
@@ -208,13 +210,13 @@ class _Turn:
                     loop_hit = loop_hit or repeat >= 2
             shown = self.parts.registry.policy(plan["name"]).masked(plan["args"])
             answers.append(_message(plan, shown, outcome, content))
-            self.parts.ledger.record(self.thread_id, plan["id"], "executed", _audit(plan, shown, outcome))
+            events.append(AuditEvent(plan["id"], "executed", _audit(plan, shown, outcome)))
         counters["tool_calls"] += len(self.runnable)
         counters["per_tool"] = per_tool
         update: dict[str, Any] = {
             "calls": _answered(self.calls),
             "counters": counters,
-            **self._answers([*self.refused, *answers]),
+            **self._answers([*self.refused, *answers], events),
         }
         if seen:
             update["seen_reads"] = seen
