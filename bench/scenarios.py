@@ -184,9 +184,16 @@ def stored_bytes(path: str | Path) -> Stored:
             "SELECT COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0), COUNT(*) FROM checkpoints"
         ).fetchone()
         wr, n_wr = conn.execute("SELECT COALESCE(SUM(LENGTH(value)), 0), COUNT(*) FROM writes").fetchone()
-        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if busy:
-            raise RuntimeError("wal_checkpoint(TRUNCATE) was blocked by another connection")
+        # A streamed run's last write may still be in LangGraph's background executor when the update is
+        # yielded (the long request samples mid-stream), so a blocked TRUNCATE is tried again, briefly: that
+        # write cannot be awaited from here.
+        for _ in range(100):
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                break
+            time.sleep(0.01)
+        else:
+            raise RuntimeError("wal_checkpoint(TRUNCATE) was blocked by another connection for 1 s")
     finally:
         conn.close()
     return Stored(int(ck), int(wr), Path(path).stat().st_size, int(n_ck), int(n_wr))

@@ -178,6 +178,34 @@ class Answer:
     source: str
 
 
+@dataclass(frozen=True)
+class AuditEvent:
+    """An audit-trail entry, written in the same transaction as the evidence it describes."""
+
+    call_id: str
+    event: str
+    detail: dict[str, Any]
+    actor: str | None = None
+
+
+AUDIT_INSERT = (
+    "INSERT INTO gatedloop_audit (thread_id, call_id, event, actor, at, detail) VALUES (?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (thread_id, call_id, event) DO NOTHING"
+)
+"""The same (call, event) is kept once, so re-run nodes do not duplicate it."""
+
+
+def audit_statements(thread_id: str, events: Iterable[AuditEvent]) -> list[tuple[str, Sequence[Any]]]:
+    now = time.time()
+    return [
+        (
+            AUDIT_INSERT,
+            (thread_id, e.call_id, e.event, e.actor, now, json.dumps(e.detail, ensure_ascii=False, default=str)),
+        )
+        for e in events
+    ]
+
+
 def _placeholders(count: int) -> str:
     return ", ".join("?" for _ in range(count))
 
@@ -218,9 +246,12 @@ class EvidenceStore:
         )
         return {row[0]: Proposal(*row) for row in rows}
 
-    def register_calls(self, thread_id: str, calls: Iterable[NewCall]) -> dict[str, CallRecord]:
-        """Record calls as validated, with the definition of their tool (pinned); a call id registered before keeps
-        its first record and pin (returned as is)."""
+    def register_calls(
+        self, thread_id: str, calls: Iterable[NewCall], events: Sequence[AuditEvent] = ()
+    ) -> dict[str, CallRecord]:
+        """Record calls as validated, with the definition of their tool (pinned), and the audit `events` of their
+        validation, in one transaction; a call id registered before keeps its first record and pin (returned as
+        is)."""
         now = time.time()
         calls = list(calls)
         pins: list[tuple[str, Sequence[Any]]] = [
@@ -240,7 +271,7 @@ class EvidenceStore:
             )
             for c in calls
         ]
-        self._run_batch(registered + pins)
+        self._run_batch(audit_statements(thread_id, events) + registered + pins)
         return self.calls(thread_id, [c.call_id for c in calls])
 
     def calls(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, CallRecord]:
@@ -255,12 +286,14 @@ class EvidenceStore:
         )
         return {row[0]: CallRecord.from_row(row) for row in rows}
 
-    def record_answers(self, thread_id: str, answers: Iterable[Answer]) -> None:
-        """The answer each call got, by digest. A node that answers again after a crash (its first answer never
-        reached a checkpoint) replaces the digest; nodes never answer a call that has a recorded answer."""
+    def record_answers(self, thread_id: str, answers: Iterable[Answer], events: Sequence[AuditEvent] = ()) -> None:
+        """The answer each call got, by digest, and the audit `events` of the step that gave them, in one
+        transaction. A node that answers again after a crash (its first answer never reached a checkpoint)
+        replaces the digest; nodes never answer a call that has a recorded answer."""
         now = time.time()
         self._run_batch(
-            [
+            audit_statements(thread_id, events)
+            + [
                 (
                     "INSERT INTO gatedloop_calls (thread_id, call_id, tool, args_digest, verdict, requester,"
                     " requested_at, answer_digest, answer_source, answered_at)"

@@ -3,141 +3,155 @@
 A `DeltaChannel` (the conversation) is rebuilt at each load from its last snapshot plus every write since,
 found by walking the checkpoint chain (`get_delta_channel_history`). For a thread whose next turn starts
 where this process left it, nearly all of that was already read last time. The memo keeps, per thread, the
-history at the last checkpoint loaded or extended here; the next load walks back only to that checkpoint
-(a few `get_tuple` calls for a turn) and appends the writes found on the way, exactly as the saver's own
-walk would: a write stored at an ancestor belongs to the step that made its child, and a stored value at
-an ancestor is a new seed.
+history at the last checkpoint loaded here; the next load walks back only to that checkpoint and appends
+the writes stored on the way, exactly as the saver's own walk would: a write stored at an ancestor belongs
+to the step that made its child, and a stored value at an ancestor is a new seed.
 
-Correct by construction, or not used: a checkpoint id names one immutable checkpoint, so a memo entry is
-never stale; a walk that does not reach a memoized checkpoint within `MAX_WALK` steps, or finds one step
-written by several tasks (whose order only the saver's `task_path` sort knows), falls back to the saver's
-full walk, whose result is memoized in turn. Histories are shared, not copied: LangGraph's reducers and
-gatedloop's nodes never mutate a message. Hand-written: LangGraph reads the history anew on every load.
+The walk is the SQLite savers' own two queries (LangGraph's `langgraph.checkpoint.sqlite._delta`: a recursive
+CTE streaming the ancestors newest first, then the writes of the walked checkpoints, ordered by
+`writes_sort_key`), with one more place to stop: the memoized checkpoint. One round trip each, however many
+steps the thread took since (a `get_tuple` per step cost about seven aiosqlite calls, and 50 threads at once
+spent half their database calls on it).
+
+Correct by construction, or not used: a checkpoint id names one immutable checkpoint, so a memo entry is never
+stale; a walk that never meets the memoized checkpoint is the saver's full walk, memoized in turn. Histories
+are shared, not copied: LangGraph's reducers and gatedloop's nodes never mutate a message. Hand-written:
+LangGraph reads the history anew on every load.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, get_checkpoint_id
+from langgraph.checkpoint.base import DeltaChannelHistory, get_checkpoint_id
+from langgraph.checkpoint.sqlite._delta import (
+    DELTA_STAGE1_SQL,
+    build_delta_channels_writes_history,
+    build_delta_stage2_sql,
+)
 
-MAX_WALK = 64
-THREADS_KEPT = 16
+THREADS_KEPT = 256
+WRITES_KEPT = 50_000
+"""The memo keeps the most recently loaded threads, at most `THREADS_KEPT` of them and at most `WRITES_KEPT`
+history entries in all (the newest thread is always kept). 16 threads made 50 concurrent threads miss it on
+every load."""
 
 Histories = dict[str, DeltaChannelHistory]
+Stage2Row = tuple[str, str, str, int, str, bytes, str]
+
+
+def _size(histories: Histories) -> int:
+    return 1 + sum(len(h["writes"]) for h in histories.values())
 
 
 class HistoryMemo:
     """The latest known history per (thread, namespace), bounded to the most recently used threads."""
 
-    def __init__(self, threads: int = THREADS_KEPT) -> None:
-        self._threads = threads
+    def __init__(self, threads: int = THREADS_KEPT, writes: int = WRITES_KEPT) -> None:
+        self._threads, self._writes = threads, writes
         self._lock = threading.Lock()
         self._latest: OrderedDict[tuple[str, str], tuple[str, Histories]] = OrderedDict()
+        self._kept = 0
 
-    def get(self, thread: tuple[str, str], checkpoint_id: str, channels: Sequence[str]) -> Histories | None:
+    def latest(self, thread: tuple[str, str]) -> tuple[str, Histories] | None:
+        """(checkpoint id, histories at it) last memoized for the thread."""
         with self._lock:
-            entry = self._latest.get(thread)
-        if entry is None or entry[0] != checkpoint_id or any(ch not in entry[1] for ch in channels):
-            return None
-        return {ch: entry[1][ch] for ch in channels}
-
-    def knows(self, thread: tuple[str, str]) -> bool:
-        with self._lock:
-            return thread in self._latest
+            return self._latest.get(thread)
 
     def put(self, thread: tuple[str, str], checkpoint_id: str, histories: Histories) -> None:
         with self._lock:
+            old = self._latest.pop(thread, None)
+            if old is not None:
+                self._kept -= _size(old[1])
             self._latest[thread] = (checkpoint_id, histories)
-            self._latest.move_to_end(thread)
-            while len(self._latest) > self._threads:
-                self._latest.popitem(last=False)
+            self._kept += _size(histories)
+            while len(self._latest) > 1 and (len(self._latest) > self._threads or self._kept > self._writes):
+                _, (_, dropped) = self._latest.popitem(last=False)
+                self._kept -= _size(dropped)
 
 
 class _Walk:
-    """The incremental walk from a target back to a memoized (or seeded) ancestor, one `get_tuple` at a time."""
+    """One load: the stage-1 rows (ancestors, newest first) consumed until every channel has its start, the
+    memoized checkpoint (its history), or a snapshot (its value); then the stage-2 writes on top of it."""
 
-    def __init__(self, memo: HistoryMemo, config: RunnableConfig, channels: Sequence[str]) -> None:
+    def __init__(self, memo: HistoryMemo, config: RunnableConfig, channels: Sequence[str], serde: Any) -> None:
         conf = config["configurable"]
-        self.memo, self.channels = memo, list(channels)
+        self.memo, self.channels, self.serde = memo, list(channels), serde
         self.thread = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")))
         self.target = get_checkpoint_id(config)
-        self.worth_walking = bool(self.target and channels and memo.knows(self.thread))  # else a full walk at once
-        self.steps: list[CheckpointTuple] = []  # ancestors, newest first; each one's writes made its child
+        entry = memo.latest(self.thread)
+        usable = entry is not None and all(ch in entry[1] for ch in self.channels)
+        self.base: tuple[str, Histories] | None = entry if usable else None
+        self.chain: dict[str, list[str]] = {ch: [] for ch in self.channels}
+        self.seeds: dict[str, Any] = {}
+        self.from_memo: set[str] = set()
+        self.active = set(self.channels)
+        self.walked: set[str] = set()
 
-    def config_of(self, checkpoint_id: str) -> RunnableConfig:
-        return {
-            "configurable": {
-                "thread_id": self.thread[0],
-                "checkpoint_ns": self.thread[1],
-                "checkpoint_id": checkpoint_id,
-            }
-        }
-
-    def parent_of(self, tup: CheckpointTuple) -> str | None:
-        return get_checkpoint_id(tup.parent_config) if tup.parent_config else None
-
-    def base(self) -> Histories | None:
-        """The history at the oldest walked ancestor, if the walk can stop there: memoized, or every channel
-        has a stored value (a snapshot) at some walked ancestor (None: keep walking)."""
-        oldest = self.steps[-1]
-        known = self.memo.get(self.thread, oldest.config["configurable"]["checkpoint_id"], self.channels)
-        if known is not None:
-            return known
-        if all(self._seeded_at(ch) is not None for ch in self.channels):
-            return {ch: {"writes": []} for ch in self.channels}  # unused: every channel restarts at its seed
+    def known(self) -> Histories | None:
+        """The memoized histories when the target is the memoized checkpoint itself (no query at all)."""
+        if self.base is not None and self.base[0] == self.target:
+            return {ch: self.base[1][ch] for ch in self.channels}
         return None
 
-    def steps_back(self) -> Generator[RunnableConfig, CheckpointTuple | None, Histories | None]:
-        """The walk, written once for the sync and the async saver: yields the config of each checkpoint it needs
-        and is sent the saver's tuple for it; returns the histories, or None for the saver's full walk."""
+    def stage1_params(self) -> tuple[str, ...]:
         assert self.target is not None
-        current = yield self.config_of(self.target)
-        for _ in range(MAX_WALK):
-            parent = self.parent_of(current) if current is not None else None
-            if parent is None:
-                return None
-            current = yield self.config_of(parent)
-            if current is None:
-                return None
-            self.steps.append(current)
-            base = self.base()
-            if base is not None:
-                return self.extend(base)
-        return None
+        thread_id, ns = self.thread
+        return (thread_id, ns, self.target, thread_id, ns)
 
-    def _seeded_at(self, ch: str) -> int | None:
-        """Index in `steps` of the newest walked ancestor that stores a value of `ch`."""
-        for index, tup in enumerate(self.steps):
-            if ch in (tup.checkpoint.get("channel_values") or {}):
-                return index
-        return None
+    def step(self, row: tuple[str, str, bytes]) -> bool:
+        """Take one ancestor row (the first is the target itself); True once the walk can stop."""
+        cid, type_tag, blob = row
+        if not self.walked:
+            if cid == self.target:
+                self.walked.add(cid)
+            return False
+        if cid in self.walked:  # a chain that loops (LangGraph's walk stops there too)
+            return True
+        self.walked.add(cid)
+        for ch in self.active:
+            self.chain[ch].append(cid)  # this ancestor's writes made its child: they are part of the history
+        if self.base is not None and cid == self.base[0]:
+            self.from_memo = set(self.active)
+            self.active.clear()
+            return True
+        values: Mapping[str, Any] = self.serde.loads_typed((type_tag, blob)).get("channel_values") or {}
+        for ch in [ch for ch in self.active if ch in values]:
+            self.seeds[ch] = values[ch]
+            self.active.discard(ch)
+        return not self.active
 
-    def extend(self, base: Histories) -> Histories | None:
-        """Per channel: from its newest stored value on the walk (a snapshot taken since the memoized point)
-        or else from `base`, plus the writes stored at each ancestor after that, oldest first. None if one
-        step's writes to a channel came from more than one task."""
-        out: Histories = {}
-        for ch in self.channels:
-            seeded = self._seeded_at(ch)
-            if seeded is None:
-                history: DeltaChannelHistory = {"writes": list(base[ch]["writes"])}
-                if "seed" in base[ch]:
-                    history["seed"] = base[ch]["seed"]
-                newer = self.steps
-            else:
-                history = {"writes": [], "seed": self.steps[seeded].checkpoint["channel_values"][ch]}
-                newer = self.steps[: seeded + 1]
-            for tup in reversed(newer):
-                mine = [w for w in tup.pending_writes or () if w[1] == ch]
-                if len({w[0] for w in mine}) > 1:
-                    return None
-                history["writes"].extend(mine)
-            out[ch] = history
-        return out
+    def stage2(self, has_task_path: bool) -> tuple[str, list[Any]]:
+        """The writes query for the walked chain ('' when there is nothing to read)."""
+        with_chain = [ch for ch in self.channels if self.chain[ch]]
+        sql = build_delta_stage2_sql(has_task_path=has_task_path, chain_lens=[len(self.chain[ch]) for ch in with_chain])
+        params: list[Any] = []
+        for ch in with_chain:
+            params.extend([self.thread[0], self.thread[1], ch, *self.chain[ch]])
+        return sql, params
+
+    def histories(self, rows: Iterable[Stage2Row]) -> Histories:
+        found = build_delta_channels_writes_history(
+            channels=self.channels,
+            chain_by_ch=self.chain,
+            seed_val_by_ch=self.seeds,
+            seeded=set(self.seeds),
+            stage2_rows=list(rows),
+            serde=self.serde,
+        )
+        if self.base is not None:
+            for ch in self.from_memo:
+                start = self.base[1][ch]
+                history: DeltaChannelHistory = {"writes": [*start["writes"], *found[ch]["writes"]]}
+                if "seed" in start:
+                    history["seed"] = start["seed"]
+                found[ch] = history
+        self.memo.put(self.thread, str(self.target), found)
+        return found
 
 
 class _MemoOwner:
@@ -152,47 +166,51 @@ class _MemoOwner:
 
 
 class MemoizedHistorySync(_MemoOwner):
-    """Mixin for a synchronous saver: `get_delta_channel_history` through the memo."""
+    """Mixin for LangGraph's `SqliteSaver`: `get_delta_channel_history` through the memo."""
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        walk = _Walk(self._memo(), config, channels)
-        result = self._walk(walk) if walk.worth_walking else None
-        if result is None:
-            result = dict(super().get_delta_channel_history(config=config, channels=channels))  # type: ignore[misc]
-        if walk.target:
-            walk.memo.put(walk.thread, walk.target, result)
-        return result
-
-    def _walk(self, walk: _Walk) -> Histories | None:
-        steps, tup = walk.steps_back(), None
-        try:
-            while True:  # the first send(None) starts the walk
-                tup = self.get_tuple(steps.send(tup))  # type: ignore[attr-defined]
-        except StopIteration as done:
-            return done.value
+        saver: Any = self
+        walk = _Walk(self._memo(), config, channels, saver.serde)
+        if not walk.target or not channels:
+            return super().get_delta_channel_history(config=config, channels=channels)  # type: ignore[misc]
+        known = walk.known()
+        if known is not None:
+            return known
+        with saver.cursor(transaction=False) as cur:
+            cur.execute(DELTA_STAGE1_SQL, walk.stage1_params())
+            for row in cur:
+                if walk.step(row):
+                    break
+            sql, params = walk.stage2(saver._has_task_path)
+            rows = cur.execute(sql, params).fetchall() if sql else []
+        return walk.histories(rows)
 
 
 class MemoizedHistoryAsync(_MemoOwner):
-    """Mixin for an async saver: `aget_delta_channel_history` through the memo."""
+    """Mixin for LangGraph's `AsyncSqliteSaver`: `aget_delta_channel_history` through the memo."""
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        walk = _Walk(self._memo(), config, channels)
-        result = await self._walk(walk) if walk.worth_walking else None
-        if result is None:
-            full = await super().aget_delta_channel_history(config=config, channels=channels)  # type: ignore[misc]
-            result = dict(full)
-        if walk.target:
-            walk.memo.put(walk.thread, walk.target, result)
-        return result
-
-    async def _walk(self, walk: _Walk) -> Histories | None:
-        steps, tup = walk.steps_back(), None
-        try:
-            while True:  # the first send(None) starts the walk
-                tup = await self.aget_tuple(steps.send(tup))  # type: ignore[attr-defined]
-        except StopIteration as done:
-            return done.value
+        saver: Any = self
+        walk = _Walk(self._memo(), config, channels, saver.serde)
+        if not walk.target or not channels:
+            return await super().aget_delta_channel_history(config=config, channels=channels)  # type: ignore[misc]
+        known = walk.known()
+        if known is not None:
+            return known
+        await saver.setup()
+        async with saver.lock, saver.conn.cursor() as cur:
+            await cur.execute(DELTA_STAGE1_SQL, walk.stage1_params())
+            async for row in cur:
+                if walk.step(row):
+                    break
+            sql, params = walk.stage2(saver._has_task_path)
+            if sql:
+                await cur.execute(sql, params)
+                rows = await cur.fetchall()
+            else:
+                rows = []
+        return walk.histories(rows)

@@ -35,11 +35,13 @@ from gatedloop.checkpoints.evidence import (
     APPROVAL_COLUMNS,
     Answer,
     ApprovalRecord,
+    AuditEvent,
     CallRecord,
     EvidenceStore,
     GraphIdentity,
     NewCall,
     Proposal,
+    audit_statements,
 )
 from gatedloop.checkpoints.evidence import SCHEMA as EVIDENCE_SCHEMA
 from gatedloop.checkpoints.outbox import SCHEMA as OUTBOX_SCHEMA
@@ -275,9 +277,11 @@ class Ledger(Protocol):
     def clear_cancel(self, thread_id: str) -> None: ...
     def record_proposals(self, thread_id: str, proposals: Iterable[Proposal]) -> None: ...
     def proposals(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, Proposal]: ...
-    def register_calls(self, thread_id: str, calls: Iterable[NewCall]) -> dict[str, CallRecord]: ...
+    def register_calls(
+        self, thread_id: str, calls: Iterable[NewCall], events: Sequence[AuditEvent] = ()
+    ) -> dict[str, CallRecord]: ...
     def calls(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, CallRecord]: ...
-    def record_answers(self, thread_id: str, answers: Iterable[Answer]) -> None: ...
+    def record_answers(self, thread_id: str, answers: Iterable[Answer], events: Sequence[AuditEvent] = ()) -> None: ...
     def answer_digests(self, thread_id: str) -> dict[str, str]: ...
     def record_approvals(self, thread_id: str, records: Sequence[ApprovalRecord]) -> None: ...
     def approvals(self, thread_id: str, call_ids: Sequence[str]) -> list[ApprovalRecord]: ...
@@ -363,11 +367,7 @@ class SqlLedger(EvidenceStore, OutboxStore):
         self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None
     ) -> None:
         """Append an audit event; the same (call, event) is kept once, so re-run nodes do not duplicate it."""
-        self._write(
-            "INSERT INTO gatedloop_audit (thread_id, call_id, event, actor, at, detail) VALUES (?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (thread_id, call_id, event) DO NOTHING",
-            (thread_id, call_id, event, actor, time.time(), json.dumps(detail, ensure_ascii=False, default=str)),
-        )
+        self._write(*audit_statements(thread_id, [AuditEvent(call_id, event, detail, actor)])[0])
 
     def audit(self, thread_id: str) -> list[dict[str, Any]]:
         rows = self._run(

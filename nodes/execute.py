@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
@@ -27,6 +27,7 @@ from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
 
+from gatedloop.checkpoints.evidence import AuditEvent
 from gatedloop.nodes.gate.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
 from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
@@ -214,8 +215,8 @@ class _Turn:
             self.runnable, self.not_run = self.runnable[:index], self.runnable[index:]
         return self.stop is not None
 
-    def _answers(self, messages: list[ToolMessage]) -> dict[str, Any]:
-        return record_answers(self.parts.ledger, self.thread_id, messages, "execute")
+    def _answers(self, messages: list[ToolMessage], events: Sequence[AuditEvent] = ()) -> dict[str, Any]:
+        return record_answers(self.parts.ledger, self.thread_id, messages, "execute", events)
 
     def record_write(self, plan: CallPlan, outcome: Outcome, settled: dict[str, Any] | None) -> None:
         if settled is not None:
@@ -228,6 +229,7 @@ class _Turn:
     def update(self) -> dict[str, Any]:
         counters = self.counters
         answers: list[ToolMessage] = []
+        events: list[AuditEvent] = []
         loop_hit = False
         seen: dict[str, SeenRead] = {}
         per_tool = dict(counters["per_tool"])
@@ -243,14 +245,14 @@ class _Turn:
                     loop_hit = loop_hit or repeat >= 2
             shown = self.parts.registry.policy(plan["name"]).masked(plan["args"])
             answers.append(_message(plan, shown, outcome, content))
-            self.parts.ledger.record(self.thread_id, plan["id"], "executed", _audit(plan, shown, outcome))
+            events.append(AuditEvent(plan["id"], "executed", _audit(plan, shown, outcome)))
         counters["tool_calls"] += len(self.runnable)
         counters["per_tool"] = per_tool
         counters["waited_s"] += self.waited_s
         update: dict[str, Any] = {
             "calls": _answered(self.calls),
             "counters": counters,
-            **self._answers([*self.refused, *answers, *self._stopped_answers()]),
+            **self._answers([*self.refused, *answers, *self._stopped_answers()], events),
         }
         if seen:
             update["seen_reads"] = seen

@@ -17,7 +17,7 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.checkpoints.evidence import NewCall
+from gatedloop.checkpoints.evidence import AuditEvent, NewCall
 from gatedloop.nodes.gate.answers import error_message, record_answers
 from gatedloop.nodes.gate.call_arguments import plan_arguments, stored_form
 from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
@@ -44,6 +44,7 @@ def make_validate_node(parts: LoopParts):
         planned_per_tool = dict(counters["per_tool"])
         calls = state.get("calls") or []
         forged = unproposed(parts.ledger, thread_id, calls)
+        events: list[AuditEvent] = []  # written with the calls' registration, in one transaction
         for index, plan in enumerate(calls):
             refusal = (
                 errors.ToolFailure(NOT_PROPOSED, error_type="permission_denied") if plan["id"] in forged else None
@@ -53,24 +54,19 @@ def make_validate_node(parts: LoopParts):
                 plans.append({**plan, "verdict": "answered"})
                 answers.append(error_message(plan["id"], plan["name"], checked))
                 detail = {"args": _shown(parts, plan["name"], stored_form(plan)), "error": checked.message}
-                parts.ledger.record(thread_id, plan["id"], "refused", detail, actor=context.user_id)
+                events.append(AuditEvent(plan["id"], "refused", detail, context.user_id))
                 continue
             planned_total += 1
             planned_per_tool[plan["name"]] = planned_per_tool.get(plan["name"], 0) + 1
             plans.append(_accepted(parts, plan, checked, context))
-            parts.ledger.record(
-                thread_id,
-                plan["id"],
-                "validated",
-                {
-                    "tool": plan["name"],
-                    "args": _shown(parts, plan["name"], checked.args),
-                    "verdict": plans[-1]["verdict"],
-                    "repair": checked.repair,
-                },
-                actor=context.user_id,
-            )
-        plans, answers = _registered(parts, thread_id, plans, answers, context)
+            detail = {
+                "tool": plan["name"],
+                "args": _shown(parts, plan["name"], checked.args),
+                "verdict": plans[-1]["verdict"],
+                "repair": checked.repair,
+            }
+            events.append(AuditEvent(plan["id"], "validated", detail, context.user_id))
+        plans, answers = _registered(parts, thread_id, plans, answers, context, events)
         update: dict[str, Any] = {"calls": plans, **record_answers(parts.ledger, thread_id, answers, "validate")}
         if any(p["verdict"] == "ask" for p in plans):
             update["counters"] = {**counters, "paused_at": parts.clock()}
@@ -87,15 +83,17 @@ def _registered(
     plans: list[CallPlan],
     answers: list[ToolMessage],
     requester: CallContext,
+    events: list[AuditEvent],
 ) -> tuple[list[CallPlan], list[ToolMessage]]:
-    """Register the turn's calls; an accepted call whose id was registered before with other arguments is refused."""
+    """Register the turn's calls (with their audit `events`); an accepted call whose id was registered before with
+    other arguments is refused."""
     new = [
         NewCall(p["id"], p["name"], p["digest"], _verdict(p), requester, parts.registry.definition_digest(p["name"]))
         if p["verdict"] != "answered"
         else NewCall(p["id"], p["name"], "", "refused", requester)
         for p in plans
     ]
-    records = parts.ledger.register_calls(thread_id, new)
+    records = parts.ledger.register_calls(thread_id, new, events)
     checked: list[CallPlan] = []
     for plan in plans:
         record = records.get(plan["id"])

@@ -7,12 +7,14 @@ file, a snapshot of the history, a look at an older checkpoint), a load must equ
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints import open_async_sqlite, open_sqlite
+from gatedloop.checkpoints.history_memo import HistoryMemo
 from gatedloop.graph import build_graph
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import ToolPolicy
@@ -67,3 +69,33 @@ def test_loads_through_the_memo_equal_a_fresh_process_read(db):
         assert out["answer"] == "answer 42"
         assert seen(graph.get_state(CFG).values) == from_disk(db, CFG)
         assert len(out["messages"]) == 42 * 4
+
+
+def test_async_loads_of_many_threads_at_once_equal_a_fresh_process_read(db):
+    """Threads interleaved on one async saver: each load walks back to its own thread's memoized checkpoint."""
+    threads = [{"configurable": {"thread_id": f"memo-{i}"}} for i in range(6)]
+
+    async def run() -> list[list[tuple[str, str, str]]]:
+        async with open_async_sqlite(db) as saver:
+            graph = graph_on(saver)
+            for turn in range(1, 5):
+                outs = await asyncio.gather(
+                    *(graph.ainvoke({"messages": [("user", f"q {turn}")]}, cfg, durability="sync") for cfg in threads)
+                )
+                assert [o["answer"] for o in outs] == [f"answer {turn}"] * len(threads)
+            return [seen((await graph.aget_state(cfg)).values) for cfg in threads]
+
+    here = asyncio.run(run())
+    assert here == [from_disk(db, cfg) for cfg in threads]
+    assert all(len(h) == 4 * 4 for h in here)
+
+
+def test_the_memo_keeps_the_newest_threads_within_its_bounds():
+    memo = HistoryMemo(threads=3, writes=10)
+    history = {"messages": {"writes": [("task", "messages", i) for i in range(4)]}}
+    for i in range(4):
+        memo.put((f"t{i}", ""), f"c{i}", history)  # 5 entries each: two fit in 10
+    assert [memo.latest((f"t{i}", "")) is not None for i in range(4)] == [False, False, True, True]
+    huge = {"messages": {"writes": [("task", "messages", i) for i in range(50)]}}
+    memo.put(("big", ""), "c", huge)  # over the bound alone: still kept, as the newest
+    assert memo.latest(("big", "")) == ("c", huge) and memo.latest(("t3", "")) is None

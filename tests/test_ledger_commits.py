@@ -1,0 +1,58 @@
+"""A round of reads commits the ledger three times: proposals, validation, answers (issue 21).
+
+Each audit event is written in the transaction of the evidence it describes (a call's `validated` event with its
+registration, its `executed` event with its answer), not in a commit of its own: two commits fewer per round, and
+no audit row without the evidence it speaks of. Counted on the ledger's own connection of a real SQLite file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+
+from gatedloop.checkpoints import open_sqlite
+from gatedloop.graph import Limits, build_graph
+from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.tools import ToolPolicy
+
+ROUNDS = 5
+
+
+@tool
+def lookup(order_id: str) -> dict[str, Any]:
+    """Look up an order (a read)."""
+    return {"order_id": order_id, "status": "shipped"}
+
+
+def one_lookup_per_round(messages: list[BaseMessage]) -> AIMessage:
+    start = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+    done = sum(isinstance(m, ToolMessage) for m in messages[start:])
+    if done >= ROUNDS:
+        return reply(f"checked {done} orders")
+    return reply(calls=[call("lookup", {"order_id": f"L-{done}"}, f"round-{done}")])
+
+
+def test_a_read_round_commits_the_ledger_three_times_with_its_audit_inside(db):
+    config = {"configurable": {"thread_id": "commits"}}
+    with open_sqlite(db) as saver:
+        graph = build_graph(
+            ScriptedChatModel(responder=one_lookup_per_round),
+            [lookup],
+            policies={"lookup": ToolPolicy(effect="read", approval="never")},
+            limits=Limits(max_model_calls=ROUNDS + 2),
+            checkpointer=saver,
+        )
+        graph.invoke({"messages": [("user", "warm up")]}, {"configurable": {"thread_id": "warm"}})
+        statements: list[str] = []
+        saver.ledger._conn.set_trace_callback(statements.append)
+        out = graph.invoke({"messages": [("user", "check the orders")]}, config, durability="sync")
+        saver.ledger._conn.set_trace_callback(None)
+        audit = saver.ledger.audit("commits")
+    assert out["answer"] == f"checked {ROUNDS} orders"
+    commits = sum(s.strip().upper() == "COMMIT" for s in statements)
+    assert commits == 3 * ROUNDS + 1, statements  # + the request's start: its cancel flag cleared
+    for n in range(ROUNDS):
+        events = [e["event"] for e in audit if e["call_id"] == f"round-{n}"]
+        assert events == ["validated", "executed"]
