@@ -30,6 +30,7 @@ from gatedloop.nodes.gate.admission import (
     for_state,
 )
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message
+from gatedloop.nodes.gate.call_arguments import checked_plan, edited_call
 from gatedloop.nodes.gate.hitl import (
     ANONYMOUS,
     REPLACED,
@@ -46,7 +47,7 @@ from gatedloop.nodes.gate.notices import queue_approval_notice
 from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, Verdict
 from gatedloop.tools import errors
-from gatedloop.tools.arguments import args_digest, digest, storable_text
+from gatedloop.tools.arguments import digest, storable_text
 from gatedloop.tools.policy import MASK, CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
 from gatedloop.tools.results import responded_result
@@ -313,14 +314,13 @@ def _apply(
         return {**base, "verdict": verdict, "approved_digest": digest_now}, None, approval
     if kind == "edit":
         edited_args = _unmasked(decision["edited_action"]["args"], plan["args"], policy.secret_args)
-        arguments = parts.registry.read(plan["name"], edited_args)  # an edit enters like a model's proposal
-        checked = parts.registry.check_call(plan["name"], arguments, record.requester)
+        checked = edited_call(parts.registry, plan["name"], edited_args, record.requester)
         if not isinstance(checked, CheckedCall):
             raise InvalidDecision(f"the edited arguments for {plan['name']} are not valid: {checked.message}")
-        new_digest = args_digest(plan["name"], checked.args)  # new arguments: their digest, computed once
+        edited = checked_plan(base, checked)  # new arguments: their digest, computed once
         verdict = "run" if policy.approvals_required <= 1 else "ask"
-        edited: CallPlan = {**base, "args": checked.args, "digest": new_digest, "approved_digest": new_digest}
-        return {**edited, "edited": True, "verdict": verdict}, None, evidence(new_digest)
+        approved: CallPlan = {**edited, "approved_digest": edited["digest"], "edited": True, "verdict": verdict}
+        return approved, None, evidence(edited["digest"])
     if kind == "reject":
         reason = decision.get("message") or errors.REJECTED
         message = error_message(plan["id"], plan["name"], errors.ToolFailure(reason, error_type="rejected_by_reviewer"))

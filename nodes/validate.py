@@ -19,12 +19,11 @@ from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent, NewCall
 from gatedloop.nodes.gate.answers import error_message, record_answers
-from gatedloop.nodes.gate.call_arguments import plan_arguments, stored_form
+from gatedloop.nodes.gate.call_arguments import checked_plan, plan_arguments, stored_form
 from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
 from gatedloop.nodes.gate.proposals import NOT_PROPOSED, unproposed
-from gatedloop.nodes.state import CallPlan, GatedState, Status
+from gatedloop.nodes.state import CallPlan, GatedState, Status, Verdict
 from gatedloop.tools import errors
-from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import CheckedCall
 
@@ -146,14 +145,5 @@ def _turn_refusal(
 
 def _accepted(parts: LoopParts, plan: CallPlan, checked: CheckedCall, context: CallContext) -> CallPlan:
     policy = parts.registry.policy(plan["name"])
-    accepted: CallPlan = {
-        **plan,
-        "args": checked.args,
-        "effect": policy.effect,
-        # Recomputed from the checked arguments, never taken from the state: it becomes the ledger's evidence.
-        "digest": args_digest(plan["name"], checked.args),
-        "verdict": "ask" if policy.needs_approval(checked.args, context) else "run",
-    }
-    if checked.repair:
-        accepted["repair"] = checked.repair
-    return accepted
+    verdict: Verdict = "ask" if policy.needs_approval(checked.args, context) else "run"
+    return {**checked_plan(plan, checked), "effect": policy.effect, "verdict": verdict}

@@ -1,10 +1,16 @@
 """A call's arguments from the model's reply to `execute`: read once, carried in the plan as one checked value.
 
-`entry_plan` reads what the model sent (a dict from `tool_calls`, the text of an `invalid_tool_calls` entry)
-with the tool's strictness (`ToolRegistry.read`) and keeps the result in the plan: exact `args` (and `repair`),
-or empty `args` and `unread` (the text and why it cannot be read). Nothing parses a call's arguments again on the
-way to the tool: `validate` checks the plan's value again because the state is untrusted, and the only other
-entry is a reviewer's edit (nodes/approve.py), read by the same `ToolRegistry.read`.
+The whole path of a call's arguments, in one place:
+
+1. `entry_plan` (model) reads what the model sent (a dict from `tool_calls`, the text of an `invalid_tool_calls`
+   entry) with the tool's strictness (`ToolRegistry.read`) and keeps the result in the plan: exact `args` (and
+   `repair`), or empty `args` and `unread` (the text and why it cannot be read); its digest is the proposal's.
+2. `plan_arguments` (validate) checks the plan's value again, because the state is untrusted (a dict is checked,
+   never re-parsed), and `checked_plan` gives the accepted call its arguments and their digest, the evidence.
+3. `edited_call` (approve) is the only other entry: a reviewer's edit, read and checked like a model's proposal.
+4. Admission (admission.py) recomputes the digest right before a call runs, deliberately, from what will run.
+
+Nothing parses a call's arguments again on the way to the tool.
 
 Checkpoints written before plans had `unread` carry unread text as `args={"__raw__": text}` (`RAW_ARGS`); a thread
 stopped between `model` and `validate` still holds such plans, and `plan_arguments` reads them as `validate` did.
@@ -16,8 +22,9 @@ from typing import Any
 
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools.arguments import CallArguments, ParsedArguments, UnreadArguments, args_digest, storable_text
-from gatedloop.tools.policy import RAW_ARGS
-from gatedloop.tools.registry import ToolRegistry
+from gatedloop.tools.errors import ToolFailure
+from gatedloop.tools.policy import RAW_ARGS, CallContext
+from gatedloop.tools.registry import CheckedCall, ToolRegistry
 
 
 def entry_plan(registry: ToolRegistry, call_id: str, name: Any, raw_args: Any) -> CallPlan:
@@ -67,3 +74,20 @@ def stored_form(plan: CallPlan) -> Any:
 def proposed_digest(plan: CallPlan) -> str:
     """`args_digest` of the plan's tool and arguments as `model` built them (never raises)."""
     return args_digest(str(plan.get("name")), stored_form(plan))
+
+
+def checked_plan(plan: CallPlan, checked: CheckedCall) -> CallPlan:
+    """The plan with its checked arguments and their digest, recomputed from them and never taken from the state:
+    it becomes the ledger's evidence."""
+    accepted: CallPlan = {**plan, "args": checked.args, "digest": args_digest(plan["name"], checked.args)}
+    if checked.repair:
+        accepted["repair"] = checked.repair
+    return accepted
+
+
+def edited_call(
+    registry: ToolRegistry, name: str, edited_args: dict[str, Any], requester: CallContext
+) -> CheckedCall | ToolFailure:
+    """A reviewer's edit, entering like a model's proposal: read with the tool's strictness, then checked as the
+    requester (schema, roles, the tool's validator)."""
+    return registry.check_call(name, registry.read(name, edited_args), requester)
