@@ -13,6 +13,7 @@
 # The server is for tests: fsync is off (a crash of the test *clients* is what the tests exercise, never
 # one of the server). Stop it with: pg_ctl stop -D "$GATEDLOOP_PG_HOME/data" (as the postgres user).
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"  # runuser lives there; a minimal PATH (env -i, some CI runners) lacks it
 
 PORT="${GATEDLOOP_PG_PORT:-54329}"
 HOME_DIR="${GATEDLOOP_PG_HOME:-/tmp/gatedloop-pg-$PORT}"
