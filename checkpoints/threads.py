@@ -79,8 +79,10 @@ def describe_thread(graph: CompiledStateGraph, thread_id: str, ledger: Ledger | 
         if ledger is not None and kind == "approval" and ledger.cancel_requested(thread_id):
             detail = "cancelled while waiting for approval; its request can no longer be answered"
             return ThreadSummary(thread_id, "cancelled", detail, count)
-        label = "waiting for approval" if kind == "approval" else "waiting: a write's outcome is unknown"
-        return ThreadSummary(thread_id, "waiting", "; ".join([label, *crashed]), count)
+        if kind != "approval":  # the claimed write is the one a person is asked about: no crash to settle first
+            detail = "waiting: a write's outcome is unknown; a person answers done, not_done or abandon"
+            return ThreadSummary(thread_id, "waiting", detail, count)
+        return ThreadSummary(thread_id, "waiting", "; ".join(["waiting for approval", *crashed]), count)
     if snapshot.next or (count and not values.get("status")) or crashed:
         # No status yet: a process stopped mid-run (if it died after a step's writes but before the step's
         # checkpoint, LangGraph shows no next node, yet the thread resumes from those writes).

@@ -25,6 +25,7 @@ from cli_in_process import run_cli
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from gatedloop.checkpoints import idempotency_key, open_sqlite
+from gatedloop.checkpoints.threads import describe_thread
 from gatedloop.graph import GatedState, InvalidDecision, runs
 
 DATA = Path(__file__).parent / "data"
@@ -202,3 +203,12 @@ def test_a_finished_thread_continues_with_a_new_message(graph: Any, db: Path, th
     turns = sum(isinstance(m, HumanMessage) for m in out["messages"])
     assert answers(out)[f"b{turns}"].status == "success"
     assert [r["status"] for r in shown(db, thread_id) if r["type"] == "status"] == ["completed"]
+
+
+def test_a_thread_waiting_on_an_unknown_outcome_is_described_as_a_question_not_a_crash(graph: Any):
+    """The claimed write is the one the person is asked about: `gatedloop threads` says what to answer, and does
+    not call it a write whose process stopped (which resuming alone would settle)."""
+    summary = describe_thread(graph, "unknown-outcome", graph.checkpointer.ledger)
+    assert summary.status == "waiting"
+    assert "done, not_done or abandon" in summary.detail
+    assert "process stopped" not in summary.detail
