@@ -27,6 +27,7 @@ from gatedloop.graph.load import GraphNotFound, NamedGraph, choose_graph
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED, EXIT_NOT_FOUND, EXIT_BUSY, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader closed the pipe
 EXIT_CODES = {
     EXIT_COMPLETED: "completed (or the command did what it said)",
     EXIT_FAILED: "failed: the request stopped without an answer, or the database or model could not be used",
@@ -36,6 +37,7 @@ EXIT_CODES = {
     EXIT_BUSY: "busy: another process is running the thread or holds the database",
     EXIT_REFUSED: "refused: the answer was not accepted (malformed, not allowed, cancelled, or nothing pending)",
     EXIT_INTERRUPTED: "interrupted by Ctrl-C while running; resume goes on from the last saved step",
+    EXIT_BROKEN_PIPE: "the output's reader closed it (e.g. | head); a run stopped at its last saved step",
 }
 DEMO_DATA_ENV = "GATEDLOOP_DEMO_DATA"
 

@@ -33,6 +33,7 @@ from gatedloop.checkpoints.threads import (
     validate_thread_id,
 )
 from gatedloop.cli.app import (
+    EXIT_BROKEN_PIPE,
     EXIT_BUSY,
     EXIT_CODES,
     EXIT_COMPLETED,
@@ -592,6 +593,12 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.debug, args.json)
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # The reader went away (`gatedloop threads | head -1`): nobody is left to tell. Point stdout at /dev/null so
+        # the interpreter's final flush does not fail again, and exit as a process killed by SIGPIPE would. A run cut
+        # off this way stopped at its last saved step, as after Ctrl-C; `resume` goes on.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (Exception, KeyboardInterrupt) as exc:
         if args.debug and not isinstance(exc, CliError):
             raise

@@ -515,3 +515,17 @@ def test_under_json_a_log_record_is_a_json_line(capsys):
     assert json_lines(capsys.readouterr().err) == [
         {"type": "log", "level": "error", "logger": "langgraph", "message": "checkpoint write failed"}
     ]
+
+
+def test_a_reader_that_closes_the_output_ends_the_command_quietly_with_sigpipes_code(tmp_path):
+    """`gatedloop ... | head -1`: once the reader is gone, nothing is printed and nothing says "unexpected
+    BrokenPipeError"; the exit code is a SIGPIPE's (141), as shells expect. A real process: the pipe is the point."""
+    db = str(tmp_path / "runs.sqlite")
+    command = [sys.executable, "-m", "gatedloop.cli.main", "--db", db, "demo"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), text=True)
+    assert child.stdout is not None and child.stderr is not None
+    assert child.stdout.readline().startswith("gatedloop demo")  # it has started writing
+    child.stdout.close()  # the reader goes away, as `head -1` does after its line
+    stderr = child.stderr.read()
+    assert child.wait(timeout=120) == 141, stderr
+    assert "BrokenPipeError" not in stderr and "unexpected" not in stderr, stderr
