@@ -206,7 +206,7 @@ def audit_statements(thread_id: str, events: Iterable[AuditEvent]) -> list[tuple
     ]
 
 
-def _placeholders(count: int) -> str:
+def placeholders(count: int) -> str:
     return ", ".join("?" for _ in range(count))
 
 
@@ -241,7 +241,7 @@ class EvidenceStore:
             return {}
         rows = self._run(
             "SELECT call_id, tool, args_digest FROM gatedloop_proposals WHERE thread_id=? AND call_id IN"
-            f" ({_placeholders(len(call_ids))})",
+            f" ({placeholders(len(call_ids))})",
             (thread_id, *call_ids),
         )
         return {row[0]: Proposal(*row) for row in rows}
@@ -281,7 +281,7 @@ class EvidenceStore:
         rows = self._run(
             f"SELECT {columns}, p.tool_digest FROM gatedloop_calls c LEFT JOIN gatedloop_tool_pins p"
             " ON p.thread_id = c.thread_id AND p.call_id = c.call_id"
-            f" WHERE c.thread_id=? AND c.call_id IN ({_placeholders(len(call_ids))})",
+            f" WHERE c.thread_id=? AND c.call_id IN ({placeholders(len(call_ids))})",
             (thread_id, *call_ids),
         )
         return {row[0]: CallRecord.from_row(row) for row in rows}
@@ -343,7 +343,7 @@ class EvidenceStore:
             return []
         rows = self._run(
             f"SELECT {APPROVAL_COLUMNS} FROM gatedloop_approvals WHERE thread_id=? AND call_id IN"
-            f" ({_placeholders(len(call_ids))}) ORDER BY seq",
+            f" ({placeholders(len(call_ids))}) ORDER BY seq",
             (thread_id, *call_ids),
         )
         return [ApprovalRecord.from_row(row) for row in rows]
@@ -378,7 +378,7 @@ class EvidenceStore:
             return {}
         rows = self._run(
             "SELECT call_id, args FROM gatedloop_edited_args WHERE thread_id=? AND call_id IN"
-            f" ({_placeholders(len(call_ids))}) ORDER BY seq",
+            f" ({placeholders(len(call_ids))}) ORDER BY seq",
             (thread_id, *call_ids),
         )
         return {call_id: json.loads(args) for call_id, args in rows}

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gatedloop.checkpoints.evidence import placeholders
+
 NotificationKind = Literal["request", "expiring", "unknown"]
 DeliveryState = Literal["pending", "delivered", "failed", "skipped"]
 
@@ -173,10 +175,10 @@ class OutboxStore:
         """Pending deliveries to these endpoints whose next attempt is due (leased or not; see `claim_delivery`)."""
         if not endpoints:
             return []
-        marks = ", ".join("?" for _ in endpoints)
         rows = self._run(
             f"SELECT {DELIVERY_COLUMNS} FROM gatedloop_outbox_deliveries WHERE state='pending'"
-            f" AND next_attempt_at <= ? AND endpoint IN ({marks}) ORDER BY next_attempt_at LIMIT ?",
+            f" AND next_attempt_at <= ? AND endpoint IN ({placeholders(len(endpoints))}) ORDER BY next_attempt_at"
+            " LIMIT ?",
             (now, *endpoints, limit),
         )
         return [Delivery(*row) for row in rows]
@@ -220,12 +222,12 @@ class OutboxStore:
 
     def deliveries(self, states: Sequence[DeliveryState]) -> list[tuple[Delivery, Notification]]:
         """Deliveries in these states with their notifications, oldest first (`gatedloop notify --status`)."""
-        marks = ", ".join("?" for _ in states)
         columns = ", ".join(f"d.{c.strip()}" for c in DELIVERY_COLUMNS.split(","))
         notice = ", ".join(f"o.{c.strip()}" for c in NOTIFICATION_COLUMNS.split(","))
         rows = self._run(
             f"SELECT {columns}, {notice} FROM gatedloop_outbox_deliveries d JOIN gatedloop_outbox o"
-            f" ON o.id = d.notification_id WHERE d.state IN ({marks}) ORDER BY o.created_at, d.endpoint",
+            f" ON o.id = d.notification_id WHERE d.state IN ({placeholders(len(states))})"
+            " ORDER BY o.created_at, d.endpoint",
             tuple(states),
         )
         width = len(DELIVERY_COLUMNS.split(","))

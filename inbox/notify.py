@@ -322,10 +322,13 @@ class Deliverer:
                 )
 
     def _dispatch(self, now: float) -> None:
+        reasons: dict[str, str | None] = {}  # a notice's closed reason, read once for all the endpoints
         for webhook in self.config.webhooks:
             rows: list[tuple[str, str, str, DeliveryState, str | None]] = []
             for notice in self.ledger.undispatched(webhook.endpoint):
-                reason = closed_reason(self.ledger, notice, now)
+                if notice.id not in reasons:
+                    reasons[notice.id] = closed_reason(self.ledger, notice, now)
+                reason = reasons[notice.id]
                 rows.append((notice.id, webhook.endpoint, webhook.shown, "skipped" if reason else "pending", reason))
             self.ledger.dispatch(rows, now)
 

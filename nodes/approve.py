@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from langchain_core.messages import ToolMessage
+from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
@@ -162,8 +163,11 @@ def make_approve_node(parts: LoopParts):
         request = approval_request(parts, gated, records, approvals, state.get("review_error"))
         if _replaced(parts, thread_id, request, records):
             request["replaced"] = True
-        queue_approval_notice(parts, thread_id, request)
-        answer = interrupt(request)
+        try:
+            answer = interrupt(request)
+        except GraphInterrupt:  # the request is put to a person now (on resume `interrupt` returns instead)
+            queue_approval_notice(parts, thread_id, request)
+            raise
         reviewer = call_context(runtime.context)
         try:
             check_addressed(answer, request)

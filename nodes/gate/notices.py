@@ -1,9 +1,10 @@
 """Notices for reviewers: the notification outbox rows (checkpoints/outbox.py) for the requests a person must answer.
 
-Two kinds are queued here, each just before the `interrupt()` that puts its request: `request` for an approval
-request (nodes/approve.py) and `unknown` for a question about a write whose outcome is unknown (nodes/gate/unknown.py).
-Each row is one `INSERT ... ON CONFLICT DO NOTHING` keyed by (thread, request id, kind): the node or task re-runs on
-every resume and after a refused answer, and those runs write nothing. It is committed before the interrupt is
+Two kinds are queued here, each when its `interrupt()` really puts the request to a person (it raises
+`GraphInterrupt`; on resume it returns the answer, and nothing is written): `request` for an approval request
+(nodes/approve.py) and `unknown` for a question about a write whose outcome is unknown (nodes/gate/unknown.py).
+Each row is one `INSERT ... ON CONFLICT DO NOTHING` keyed by (thread, request id, kind): a request asked again after
+a refused answer writes nothing new. It is committed before the interrupt is
 checkpointed; a crash in between re-runs the asking code, which builds the same request. Arguments are the
 request's own, with `secret_args` masked. Nothing here touches the network: a deliverer (`gatedloop notify`) sends
 the rows.
