@@ -268,9 +268,7 @@ class _Turn:
         """The calls a stop left unstarted, each answered "not run" with the stop's name."""
         if self.stop is None:
             return []
-        failure = errors.ToolFailure(
-            errors.NOT_RUN_STOPPED.format(reason=self.stop[1]), error_type=errors.not_run_label(self.stop[0])
-        )
+        failure = errors.stopped_before_run(*self.stop)
         return [error_message(c["id"], c["name"], failure) for c in self.not_run]
 
 

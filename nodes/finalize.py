@@ -60,9 +60,7 @@ def make_finalize_node(parts: LoopParts):
                 leftovers.append(tool_message(call.id, call.name, "unknown", unknown(why, entry.attempts)["content"]))
                 started_unknown = True
                 continue
-            reason = errors.NOT_RUN_STOPPED.format(reason=detail or status)
-            not_run = errors.ToolFailure(reason, error_type=errors.not_run_label(status))
-            leftovers.append(error_message(call.id, call.name, not_run))
+            leftovers.append(error_message(call.id, call.name, errors.stopped_before_run(status, detail or status)))
         if started_unknown and status != "completed":
             status, detail = "needs_attention", "a write's outcome is unknown and was left to a person"
         removals = check.removals()

@@ -126,8 +126,7 @@ def _turn_refusal(
 ) -> errors.ToolFailure | None:
     """Refusals that come from the loop's state rather than from the call itself."""
     if stop:
-        reason = errors.NOT_RUN_STOPPED.format(reason=stop[1])
-        return errors.ToolFailure(reason, error_type=errors.not_run_label(stop[0]))
+        return errors.stopped_before_run(*stop)
     limits = parts.limits
     if index >= limits.max_calls_per_turn:
         return errors.ToolFailure(

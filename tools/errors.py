@@ -73,6 +73,11 @@ def not_run_label(stop: str) -> ErrorType:
     return NOT_RUN_LABELS.get(stop, "stopped")
 
 
+def stopped_before_run(stop: str, reason: str) -> ToolFailure:
+    """The answer to a call the request's stop (`stop`, a status; `reason`, its detail) left unstarted."""
+    return ToolFailure(NOT_RUN_STOPPED.format(reason=reason), error_type=not_run_label(stop))
+
+
 ABANDONED = "A person marked this call abandoned; its outcome is unknown."
 SUPERSEDED = "Not run: a new message arrived before this call ran. Propose it again if it is still needed."
 
