@@ -63,9 +63,8 @@ async def studio_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
 @lru_cache(maxsize=1)
 def served_ledger() -> Ledger:
     """The ledger in the database `studio_checkpointer` keeps the server's checkpoints in (`GATEDLOOP_DB`), one per
-    process. A graph the server serves is compiled without a checkpointer, so `build_graph` cannot find its ledger
-    by itself: pass `build_graph(..., ledger=served_ledger())` and its approvals, claims and audit trail live with
-    its checkpoints (an in-memory ledger would lose them when the server restarts)."""
+    process: `build_graph(..., ledger=served_ledger())` names it explicitly. A graph built without a checkpointer
+    finds the same ledger by itself, through the checkpointer each run is given (`ledger_for.LedgerOfTheRun`)."""
     target = os.environ.get(DB_ENV) or ""
     if target.startswith(POSTGRES_PREFIXES):
         from gatedloop.checkpoints.postgres import PostgresLedger

@@ -6,18 +6,25 @@ process ends, and a thread resumed in another process would find its approved wr
 - a gatedloop saver (`open_sqlite`, `open_async_sqlite`, `open_postgres`, ...) brings its own ledger;
 - a plain `SqliteSaver` on a file gets gatedloop's ledger in that same file, on a connection of its own;
 - an in-memory saver (`InMemorySaver`, or a `SqliteSaver` on ":memory:") gets an in-memory ledger, as durable as it;
-- no checkpointer (LangGraph Server supplies one at run time) gets an in-memory ledger: pass `ledger=` for the
-  server's database (`gatedloop.checkpoints.devserver`);
+- no checkpointer (LangGraph Server supplies one at run time) gets the ledger of the checkpointer each run is
+  given, by the rules here, looked up when a step uses it (`LedgerOfTheRun`): under gatedloop's checkpointer in
+  `langgraph.json`, the server's own database, with no `ledger=` to pass;
 - any other saver is refused, with what to pass instead.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import threading
+from typing import Any, cast
+from weakref import WeakKeyDictionary
 
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.config import get_config
 
 from gatedloop.checkpoints.contract import GatedSaver
 from gatedloop.checkpoints.ledger import Ledger, LedgerError, SqliteLedger
@@ -40,10 +47,15 @@ PORTED_FILE = (
 )
 
 
+log = logging.getLogger("gatedloop.ledger")
+
+
 def ledger_for(checkpointer: BaseCheckpointSaver | None) -> Ledger:
     if isinstance(checkpointer, GatedSaver):
         return checkpointer.ledger
-    if checkpointer is None or isinstance(checkpointer, InMemorySaver):
+    if checkpointer is None:
+        return cast(Ledger, LedgerOfTheRun())
+    if isinstance(checkpointer, InMemorySaver):
         return SqliteLedger(":memory:")
     if isinstance(checkpointer, SqliteSaver):
         path = _file_of(checkpointer)
@@ -68,3 +80,38 @@ def _file_of(saver: SqliteSaver) -> str:
             f"cannot read which file this SqliteSaver writes ({exc}); pass ledger=SqliteLedger(<that file>)"
         ) from exc
     return next((str(file) for _, name, file in rows if name == "main"), "")
+
+
+class LedgerOfTheRun:
+    """The ledger of a graph compiled without a checkpointer, as LangGraph Server compiles the graphs it serves and
+    then gives each run its checkpointer: the ledger `ledger_for` gives that checkpointer (one per checkpointer,
+    kept), found through the running step's config whenever the ledger is used. So a served graph's approvals and
+    claims live in the server's database without `ledger=`; a server checkpointer with no place for them is said
+    once in the log and gets an in-memory ledger, as does any use outside a run. Hand-written: LangGraph binds a
+    checkpointer to a run, not to the nodes' own stores."""
+
+    def __init__(self) -> None:
+        self._ledgers: WeakKeyDictionary[BaseCheckpointSaver, Ledger] = WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._outside = SqliteLedger(":memory:")
+
+    def current(self) -> Ledger:
+        try:
+            saver = get_config().get("configurable", {}).get(CONFIG_KEY_CHECKPOINTER)
+        except RuntimeError:  # not inside a run
+            return self._outside
+        if not isinstance(saver, BaseCheckpointSaver):
+            return self._outside
+        with self._lock:
+            ledger = self._ledgers.get(saver)
+            if ledger is None:
+                try:
+                    ledger = ledger_for(saver)
+                except ValueError as exc:
+                    log.warning("approvals and claims are kept in memory for this server's runs: %s", exc)
+                    ledger = self._outside
+                self._ledgers[saver] = ledger
+        return ledger
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.current(), name)

@@ -18,6 +18,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from sample_app import Effects, build
 
+from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.ledger import LedgerError, SqliteLedger
 
 SUPPORT = Path(__file__).resolve().parent / "support"
@@ -101,3 +102,19 @@ def test_an_existing_sqlite_saver_file_without_a_ledger_says_how_to_adopt_it(tmp
     graph = build(saver, Effects(tmp_path / "effects.sqlite"))
     assert graph.invoke({"messages": [("user", "book 1 seat")]}, {"configurable": {"thread_id": "t2"}})["__interrupt__"]
     ledger.close()
+
+
+def test_a_graph_built_without_a_checkpointer_keeps_its_ledger_with_the_checkpointer_each_run_is_given(tmp_path):
+    """As LangGraph Server serves a graph: compiled with no checkpointer, given one per run (gatedloop's, as the
+    shipped langgraph.json does). The calls and approvals go to that checkpointer's database, so another process
+    (a plain SqliteSaver on the same file) approves and runs the writes exactly once."""
+    db, effects = tmp_path / "served.sqlite", tmp_path / "effects.sqlite"
+    served = build(None, Effects(effects))
+    with open_sqlite(db) as saver:
+        graph = served.copy(update={"checkpointer": saver})  # what the server does with each run's checkpointer
+        cfg = {"configurable": {"thread_id": "t1"}}
+        assert "__interrupt__" in graph.invoke({"messages": [("user", "book 2 seat, 1 lunch")]}, cfg)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM gatedloop_calls WHERE thread_id='t1'").fetchone()[0] == 2
+    assert run_child(db, effects, "approve")["status"] == "completed"
+    assert len(Effects(effects).rows()) == 2

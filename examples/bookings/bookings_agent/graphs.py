@@ -2,7 +2,8 @@
 
 The model is any OpenAI-compatible endpoint when `BOOKINGS_OPENAI_BASE_URL` is set (with `BOOKINGS_MODEL`), else a
 scripted model that proposes the booking the user asks for, so the example runs offline. The graphs are compiled
-without a checkpointer (the server supplies gatedloop's), and keep their ledger in the server's database.
+without a checkpointer and without a ledger: the server supplies gatedloop's checkpointer, whose database keeps the
+ledger too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 
 from bookings_agent.tools import POLICIES, book_room, opening_hours, reserve_table
-from gatedloop.checkpoints.devserver import served_ledger
 from gatedloop.graph import build_graph
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 
@@ -46,7 +46,7 @@ def model() -> BaseChatModel:
 
 def agent(name: str, tools: list[BaseTool], prompt: str) -> CompiledStateGraph:
     policies = {tool.name: POLICIES[tool.name] for tool in tools}
-    return build_graph(model(), tools, policies=policies, ledger=served_ledger(), system_prompt=prompt, name=name)
+    return build_graph(model(), tools, policies=policies, system_prompt=prompt, name=name)
 
 
 tables = agent("tables", [reserve_table, opening_hours], "You reserve restaurant tables.")
