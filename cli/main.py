@@ -67,6 +67,7 @@ from gatedloop.tools.policy import CallContext
 DEFAULT_DB = "gatedloop.sqlite"
 DECISION_FLAGS = ("approve", "reject", "edit", "respond", "done", "not_done", "abandon")
 ANSWER_HINT = "--approve, --reject [REASON], --edit JSON or --respond TEXT"
+UNKNOWN_HINT = "--done JSON, --not-done or --abandon"
 
 
 def interactive(args: argparse.Namespace) -> bool:
@@ -114,7 +115,8 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, 
             named = f" --request {request['request_id']}" if request.get("request_id") else ""
             if args.graph:
                 named = f" --graph {args.graph}{named}"
-            out.say(f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id}{named} {ANSWER_HINT}")
+            hint = UNKNOWN_HINT if request.get("kind") == "unknown_outcome" else ANSWER_HINT
+            out.say(f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id}{named} {hint}")
             return EXIT_PAUSED
         try:
             answer = ask_reviewer(request, args.user, out.display)
@@ -175,9 +177,7 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
         elif args.abandon:
             decision = {"type": "abandon"}
         else:
-            raise InvalidDecision(
-                "this thread waits on a write of unknown outcome: use --done JSON, --not-done or --abandon"
-            )
+            raise InvalidDecision(f"this thread waits on a write of unknown outcome: use {UNKNOWN_HINT}")
         return {"decisions": [decision] * count, "reviewer": args.user}
     actions = request["action_requests"]
     if args.request is None:

@@ -212,3 +212,14 @@ def test_a_thread_waiting_on_an_unknown_outcome_is_described_as_a_question_not_a
     assert summary.status == "waiting"
     assert "done, not_done or abandon" in summary.detail
     assert "process stopped" not in summary.detail
+
+
+def test_resume_without_an_answer_names_the_flags_an_unknown_outcome_takes(db: Path):
+    """`gatedloop resume T` on a thread waiting on an unknown outcome prints the question and how to answer it:
+    --done/--not-done/--abandon, not the approval flags (which it would refuse)."""
+    env = {"STORED_THREADS_DB": str(db), "GATEDLOOP_MODEL": "demo", "OPENAI_API_KEY": ""}
+    graph_ref = f"{DATA / 'stored_threads_app.py'}:cli_graph"
+    ran = run_cli(["--db", str(db), "--graph", graph_ref, "resume", "unknown-outcome"], env, cwd=db.parent)
+    assert ran.returncode == 3, ran.stdout + ran.stderr
+    [hint] = [line for line in ran.stdout.splitlines() if "Answer with:" in line]
+    assert hint.endswith("--done JSON, --not-done or --abandon") and "--approve" not in hint
