@@ -306,12 +306,14 @@ class EvidenceStore:
             ]
         )
 
-    def answer_digests(self, thread_id: str) -> dict[str, str]:
-        """call id -> digest of the one answer gatedloop gave it."""
-        rows = self._run(
-            "SELECT call_id, answer_digest FROM gatedloop_calls WHERE thread_id=? AND answer_digest IS NOT NULL",
-            (thread_id,),
-        )
+    def answer_digests(self, thread_id: str, call_ids: Sequence[str] | None = None) -> dict[str, str]:
+        """call id -> digest of the one answer gatedloop gave it: every answered call of the thread, or those of
+        `call_ids`."""
+        query = "SELECT call_id, answer_digest FROM gatedloop_calls WHERE thread_id=? AND answer_digest IS NOT NULL"
+        if call_ids is None:
+            rows = self._run(query, (thread_id,))
+        else:
+            rows = self._run(f"{query} AND call_id IN ({placeholders(len(call_ids))})", (thread_id, *call_ids))
         return {call_id: digest for call_id, digest in rows}
 
     def record_approvals(self, thread_id: str, records: Sequence[ApprovalRecord]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.gate.answers import check_history, error_message, record_answers, tool_message
+from gatedloop.nodes.gate.answers import error_message, record_answers, tool_message
 from gatedloop.nodes.gate.open_calls import recorded_answer
 from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
 from gatedloop.nodes.gate.running import UnknownReason, unknown
@@ -45,7 +45,7 @@ def make_finalize_node(parts: LoopParts):
             status, answer, detail = "completed", answer_text(last), None
         else:
             status, answer, detail = "error", None, "the loop ended without a final answer"
-        check = check_history(messages, parts.ledger.answer_digests(thread_id))
+        check = parts.histories.check(parts.ledger, thread_id, messages).check
         leftovers: list[ToolMessage] = []
         started_unknown = False
         for call in check.open_calls:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from typing import Any, cast
 
 from langchain_core.exceptions import ModelConnectionError
@@ -128,15 +127,6 @@ def _has_text(message: AIMessage) -> bool:
     return bool(content.strip()) if isinstance(content, str) else bool(content)
 
 
-def earlier_call_ids(messages: Sequence[BaseMessage]) -> set[str]:
-    """Every call id the thread has seen: a new response may not reuse one."""
-    ids = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    for message in messages:
-        if isinstance(message, AIMessage):
-            ids.update(c.get("id") or "" for c in [*message.tool_calls, *message.invalid_tool_calls])
-    return ids
-
-
 def initial_plans(message: AIMessage, registry: ToolRegistry) -> list[CallPlan]:
     """Every proposed call, readable or not, enters the turn as an open plan, its arguments read once here
     (nodes/gate/call_arguments.py); `validate` decides."""
@@ -206,7 +196,7 @@ class _ModelTurn:
             counters = {**counters, "waited_s": counters["waited_s"] + self.closed.waited_s}
         self.counters = counters
         self.messages = messages
-        self.earlier = earlier_call_ids(messages)
+        self.earlier = self.closed.proposed
         self.feedback: list[BaseMessage] = []
         self.attempts_left = parts.limits.model_retries + 1
         self.problem = ResponseProblem("error", "no model call was made")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -83,27 +83,43 @@ class HistoryCheck:
         return [RemoveMessage(id=m.id) for m in self.foreign if m.id]
 
 
-def check_history(messages: Sequence[BaseMessage], recorded: dict[str, str]) -> HistoryCheck:
-    """Foreign answers and open calls, against the answer digests recorded in the ledger (`recorded`)."""
-    check = HistoryCheck()
-    proposed: dict[str, OpenCall] = {}
-    answered: set[str] = set()
-    for message in messages:
-        if isinstance(message, AIMessage):
-            for call in [*message.tool_calls, *message.invalid_tool_calls]:
-                call_id = call.get("id") or ""
-                proposed[call_id] = OpenCall(call_id, str(call.get("name") or ""), call.get("args"))
-        elif isinstance(message, ToolMessage):
-            call_id = message.tool_call_id
-            authentic = (
-                call_id in proposed and call_id not in answered and recorded.get(call_id) == answer_digest(message)
-            )
-            if authentic:
-                answered.add(call_id)
-            else:
-                check.foreign.append(message)
-    check.open_calls = [call for call_id, call in proposed.items() if call_id not in answered]
-    return check
+@dataclass
+class HistoryScan:
+    """A check of the history, message by message, that can be extended by the messages a step adds.
+
+    An answer is authentic when its call was proposed earlier, is not answered yet, and its digest is the one
+    recorded for the call; any other is foreign. `closed_at` is the longest prefix whose every call is answered
+    within it: answers after it can only belong to calls after it, so its model view never changes."""
+
+    proposed: set[str] = field(default_factory=set)
+    answered: set[str] = field(default_factory=set)
+    open: dict[str, OpenCall] = field(default_factory=dict)
+    foreign: list[ToolMessage] = field(default_factory=list)
+    seen: int = 0
+    closed_at: int = 0
+
+    def extend(self, messages: Sequence[BaseMessage], recorded: Mapping[str, str]) -> None:
+        """Take in `messages` (the next ones of the history), against the answer digests in `recorded`."""
+        for message in messages:
+            self.seen += 1
+            if isinstance(message, AIMessage):
+                for call in [*message.tool_calls, *message.invalid_tool_calls]:
+                    call_id = call.get("id") or ""
+                    self.proposed.add(call_id)
+                    if call_id not in self.answered:
+                        self.open[call_id] = OpenCall(call_id, str(call.get("name") or ""), call.get("args"))
+            elif isinstance(message, ToolMessage):
+                call_id = message.tool_call_id
+                if call_id in self.open and recorded.get(call_id) == answer_digest(message):
+                    self.answered.add(call_id)
+                    del self.open[call_id]
+                else:
+                    self.foreign.append(message)
+            if not self.open:
+                self.closed_at = self.seen
+
+    def result(self) -> HistoryCheck:
+        return HistoryCheck(list(self.foreign), list(self.open.values()))
 
 
 def model_view(messages: Sequence[BaseMessage], foreign: Sequence[ToolMessage] = ()) -> list[BaseMessage]:

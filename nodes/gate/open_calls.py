@@ -23,9 +23,7 @@ from gatedloop.checkpoints.ledger import LedgerEntry
 from gatedloop.nodes.gate.answers import (
     OpenCall,
     answer_digest,
-    check_history,
     error_message,
-    model_view,
     record_answers,
     tool_message,
 )
@@ -43,6 +41,8 @@ class ClosedHistory:
 
     update: list[BaseMessage] = field(default_factory=list)
     view: list[BaseMessage] = field(default_factory=list)
+    proposed: set[str] = field(default_factory=set)
+    """Every call id the thread has seen: a new response may not reuse one."""
     left_open: bool = False
     waited_s: float = 0.0
 
@@ -50,11 +50,11 @@ class ClosedHistory:
 def close_open_calls(
     parts: LoopParts, settle_task: Any, thread_id: str, messages: Sequence[BaseMessage]
 ) -> ClosedHistory:
-    recorded = parts.ledger.answer_digests(thread_id)
-    check = check_history(messages, recorded)
-    if check.foreign and not recorded and _adopt(parts, thread_id, check.foreign):
-        recorded = parts.ledger.answer_digests(thread_id)
-        check = check_history(messages, recorded)
+    checked = parts.histories.check(parts.ledger, thread_id, messages)
+    foreign = checked.check.foreign
+    if foreign and not parts.ledger.answer_digests(thread_id) and _adopt(parts, thread_id, foreign):
+        checked = parts.histories.check(parts.ledger, thread_id, messages)
+    check = checked.check
     for message in check.foreign:
         log.warning(
             "thread %s: removed an answer to call %s that gatedloop did not give", thread_id, message.tool_call_id
@@ -73,7 +73,7 @@ def close_open_calls(
         waited_s += settled.get("waited_s", 0.0)
     removals: list[BaseMessage] = [RemoveMessage(id=m.id) for m in check.foreign if m.id]
     update = [*removals, *record_answers(parts.ledger, thread_id, answers, SUPERSEDED_SOURCE).get("messages", [])]
-    return ClosedHistory(update, model_view([*messages, *answers], check.foreign), left_open, waited_s)
+    return ClosedHistory(update, checked.view(answers), checked.proposed, left_open, waited_s)
 
 
 def _adopt(parts: LoopParts, thread_id: str, foreign: Sequence[ToolMessage]) -> bool:

@@ -14,6 +14,7 @@ from langchain_core.runnables import Runnable
 from langgraph.config import get_config
 
 from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.nodes.gate.checked_histories import CheckedHistories
 from gatedloop.nodes.gate.identity import caller_context
 from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.provider.answer_format import AnswerFormat
@@ -34,6 +35,7 @@ class LoopParts:
     system_prompt: SystemPrompt | None = None
     answer_format: AnswerFormat | None = None
     context_schema: type[Any] = CallContext
+    histories: CheckedHistories = field(default_factory=CheckedHistories)
 
     def prompt(self, state: Any, context: Any) -> list[BaseMessage]:
         """The system message every model call starts with; built per call, never stored in the state."""

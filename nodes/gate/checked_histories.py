@@ -1,0 +1,96 @@
+"""The history check and the model's view, carried from one step of a thread to the next.
+
+Every `model` step (and `finalize`) checks the whole history for foreign answers and open calls and builds the
+view the model is shown. Done from scratch, both read every answer's recorded digest from the ledger and walk
+every message: a step's cost grew with the thread. Here a thread's last check is kept and, when the history a step
+receives starts with exactly the messages checked last time (the same objects, which LangGraph's channels and the
+savers' history memo keep between steps), only the messages added since are checked, against the digests of
+their calls alone. Anything else (another process's history, a removal, an edit) is checked from scratch.
+
+A checked answer stays authentic: its recorded digest is never replaced once its message is in a checkpoint
+(`EvidenceStore.record_answers`). A history with a foreign answer is never kept, so it is checked afresh, as is
+everything after it.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from langchain_core.messages import BaseMessage, ToolMessage
+
+from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.nodes.gate.answers import HistoryCheck, HistoryScan, model_view
+
+
+@dataclass
+class CheckedHistory:
+    """One step's check: what was found, and the calls ever proposed (a new response may not reuse one)."""
+
+    check: HistoryCheck
+    proposed: set[str]
+    closed_view: list[BaseMessage]  # the model's view of the history up to `tail`
+    tail: Sequence[BaseMessage]
+
+    def view(self, answers: Sequence[ToolMessage] = ()) -> list[BaseMessage]:
+        """The history as the model must see it, with `answers` (given to calls left open) each after its call."""
+        return [*self.closed_view, *model_view([*self.tail, *answers], self.check.foreign)]
+
+
+@dataclass
+class _Kept:
+    messages: list[BaseMessage]  # exactly the history checked: holding them keeps their identities unique
+    scan: HistoryScan
+    closed_view: list[BaseMessage] = field(default_factory=list)  # the model view of messages[:viewed]
+    viewed: int = 0
+
+
+class CheckedHistories:
+    """The last check of up to `threads` threads (least recently used dropped), per built graph."""
+
+    def __init__(self, threads: int = 256):
+        self._threads = threads
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def check(self, ledger: Ledger, thread_id: str, messages: Sequence[BaseMessage]) -> CheckedHistory:
+        """The check of the history `messages` a step received."""
+        with self._lock:  # taken out while in use: a concurrent step of the same thread checks from scratch
+            kept = self._kept.pop(thread_id, None)
+        if kept is not None and _extends(messages, kept.messages):
+            added = messages[len(kept.messages) :]
+            call_ids = [m.tool_call_id for m in added if isinstance(m, ToolMessage)]
+            kept.scan.extend(added, ledger.answer_digests(thread_id, call_ids) if call_ids else {})
+            if not kept.scan.foreign:
+                return self._keep(thread_id, list(messages), kept)
+        scan = HistoryScan()
+        scan.extend(messages, ledger.answer_digests(thread_id))
+        if scan.foreign:
+            return CheckedHistory(scan.result(), set(scan.proposed), [], messages)
+        return self._keep(thread_id, list(messages), _Kept([], scan))
+
+    def forget(self, thread_id: str) -> None:
+        with self._lock:
+            self._kept.pop(thread_id, None)
+
+    def _keep(self, thread_id: str, messages: list[BaseMessage], kept: _Kept) -> CheckedHistory:
+        """Keep the check of `messages` (no foreign answer in it) for the thread's next step."""
+        scan = kept.scan
+        if scan.closed_at > kept.viewed:  # the view of a closed stretch never changes: extend it once
+            kept.closed_view.extend(model_view(messages[kept.viewed : scan.closed_at]))
+            kept.viewed = scan.closed_at
+        kept.messages = messages
+        with self._lock:
+            self._kept[thread_id] = kept
+            while len(self._kept) > self._threads:
+                self._kept.popitem(last=False)
+        closed_view = list(kept.closed_view)  # a copy: the kept one grows with the thread's next steps
+        return CheckedHistory(scan.result(), set(scan.proposed), closed_view, messages[scan.closed_at :])
+
+
+def _extends(messages: Sequence[BaseMessage], checked: list[BaseMessage]) -> bool:
+    """`messages` starts with exactly the `checked` objects, in order."""
+    return len(messages) >= len(checked) and all(map(operator.is_, checked, messages))
