@@ -2,7 +2,8 @@
 
 Consecutive reads run concurrently; a write is a barrier and writes run one at a time in the model's
 order. Because each call is a `@task`, a call that finished is not run again when a sibling fails or the
-node is resumed. Nothing in the state is trusted about a call: before anything runs, each call is admitted
+node is resumed (a turn's lone read, which has neither sibling nor settle question, runs in the node itself).
+Nothing in the state is trusted about a call: before anything runs, each call is admitted
 against the ledger's evidence (nodes/gate/admission.py): the registry's effect, validator and roles on the exact
 arguments, and for a gated call the recorded approvals of exactly those arguments. A gated call without them
 goes back to `approve`; a call nobody validated, or whose arguments were changed, is answered, never run.
@@ -78,6 +79,10 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         batch: list[CallPlan] = []
 
         def flush() -> None:
+            if turn.lone_read(batch):
+                turn.outcomes[batch[0]["id"]] = read(shown(batch[0]), env)
+                batch.clear()
+                return
             futures = [(plan, read_task(shown(plan), env)) for plan in batch]
             for plan, future in futures:
                 turn.outcomes[plan["id"]] = future.result()
@@ -107,6 +112,10 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         batch: list[CallPlan] = []
 
         async def flush() -> None:
+            if turn.lone_read(batch):
+                turn.outcomes[batch[0]["id"]] = await asyncio.to_thread(read, shown(batch[0]), env)
+                batch.clear()
+                return
             results = await asyncio.gather(*(read_task(shown(plan), env) for plan in batch))
             turn.outcomes.update({plan["id"]: result for plan, result in zip(batch, results, strict=True)})
             batch.clear()
@@ -196,6 +205,12 @@ class _Turn:
         started = {entry.call_id for entry in self.parts.ledger.entries(self.thread_id)}
         hits = [i + 1 for i, plan in enumerate(self.runnable) if plan["effect"] == "write" and plan["id"] in started]
         return hits[-1] if hits else 0
+
+    def lone_read(self, batch: list[CallPlan]) -> bool:
+        """The turn runs one call, a read: it runs in the node itself, not as a task. A task keeps a finished
+        call from running again when a sibling fails or the node re-runs after a settle question; a lone read has
+        neither, and a task's thread hand-off and stored result were a fifth of a read round's time."""
+        return len(batch) == 1 and len(self.runnable) == 1
 
     def to_run(self) -> Iterator[CallPlan]:
         """The calls to run, in the model's order. Under a stop, the started writes (`settle_first`) are settled
