@@ -316,11 +316,14 @@ class EvidenceStore:
             rows = self._run(f"{query} AND call_id IN ({placeholders(len(call_ids))})", (thread_id, *call_ids))
         return {call_id: digest for call_id, digest in rows}
 
-    def record_approvals(self, thread_id: str, records: Sequence[ApprovalRecord]) -> None:
-        """One answer's decisions, in one transaction. Each is kept once per (call, arguments, reviewer,
-        decision): a replayed answer does not count twice."""
+    def record_approvals(
+        self, thread_id: str, records: Sequence[ApprovalRecord], events: Sequence[AuditEvent] = ()
+    ) -> None:
+        """One answer's decisions (and their audit `events`), in one transaction. Each is kept once per (call,
+        arguments, reviewer, decision): a replayed answer does not count twice."""
         self._run_batch(
-            [
+            audit_statements(thread_id, events)
+            + [
                 (
                     "INSERT INTO gatedloop_approvals (thread_id, call_id, tool, args_digest, reviewer, roles,"
                     " decision, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"

@@ -20,7 +20,7 @@ from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
+from gatedloop.checkpoints.evidence import ApprovalRecord, AuditEvent, CallRecord
 from gatedloop.nodes.gate.admission import (
     admit,
     approvers_so_far,
@@ -186,9 +186,7 @@ def make_approve_node(parts: LoopParts):
             for p in live
             if not any(_same(a, applied[p["id"]][2]) for a in approvals if a.call_id == p["id"])
         ]
-        # An edit's secret values are kept before the approval that lets them run (the state shows them masked).
-        parts.ledger.record_edited_args(thread_id, _secret_edits(parts, live, applied))
-        parts.ledger.record_approvals(thread_id, fresh)  # one transaction: a crash keeps all or none of them
+        events: list[AuditEvent] = []  # written with the approvals, in one transaction
         for plan in gated:
             if plan not in live:
                 plans[plan["id"]] = _expire(parts, thread_id, plan, answers)
@@ -201,19 +199,18 @@ def make_approve_node(parts: LoopParts):
             if approval not in fresh:
                 continue  # this reviewer already gave this decision on these arguments: it counts once
             note = decisions[plan["id"]].get("note")
-            parts.ledger.record(
-                thread_id,
-                plan["id"],
-                "decision" if not earlier else f"decision:{approval.reviewer}:{approval.args_digest[:8]}",
-                {
-                    "decision": approval.decision,
-                    "args": parts.registry.policy(plan["name"]).masked(new_plan["args"]),
-                    "proposed": parts.registry.policy(plan["name"]).masked(plan["args"]),
-                    "roles": sorted(approval.roles),
-                    **({"note": note} if note else {}),
-                },
-                actor=approval.reviewer,
-            )
+            detail = {
+                "decision": approval.decision,
+                "args": parts.registry.policy(plan["name"]).masked(new_plan["args"]),
+                "proposed": parts.registry.policy(plan["name"]).masked(plan["args"]),
+                "roles": sorted(approval.roles),
+                **({"note": note} if note else {}),
+            }
+            event = "decision" if not earlier else f"decision:{approval.reviewer}:{approval.args_digest[:8]}"
+            events.append(AuditEvent(plan["id"], event, detail, approval.reviewer))
+        # An edit's secret values are kept before the approval that lets them run (the state shows them masked).
+        parts.ledger.record_edited_args(thread_id, _secret_edits(parts, live, applied))
+        parts.ledger.record_approvals(thread_id, fresh, events)  # one transaction: a crash keeps all or none
         return _update(parts, state, thread_id, list(plans.values()), answers, error=None)
 
     return approve

@@ -1,4 +1,4 @@
-"""A round of reads commits the ledger three times: proposals, validation, answers (issue 21).
+"""A round of reads commits the ledger three times: proposals, validation, answers; a decision once (issue 21).
 
 Each audit event is written in the transaction of the evidence it describes (a call's `validated` event with its
 registration, its `executed` event with its answer), not in a commit of its own: two commits fewer per round, and
@@ -11,6 +11,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.types import Command
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import Limits, build_graph
@@ -52,7 +53,58 @@ def test_a_read_round_commits_the_ledger_three_times_with_its_audit_inside(db):
         audit = saver.ledger.audit("commits")
     assert out["answer"] == f"checked {ROUNDS} orders"
     commits = sum(s.strip().upper() == "COMMIT" for s in statements)
-    assert commits == 3 * ROUNDS + 1, statements  # + the request's start: its cancel flag cleared
+    assert commits == 3 * ROUNDS, statements  # the request's start commits nothing: no cancel flag to clear
     for n in range(ROUNDS):
         events = [e["event"] for e in audit if e["call_id"] == f"round-{n}"]
         assert events == ["validated", "executed"]
+
+
+@tool
+def refund(order_id: str) -> dict[str, Any]:
+    """Refund an order (a write that needs approval)."""
+    return {"order_id": order_id, "refunded": True}
+
+
+def one_refund(messages: list[BaseMessage]) -> AIMessage:
+    if isinstance(messages[-1], ToolMessage):
+        return reply("refunded")
+    return reply(calls=[call("refund", {"order_id": "A-1"}, "refund-1")])
+
+
+def transactions(statements: list[str]) -> list[list[str]]:
+    """The write transactions among the traced statements, each as its statements' first three words."""
+    found: list[list[str]] = []
+    current: list[str] | None = None
+    for statement in statements:
+        words = " ".join(statement.split()[:3]).upper()
+        if words.startswith("BEGIN"):
+            current = []
+        elif words == "COMMIT" and current is not None:
+            found.append(current)
+            current = None
+        elif current is not None:
+            current.append(words)
+    return found
+
+
+def test_a_decision_is_audited_in_the_transaction_that_records_it(db):
+    """The reviewer's decision and its audit row are one commit (a crash keeps both or neither), and a new request
+    takes no write lock just to clear a cancel flag that is not there."""
+    config = {"configurable": {"thread_id": "approved"}}
+    with open_sqlite(db) as saver:
+        graph = build_graph(
+            ScriptedChatModel(responder=one_refund),
+            [refund],
+            policies={"refund": ToolPolicy(effect="write", approval="always")},
+            checkpointer=saver,
+        )
+        statements: list[str] = []
+        saver.ledger._conn.set_trace_callback(statements.append)
+        graph.invoke({"messages": [("user", "refund A-1")]}, config, durability="sync")
+        asked = len(statements)
+        out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync")
+        saver.ledger._conn.set_trace_callback(None)
+    assert out["status"] == "completed"
+    decided = [tx for tx in transactions(statements[asked:]) if "INSERT INTO GATEDLOOP_APPROVALS" in tx]
+    assert decided == [["INSERT INTO GATEDLOOP_AUDIT", "INSERT INTO GATEDLOOP_APPROVALS"]]
+    assert not any("DELETE FROM GATEDLOOP_CANCEL" in tx for tx in transactions(statements))
