@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from gatedloop.nodes.gate.answers import HistoryScan, answer_digest, model_view
+from gatedloop.nodes.gate.answers import HistoryScan, _answer_digest, answer_digest, model_view
 from gatedloop.nodes.gate.checked_histories import CheckedHistories
+from gatedloop.tools.arguments import digest
 
 
 class DigestLedger:
@@ -108,3 +109,15 @@ def test_a_history_that_does_not_extend_the_last_one_is_checked_from_scratch():
     assert ledger.reads == [None, None]
     assert [m.tool_call_id for m in checked.check.foreign] == ["c1"]
     assert [c.id for c in checked.check.open_calls] == ["c1"]
+
+
+ANY_TEXT = st.text(alphabet=st.characters(blacklist_categories=()))  # lone surrogates and controls included
+
+
+@settings(max_examples=300, deadline=None)
+@given(call_id=ANY_TEXT, status=ANY_TEXT, content=ANY_TEXT)
+def test_an_answer_digest_is_the_canonical_digest_stored_ledgers_hold(call_id, status, content):
+    """The answer digest is written out by hand for speed; it must stay byte for byte `digest` of the answer, or
+    every answer a ledger recorded before would read as foreign."""
+    expected = digest({"call": call_id, "status": status, "content": content})
+    assert _answer_digest.__wrapped__(call_id, status, content) == expected

@@ -11,6 +11,7 @@ gatedloop answers it. The model is shown each assistant turn followed directly b
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,10 +49,16 @@ def answer_digest(message: ToolMessage) -> str:
 
 @functools.lru_cache(maxsize=16_384)
 def _answer_digest(call_id: str, status: str, content: str) -> str:
-    """Memoized: every model step checks every answer in the history against its recorded digest, so without
-    it a step's cost grew with the thread (400 rounds: 6 of 35 s). A pure function of three strings (their
-    hashes are cached on the string objects), so a hit is exactly the digest it stands for."""
-    return digest({"call": call_id, "status": status, "content": content})
+    """Memoized: a pure function of three strings (their hashes are cached on the string objects), so a hit is
+    exactly the digest it stands for. The bytes are `digest({"call": ..., "status": ..., "content": ...})`'s
+    canonical JSON, written out directly (a fresh process checks every answer of a resumed thread once)."""
+    if not (type(call_id) is str and type(status) is str and type(content) is str):
+        return digest({"call": call_id, "status": status, "content": content})
+    text = f'{{"call":{_json_str(call_id)},"content":{_json_str(content)},"status":{_json_str(status)}}}'
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+_json_str = json.JSONEncoder(ensure_ascii=False).encode  # a str's JSON text, as `digest`'s json.dumps writes it
 
 
 def record_answers(
