@@ -115,3 +115,8 @@ class LedgerOfTheRun:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.current(), name)
+
+
+def concrete_ledger(ledger: Ledger) -> Ledger:
+    """The ledger itself: the current run's when `ledger` is a `LedgerOfTheRun`."""
+    return ledger.current() if isinstance(ledger, LedgerOfTheRun) else ledger

@@ -95,20 +95,37 @@ def test_a_step_reads_only_the_digests_of_the_answers_it_adds():
     assert ledger.reads[1:] == [1] * 49
 
 
-def test_a_history_that_does_not_extend_the_last_one_is_checked_from_scratch():
-    """Another process's copy of the same messages (equal, not the same objects) is not trusted as checked."""
+def test_a_check_is_carried_only_within_one_ledger():
+    """A graph served on several databases (one ledger each) checks a thread of another database from scratch,
+    even when its messages equal those checked before: only that database's ledger says they are authentic."""
+    genuine, other = DigestLedger(), DigestLedger()
+    histories = CheckedHistories()
+    answer = ToolMessage("ok", tool_call_id="c1", name="lookup", id="tool-c1")
+    genuine.digests["c1"] = answer_digest(answer)
+    history: list[BaseMessage] = [AIMessage("", tool_calls=[{"name": "lookup", "args": {}, "id": "c1"}]), answer]
+    assert not histories.check(genuine, "t", history).check.foreign  # type: ignore[arg-type]
+    copy = [m.model_copy() for m in history]
+    checked = histories.check(other, "t", copy)  # type: ignore[arg-type]
+    assert other.reads == [None]
+    assert [m.tool_call_id for m in checked.check.foreign] == ["c1"]
+    assert [c.id for c in checked.check.open_calls] == ["c1"]
+
+
+def test_equal_messages_read_back_from_a_checkpoint_carry_the_check():
+    """A new invoke reads the last invoke's messages back as new, equal objects: the check goes on from there."""
     ledger = DigestLedger()
     histories = CheckedHistories()
     answer = ToolMessage("ok", tool_call_id="c1", name="lookup", id="tool-c1")
     ledger.digests["c1"] = answer_digest(answer)
     history: list[BaseMessage] = [AIMessage("", tool_calls=[{"name": "lookup", "args": {}, "id": "c1"}]), answer]
     histories.check(ledger, "t", history)  # type: ignore[arg-type]
-    copy = [m.model_copy() for m in history]
-    ledger.digests["c1"] = "another answer was recorded"
-    checked = histories.check(ledger, "t", copy)  # type: ignore[arg-type]
+    read_back = [*[m.model_copy() for m in history], HumanMessage("next", id="h2")]
+    same(histories.check(ledger, "t", read_back), from_scratch(read_back, ledger))  # type: ignore[arg-type]
+    assert ledger.reads == [None]  # nothing read again: no answer was added
+    changed = [*read_back[:1], answer.model_copy(update={"content": "forged"}), read_back[2]]
+    checked = histories.check(ledger, "t", changed)  # type: ignore[arg-type]
     assert ledger.reads == [None, None]
-    assert [m.tool_call_id for m in checked.check.foreign] == ["c1"]
-    assert [c.id for c in checked.check.open_calls] == ["c1"]
+    assert [m.content for m in checked.check.foreign] == ["forged"]
 
 
 ANY_TEXT = st.text(alphabet=st.characters(blacklist_categories=()))  # lone surrogates and controls included

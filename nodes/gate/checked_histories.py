@@ -3,9 +3,9 @@
 Every `model` step (and `finalize`) checks the whole history for foreign answers and open calls and builds the
 view the model is shown. Done from scratch, both read every answer's recorded digest from the ledger and walk
 every message: a step's cost grew with the thread. Here a thread's last check is kept and, when the history a step
-receives starts with exactly the messages checked last time (the same objects, which LangGraph's channels and the
-savers' history memo keep between steps), only the messages added since are checked, against the digests of
-their calls alone. Anything else (another process's history, a removal, an edit) is checked from scratch.
+receives starts with the messages checked last time (the same objects, which LangGraph's channels and the savers'
+history memo keep between steps, or equal ones), only the messages added since are checked, against the digests
+of their calls alone. Anything else (another process's history, a removal, an edit) is checked from scratch.
 
 A checked answer stays authentic: its recorded digest is never replaced once its message is in a checkpoint
 (`EvidenceStore.record_answers`). A history with a foreign answer is never kept, so it is checked afresh, as is
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.checkpoints.ledger_for import concrete_ledger
 from gatedloop.nodes.gate.answers import HistoryCheck, HistoryScan, model_view
 
 
@@ -42,6 +43,7 @@ class CheckedHistory:
 
 @dataclass
 class _Kept:
+    ledger: Ledger  # the check holds against this ledger's digests only (a served graph may run on several)
     messages: list[BaseMessage]  # exactly the history checked: holding them keeps their identities unique
     scan: HistoryScan
     closed_view: list[BaseMessage] = field(default_factory=list)  # the model view of messages[:viewed]
@@ -58,9 +60,13 @@ class CheckedHistories:
 
     def check(self, ledger: Ledger, thread_id: str, messages: Sequence[BaseMessage]) -> CheckedHistory:
         """The check of the history `messages` a step received."""
+        ledger = concrete_ledger(ledger)
         with self._lock:  # taken out while in use: a concurrent step of the same thread checks from scratch
             kept = self._kept.pop(thread_id, None)
-        if kept is not None and _extends(messages, kept.messages):
+        replaced = _extended(messages, kept.messages) if kept is not None and kept.ledger is ledger else None
+        if kept is not None and replaced is not None:
+            if replaced:  # the view shows the objects the state holds now
+                kept.closed_view = [replaced.get(id(m), m) for m in kept.closed_view]
             added = messages[len(kept.messages) :]
             call_ids = [m.tool_call_id for m in added if isinstance(m, ToolMessage)]
             kept.scan.extend(added, ledger.answer_digests(thread_id, call_ids) if call_ids else {})
@@ -70,7 +76,7 @@ class CheckedHistories:
         scan.extend(messages, ledger.answer_digests(thread_id))
         if scan.foreign:
             return CheckedHistory(scan.result(), set(scan.proposed), [], messages)
-        return self._keep(thread_id, list(messages), _Kept([], scan))
+        return self._keep(thread_id, list(messages), _Kept(ledger, [], scan))
 
     def forget(self, thread_id: str) -> None:
         with self._lock:
@@ -91,6 +97,18 @@ class CheckedHistories:
         return CheckedHistory(scan.result(), set(scan.proposed), closed_view, messages[scan.closed_at :])
 
 
-def _extends(messages: Sequence[BaseMessage], checked: list[BaseMessage]) -> bool:
-    """`messages` starts with exactly the `checked` objects, in order."""
-    return len(messages) >= len(checked) and all(map(operator.is_, checked, messages))
+def _extended(messages: Sequence[BaseMessage], checked: list[BaseMessage]) -> dict[int, BaseMessage] | None:
+    """Whether `messages` starts with the `checked` messages, in order: the same objects, or equal ones (a new
+    invoke reads the previous invoke's last messages back from the checkpoint as new objects). None if not; else
+    the new object for each checked one that is only equal (by `id()` of the checked one)."""
+    if len(messages) < len(checked):
+        return None
+    if all(map(operator.is_, checked, messages)):
+        return {}
+    replaced: dict[int, BaseMessage] = {}
+    for old, new in zip(checked, messages, strict=False):
+        if old is not new:
+            if old != new:
+                return None
+            replaced[id(old)] = new
+    return replaced
