@@ -164,12 +164,57 @@ def judge(plan: Any, results: dict[str, Any]) -> tuple[dict[str, Any], list[dict
                 ratios[f"rss_peak_mb/{kind}"],
                 1.0,
             )
+    for row in floor_rows(plan, results):
+        for saver in ("gated", "plain"):
+            ratios[f"floor/{row['shape']}/{saver}"] = row[f"floor_{saver}_ratio"]
     traced = results.get("tracemalloc")
     if traced:
         ratios["tracemalloc_peak_mb"] = _ratio(
             traced["gatedloop"]["tracemalloc_peak_mb"], traced["anchor"]["tracemalloc_peak_mb"]
         )
     return ratios, targets
+
+
+def floor_rows(plan: Any, results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each measured floor shape beside the two systems' figures of the same run; ratios are all to the anchor,
+    oriented so that lower is better (turns/s inverted: anchor / x)."""
+    floor = results.get("floor") or {}
+    rows: list[dict[str, Any]] = []
+
+    def row(shape: str, label: str, unit: str, gated: Any, anchor: Any, target: str, key: str, per_s: bool) -> None:
+        plain = floor[shape]["plain"][key]
+        mine = floor[shape]["gated"][key]
+        ratio = (lambda x: _ratio(anchor, x)) if per_s else (lambda x: _ratio(x, anchor))
+        rows.append(
+            {
+                "shape": shape,
+                "label": label,
+                "unit": unit,
+                "anchor": anchor,
+                "gatedloop": gated,
+                "floor_gated": mine,
+                "floor_plain": plain,
+                "gatedloop_ratio": ratio(gated),
+                "floor_gated_ratio": ratio(mine),
+                "floor_plain_ratio": ratio(plain),
+                "target": target,
+            }
+        )
+
+    request, timing, concurrency = results.get("request"), results.get("time"), results.get("concurrency")
+    if "request" in floor and request:
+        label = f"one request, {plan.request_rounds} tool rounds: whole request"
+        g, a = request["gatedloop"]["total_s"], request["anchor"]["total_s"]
+        row("request", label, "s", g, a, "<= 0.5", "total_s", False)
+    lo = str(min(plan.lengths))
+    if "turns" in floor and timing and "write" in timing["gatedloop"]:
+        g, a = timing["gatedloop"]["write"][lo]["mean_ms_per_turn"], timing["anchor"]["write"][lo]["mean_ms_per_turn"]
+        row("turns", f"approval every turn, {lo} turns: mean ms/turn", "ms", g, a, "<= 0.9", "mean_ms_per_turn", False)
+    if "concurrency" in floor and concurrency:
+        g, a = concurrency["gatedloop"]["turns_per_s"], concurrency["anchor"]["turns_per_s"]
+        label = f"{plan.threads} threads at once, async: turns/s (ratio: anchor's time per turn over x's)"
+        row("concurrency", label, "/s", g, a, "<= 0.83 (1.2x the turns/s)", "turns_per_s", True)
+    return rows
 
 
 def markdown(plan: Any, results: dict[str, Any]) -> str:
@@ -388,6 +433,29 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
             + ".",
             "",
         ]
+    rows = floor_rows(plan, results)
+    if rows:
+        lines += [
+            "## The floor: gatedloop's graph with nodes that do nothing",
+            "",
+            "`bench/floor.py`: the same state schema, routing and supersteps (three per read round, eight per approval"
+            ' turn with an `interrupt()`), `durability="sync"`, nodes that only write what gatedloop\'s nodes'
+            " write: no model call, no ledger, no tool. On gatedloop's saver and on LangGraph's own; medians, same"
+            " run. Ratios to the anchor, lower is better (for turns/s: the anchor's time per turn over x's). A target"
+            " below the floor's ratio cannot be met by this graph on LangGraph, whatever its nodes do.",
+            "",
+            "| shape | anchor | gatedloop | floor, gatedloop's saver | floor, LangGraph's saver | gatedloop ratio |"
+            " floor ratio (gatedloop's saver / LangGraph's) | target |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['label']} | {_fmt(r['anchor'])} {r['unit']} | {_fmt(r['gatedloop'])} {r['unit']} |"
+                f" {_fmt(r['floor_gated'])} {r['unit']} | {_fmt(r['floor_plain'])} {r['unit']} |"
+                f" {_fmt(r['gatedloop_ratio'], 3)} | {_fmt(r['floor_gated_ratio'], 3)} /"
+                f" {_fmt(r['floor_plain_ratio'], 3)} | {r['target']} |"
+            )
+        lines.append("")
     targets = results.get("targets") or []
     if targets:
         lines += ["## Targets", "", "| target | measured | threshold | result |", "|---|---:|---:|---|"]

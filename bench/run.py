@@ -98,6 +98,37 @@ def probe(args: list[str], timeout: float = 900.0) -> dict[str, Any]:
     return result
 
 
+# --- the floor: gatedloop's graph with nodes that do nothing (bench/floor.py), one child process per run ---
+
+FLOOR_SAVERS = ("gated", "plain")
+
+
+def bench_floor(shape: str, plan: Plan, reps: int) -> dict[str, Any]:
+    """Median of `reps` runs of one floor shape on each saver: gatedloop's and LangGraph's own."""
+    if shape == "request":
+        args, key = ["--rounds", str(plan.request_rounds)], "total_s"
+    elif shape == "turns":
+        args, key = ["--turns", str(min(plan.lengths))], "mean_ms_per_turn"
+    else:
+        args, key = ["--threads", str(plan.threads), "--turns", str(plan.thread_turns)], "turns_per_s"
+    found: dict[str, list[float]] = {saver: [] for saver in FLOOR_SAVERS}
+    for _ in range(reps):
+        for saver in FLOOR_SAVERS:
+            done = subprocess.run(
+                [sys.executable, "-m", "bench.floor", shape, "--saver", saver, *args],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=900,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"bench.floor {shape} --saver {saver} failed:\n{done.stderr[-3000:]}")
+            found[saver].append(json.loads(done.stdout.strip().splitlines()[-1])[key])
+    log(f"floor {shape}: " + ", ".join(f"{saver} {median(values):.3f} {key}" for saver, values in found.items()))
+    return {saver: {key: median(values), "runs": values} for saver, values in found.items()}
+
+
 # --- one long request: N tool rounds after one user message (one child process per run) ---------------
 
 
@@ -409,9 +440,11 @@ def main(argv: list[str] | None = None) -> int:
         if "request" in parts:
             log(f"one long request: {plan.request_rounds} tool rounds, {plan.request_reps} x {len(SYSTEMS)} systems")
             results["request"] = bench_request(plan, work)
+            results.setdefault("floor", {})["request"] = bench_floor("request", plan, plan.request_reps)
         if "long" in parts:
             log(f"long threads: {plan.reps} x {len(MODES)} modes x {len(SYSTEMS)} systems x {max(plan.lengths)} turns")
             runs, paused = bench_long(plan, work)
+            results.setdefault("floor", {})["turns"] = bench_floor("turns", plan, plan.reps)
             results.update(summarize_long(plan, runs))
             results["raw_turn_ms"] = {
                 f"{r['system']}/{r['kind']}/{r['rep']}": [round(t * 1000, 3) for t in r["turn_s"]] for r in runs
@@ -426,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         if "concurrency" in parts:
             log(f"{plan.threads} concurrent threads x {plan.thread_turns} approval turns, {plan.concurrency_reps} reps")
             results["concurrency"] = bench_concurrency(plan, work)
+            results.setdefault("floor", {})["concurrency"] = bench_floor("concurrency", plan, plan.concurrency_reps)
         if args.tracemalloc:
             log(f"tracemalloc peak of a {plan.memory_turns}-turn thread (subprocess)")
             results["tracemalloc"] = bench_tracemalloc(plan, work)
