@@ -410,6 +410,7 @@ class SqliteLedger(SqlLedger):
         if connection is not None:
             # Read-only use (`open_sqlite_readonly`): the caller's connection, nothing created or changed.
             self._lock, self._conn = threading.Lock(), connection
+            self._write_lock, self._writer = self._lock, self._conn
             self._read_missing_tables_as_empty()
             return
         if self.path != ":memory:":
@@ -433,7 +434,16 @@ class SqliteLedger(SqlLedger):
                     "INSERT OR REPLACE INTO gatedloop_meta (key, value) VALUES ('recreated_at', ?)", (str(time.time()),)
                 )
             row = self._conn.execute("SELECT 1 FROM gatedloop_meta WHERE key='recreated_at'").fetchone()
+            wal = self._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         self.recreated = row is not None
+        self._write_lock, self._writer = self._lock, self._conn
+        if wal:
+            # Writes get a connection of their own that waits for the write lock in short steps (`_begin`), and
+            # reads no longer queue behind a write that waits.
+            self._write_lock = threading.Lock()
+            self._writer = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._writer.execute("PRAGMA busy_timeout=0")
+            self._writer.execute("PRAGMA synchronous=NORMAL")
 
     @property
     def claimant(self) -> str:
@@ -458,21 +468,45 @@ class SqliteLedger(SqlLedger):
         return self._conn.execute("SELECT 1 FROM checkpoints LIMIT 1").fetchone() is not None
 
     def close(self) -> None:
+        with self._write_lock:
+            if self._writer is not self._conn:
+                self._writer.close()
         with self._lock:
             self._conn.close()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken at once (`BEGIN IMMEDIATE`) so it never fails half-way on a lock."""
-        with self._lock:
+        with self._write_lock:
+            conn = self._writer
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                yield self._conn
-                self._conn.execute("COMMIT")
+                self._begin()
+                yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
+
+    def _begin(self) -> None:
+        """`BEGIN IMMEDIATE`; on the writer's own connection (WAL), waiting for another writer in steps of 50 us to
+        5 ms for up to the busy timeout. SQLite's busy handler sleeps 1, 2, 5, 10 ms... between tries, so a lock
+        held for 100 us (the checkpoint write LangGraph makes in the background) cost a whole millisecond: about one
+        ledger transaction per approval turn. Once begun, a WAL transaction takes no other lock: its statements
+        and COMMIT never wait, so the connection's busy timeout of 0 is only ever met here."""
+        if self._writer is self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            return
+        deadline, pause = time.monotonic() + BUSY_TIMEOUT_MS / 1000, 50e-6
+        while True:
+            try:
+                self._writer.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
 
     def _run(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._lock:

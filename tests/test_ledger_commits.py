@@ -47,9 +47,9 @@ def test_a_read_round_commits_the_ledger_three_times_with_its_audit_inside(db):
         )
         graph.invoke({"messages": [("user", "warm up")]}, {"configurable": {"thread_id": "warm"}})
         statements: list[str] = []
-        saver.ledger._conn.set_trace_callback(statements.append)
+        saver.ledger._writer.set_trace_callback(statements.append)
         out = graph.invoke({"messages": [("user", "check the orders")]}, config, durability="sync")
-        saver.ledger._conn.set_trace_callback(None)
+        saver.ledger._writer.set_trace_callback(None)
         audit = saver.ledger.audit("commits")
     assert out["answer"] == f"checked {ROUNDS} orders"
     commits = sum(s.strip().upper() == "COMMIT" for s in statements)
@@ -99,11 +99,11 @@ def test_a_decision_is_audited_in_the_transaction_that_records_it(db):
             checkpointer=saver,
         )
         statements: list[str] = []
-        saver.ledger._conn.set_trace_callback(statements.append)
+        saver.ledger._writer.set_trace_callback(statements.append)
         graph.invoke({"messages": [("user", "refund A-1")]}, config, durability="sync")
         asked = len(statements)
         out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync")
-        saver.ledger._conn.set_trace_callback(None)
+        saver.ledger._writer.set_trace_callback(None)
     assert out["status"] == "completed"
     decided = [tx for tx in transactions(statements[asked:]) if "INSERT INTO GATEDLOOP_APPROVALS" in tx]
     assert decided == [["INSERT INTO GATEDLOOP_AUDIT", "INSERT INTO GATEDLOOP_APPROVALS"]]
