@@ -158,9 +158,22 @@ def test_an_answer_for_a_request_no_longer_pending_is_refused(tmp_path):
     shown = paused(db, "w7", "Reserve a seat in workshop WS-101 for Ana")
     paused(db, "w7", "Reserve a seat in workshop WS-102 for Mallory")
     out = cli("resume", "w7", "--request", shown, "--approve", db=db, code=EXIT_REFUSED)
-    assert "no longer pending" in one_line(out.stderr) and "reserve_seat" in out.stderr
+    assert "not the pending one" in one_line(out.stderr) and "reserve_seat" in out.stderr
+    assert repr(shown) in one_line(out.stderr)
     history = cli("show", "w7", db=db).stdout
     assert "superseded" in history and "Reserved" not in history  # WS-101 superseded, nothing booked
+    assert "waiting for approval" in cli("threads", db=db).stdout
+
+
+def test_an_answer_for_a_request_never_asked_is_not_called_decided(tmp_path):
+    """A mistyped request id is refused without claiming the request was ever pending; nothing runs."""
+    db = str(tmp_path / "runs.sqlite")
+    paused(db, "w8", "Reserve a seat in workshop WS-101 for Ana")
+    out = cli("resume", "w8", "--request", "req-typo", "--approve", db=db, code=EXIT_REFUSED)
+    message = one_line(out.stderr)
+    assert "'req-typo', which is not the pending one (decided, replaced, or never asked)" in message
+    assert "no longer" not in message
+    assert "Reserved" not in cli("show", "w8", db=db).stdout
     assert "waiting for approval" in cli("threads", db=db).stdout
 
 

@@ -94,8 +94,8 @@ def check_decisions(request: Any, answer: Any) -> dict[str, Decision]:
     answered_request = answer.get("request_id")
     if answered_request is not None and answered_request != request.get("request_id"):
         raise InvalidDecision(
-            f"the answer is for request {answered_request!r}, which is no longer pending; pending now is request "
-            f"{request.get('request_id')!r}: {pending_summary(actions)}"
+            f"the answer is for request {answered_request!r}, which is not the pending one (decided, replaced, or "
+            f"never asked); pending now is request {request.get('request_id')!r}: {pending_summary(actions)}"
         )
     decisions = answer.get("decisions")
     if not isinstance(decisions, list):
