@@ -40,6 +40,8 @@ class ThreadSummary:
     status: str
     detail: str
     messages: int
+    request_id: str | None = None
+    """The pending question's request id, which an answer names (`--request`); None when nothing is asked."""
 
 
 def thread_exists(graph: CompiledStateGraph, thread_id: str) -> bool:
@@ -76,13 +78,15 @@ def describe_thread(graph: CompiledStateGraph, thread_id: str, ledger: Ledger | 
     if snapshot.interrupts:
         value = snapshot.interrupts[0].value
         kind = value.get("kind", "approval") if isinstance(value, dict) else "approval"
+        request_id = value.get("request_id") if isinstance(value, dict) else None
         if ledger is not None and kind == "approval" and ledger.cancel_requested(thread_id):
             detail = "cancelled while waiting for approval; its request can no longer be answered"
             return ThreadSummary(thread_id, "cancelled", detail, count)
         if kind != "approval":  # the claimed write is the one a person is asked about: no crash to settle first
             detail = "waiting: a write's outcome is unknown; a person answers done, not_done or abandon"
-            return ThreadSummary(thread_id, "waiting", detail, count)
-        return ThreadSummary(thread_id, "waiting", "; ".join(["waiting for approval", *crashed]), count)
+            return ThreadSummary(thread_id, "waiting", detail, count, request_id)
+        detail = "; ".join(["waiting for approval", *crashed])
+        return ThreadSummary(thread_id, "waiting", detail, count, request_id)
     if snapshot.next or (count and not values.get("status")) or crashed:
         # No status yet: a process stopped mid-run (if it died after a step's writes but before the step's
         # checkpoint, LangGraph shows no next node, yet the thread resumes from those writes).

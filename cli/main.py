@@ -266,6 +266,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
                 status=summary.status,
                 detail=summary.detail,
                 messages=summary.messages,
+                request_id=summary.request_id,
             )
             out.say(f"{summary.thread_id:<28} {summary.status:<16} {summary.detail}")
         if not listed:
@@ -294,7 +295,9 @@ def cmd_show(args: argparse.Namespace) -> int:
                 out.record("audit", thread_id=thread_id, **event)
         for line in out.display.history_lines(messages, audit):
             out.say(line)
-        out.record("status", thread_id=thread_id, status=summary.status, detail=summary.detail)
+        out.record(
+            "status", thread_id=thread_id, status=summary.status, detail=summary.detail, request_id=summary.request_id
+        )
         out.say(f"status: {summary.status}" + (f" ({summary.detail})" if summary.detail else ""))
     return EXIT_COMPLETED
 

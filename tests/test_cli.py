@@ -114,6 +114,9 @@ def test_a_paused_thread_refusals_unknown_threads_json_and_show(tmp_path):
     request = paused(db, "w1")
     [listed] = json_lines(cli("threads", "--json", db=db).stdout)
     assert (listed["type"], listed["thread_id"], listed["status"]) == ("thread", "w1", "waiting")
+    assert listed["request_id"] == request  # what `resume --request` needs, without parsing text
+    waiting = json_lines(cli("--json", "show", "w1", db=db).stdout)[-1]
+    assert (waiting["type"], waiting["status"], waiting["request_id"]) == ("status", "waiting", request)
 
     unnamed = cli("resume", "w1", "--approve", db=db, code=EXIT_USAGE)
     assert f"name the request you answer: --request {request}" in one_line(unnamed.stderr)
@@ -142,6 +145,7 @@ def test_a_paused_thread_refusals_unknown_threads_json_and_show(tmp_path):
     assert approved.split()[0].count(":") == 2 and ran.endswith((" ms", " s"))  # HH:MM:SS, then a duration
     records = json_lines(cli("--json", "show", "w1", db=db).stdout)
     assert [r["type"] for r in records][-1] == "status" and {"message", "audit"} <= {r["type"] for r in records}
+    assert records[-1]["request_id"] is None  # answered: nothing pending
     assert any(r["type"] == "audit" and r["event"] == "decision" and r["actor"] == "rita" for r in records)
 
     drawn = cli("show", "w1", "--mermaid", db=db).stdout
