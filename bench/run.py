@@ -79,11 +79,11 @@ def _remove_db(path: str | Path) -> None:
     shutil.rmtree(f"{path}.leases", ignore_errors=True)
 
 
-def probe(args: list[str], timeout: float = 900.0) -> dict[str, Any]:
-    """Run `python -m bench.probe ARGS` in a fresh process; its last stdout line is the JSON result."""
+def child(module: str, args: list[str], timeout: float = 900.0) -> dict[str, Any]:
+    """Run `python -m MODULE ARGS` in a fresh process; its last stdout line is the JSON result."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "bench.probe", *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -92,10 +92,14 @@ def probe(args: list[str], timeout: float = 900.0) -> dict[str, Any]:
     )
     wall = (time.perf_counter() - started) * 1000
     if done.returncode != 0:
-        raise RuntimeError(f"bench.probe {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["process_wall_ms"] = round(wall, 3)
     return result
+
+
+def probe(args: list[str], timeout: float = 900.0) -> dict[str, Any]:
+    return child("bench.probe", args, timeout)
 
 
 # --- the floor: gatedloop's graph with nodes that do nothing (bench/floor.py), one child process per run ---
@@ -114,17 +118,7 @@ def bench_floor(shape: str, plan: Plan, reps: int) -> dict[str, Any]:
     found: dict[str, list[float]] = {saver: [] for saver in FLOOR_SAVERS}
     for _ in range(reps):
         for saver in FLOOR_SAVERS:
-            done = subprocess.run(
-                [sys.executable, "-m", "bench.floor", shape, "--saver", saver, *args],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=900,
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"bench.floor {shape} --saver {saver} failed:\n{done.stderr[-3000:]}")
-            found[saver].append(json.loads(done.stdout.strip().splitlines()[-1])[key])
+            found[saver].append(child("bench.floor", [shape, "--saver", saver, *args])[key])
     log(f"floor {shape}: " + ", ".join(f"{saver} {median(values):.3f} {key}" for saver, values in found.items()))
     return {saver: {key: median(values), "runs": values} for saver, values in found.items()}
 
@@ -140,17 +134,7 @@ def bench_request(plan: Plan, work: Path) -> dict[str, Any]:
         for system in SYSTEMS if rep % 2 == 0 else tuple(reversed(SYSTEMS)):
             db = work / f"request-{system}-{rep}.sqlite"
             args = ["--system", system, "--db", str(db), "--rounds", str(plan.request_rounds)]
-            done = subprocess.run(
-                [sys.executable, "-m", "bench.long_request", *args, "--sample-every", str(every)],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=900,
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"bench.long_request {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-            result = json.loads(done.stdout.strip().splitlines()[-1])
+            result = child("bench.long_request", [*args, "--sample-every", str(every)])
             result["samples"] = {int(n): v for n, v in result["samples"].items()}
             runs[system].append(result)
             log(f"long request {system} rep {rep + 1}: {result['total_s']:.2f}s for {plan.request_rounds} rounds")

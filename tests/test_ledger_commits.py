@@ -7,6 +7,8 @@ no audit row without the evidence it speaks of. Counted on the ledger's own conn
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -35,6 +37,17 @@ def one_lookup_per_round(messages: list[BaseMessage]) -> AIMessage:
     return reply(calls=[call("lookup", {"order_id": f"L-{done}"}, f"round-{done}")])
 
 
+@contextmanager
+def traced_writes(saver: Any) -> Iterator[list[str]]:
+    """The statements the ledger's writer connection runs meanwhile (its reads run on another connection)."""
+    statements: list[str] = []
+    saver.ledger._writer.set_trace_callback(statements.append)
+    try:
+        yield statements
+    finally:
+        saver.ledger._writer.set_trace_callback(None)
+
+
 def test_a_read_round_commits_the_ledger_three_times_with_its_audit_inside(db):
     config = {"configurable": {"thread_id": "commits"}}
     with open_sqlite(db) as saver:
@@ -46,10 +59,8 @@ def test_a_read_round_commits_the_ledger_three_times_with_its_audit_inside(db):
             checkpointer=saver,
         )
         graph.invoke({"messages": [("user", "warm up")]}, {"configurable": {"thread_id": "warm"}})
-        statements: list[str] = []
-        saver.ledger._writer.set_trace_callback(statements.append)
-        out = graph.invoke({"messages": [("user", "check the orders")]}, config, durability="sync")
-        saver.ledger._writer.set_trace_callback(None)
+        with traced_writes(saver) as statements:
+            out = graph.invoke({"messages": [("user", "check the orders")]}, config, durability="sync")
         audit = saver.ledger.audit("commits")
     assert out["answer"] == f"checked {ROUNDS} orders"
     commits = sum(s.strip().upper() == "COMMIT" for s in statements)
@@ -98,12 +109,10 @@ def test_a_decision_is_audited_in_the_transaction_that_records_it(db):
             policies={"refund": ToolPolicy(effect="write", approval="always")},
             checkpointer=saver,
         )
-        statements: list[str] = []
-        saver.ledger._writer.set_trace_callback(statements.append)
-        graph.invoke({"messages": [("user", "refund A-1")]}, config, durability="sync")
-        asked = len(statements)
-        out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync")
-        saver.ledger._writer.set_trace_callback(None)
+        with traced_writes(saver) as statements:
+            graph.invoke({"messages": [("user", "refund A-1")]}, config, durability="sync")
+            asked = len(statements)
+            out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync")
     assert out["status"] == "completed"
     decided = [tx for tx in transactions(statements[asked:]) if "INSERT INTO GATEDLOOP_APPROVALS" in tx]
     assert decided == [["INSERT INTO GATEDLOOP_AUDIT", "INSERT INTO GATEDLOOP_APPROVALS"]]

@@ -78,10 +78,6 @@ class CheckedHistories:
             return CheckedHistory(scan.result(), set(scan.proposed), [], messages)
         return self._keep(thread_id, list(messages), _Kept(ledger, [], scan))
 
-    def forget(self, thread_id: str) -> None:
-        with self._lock:
-            self._kept.pop(thread_id, None)
-
     def _keep(self, thread_id: str, messages: list[BaseMessage], kept: _Kept) -> CheckedHistory:
         """Keep the check of `messages` (no foreign answer in it) for the thread's next step."""
         scan = kept.scan
