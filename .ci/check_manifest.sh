@@ -18,7 +18,8 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q "${specs[@]}" 'langgraph-cli[inmem]'
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-(cd "$WORK" && GATEDLOOP_MODEL=demo GATEDLOOP_DB="$WORK/studio.sqlite" "$VENV/bin/langgraph" dev --no-browser \
+# `exec`: the subshell becomes the server, so the trap's kill stops it (it outlived CI before).
+(cd "$WORK" && GATEDLOOP_MODEL=demo GATEDLOOP_DB="$WORK/studio.sqlite" exec "$VENV/bin/langgraph" dev --no-browser \
     --no-reload --host 127.0.0.1 --port "$port" --config "$ROOT/langgraph.json" >"$WORK/server.log" 2>&1) &
 server=$!
 for _ in $(seq 1 120); do
