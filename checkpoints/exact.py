@@ -26,7 +26,7 @@ class InexactResume(ValueError):
 def check_resume_writes(writes: Sequence[tuple[str, Any]]) -> None:
     for channel, value in writes:
         if channel == RESUME:
-            problem = argument_problem(value, max_depth=ANSWER_DEPTH + 1)  # stored as {interrupt_id: answer}
+            problem = argument_problem(value, max_depth=ANSWER_DEPTH + 2)  # stored as {interrupt_id: {answer, sender}}
             if problem:
                 raise InexactResume(f"the answer cannot be stored exactly ({problem}); nothing was changed")
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from gatedloop.checkpoints.evidence import GraphIdentity
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.ledger_for import ledger_for
+from gatedloop.graph.gated import GatedGraph
 from gatedloop.graph.models import bind_loop_tools
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
 from gatedloop.nodes.approve import make_approve_node
@@ -102,7 +103,8 @@ def _compile(
     builder.add_conditional_edges("approve", after_approve, ["approve", "execute", "model"])
     builder.add_conditional_edges("execute", after_execute, ["approve", "model", "finalize"])
     builder.add_edge("finalize", END)
-    graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
+    compiled = builder.compile(checkpointer=checkpointer, store=store, name=name)
+    graph = GatedGraph(**{k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"})  # as Pregel.copy
     _PARTS[graph.nodes["model"].bound] = parts
     # max_concurrency sizes LangGraph's task executor: its default (cores + 4) would run a turn's reads in
     # rounds (8 reads of 200 ms took 450 ms on 2 cores instead of about 240).

@@ -1,7 +1,8 @@
 """The `approve` node: one `interrupt()` per run of the node, listing the gated calls, and the reviewer's answer.
 
-Who answers is the runtime context of the call that resumes (under LangGraph Server, the authenticated user),
-checked against the tool's `approvers`, `self_approval`, `approvals_required` and `approval_ttl_s`. An accepted
+Who answers is the sender of the answer, bound to it when it entered the graph (nodes/gate/senders.py; under
+LangGraph Server, the authenticated user), never whoever runs the node when LangGraph hands the answer back; checked
+against the tool's `approvers`, `self_approval`, `approvals_required` and `approval_ttl_s`. An accepted
 decision is recorded in the ledger, outside the state: that record, not anything in the state, is what lets
 `execute` run a gated call. A refused answer (malformed or unauthorized) changes nothing but the audit trail: the
 node ends and runs again with the same request and an `error`, so every interrupt is answered under the identity
@@ -17,7 +18,6 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphInterrupt
-from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, AuditEvent, CallRecord
@@ -45,7 +45,8 @@ from gatedloop.nodes.gate.hitl import (
     decider,
 )
 from gatedloop.nodes.gate.notices import queue_approval_notice
-from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
+from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
+from gatedloop.nodes.gate.senders import received
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, Verdict
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text
@@ -132,7 +133,7 @@ def _description(parts: LoopParts, action: GatedActionRequest, error: str | None
 
 
 def make_approve_node(parts: LoopParts):
-    def approve(state: GatedState, runtime: Runtime) -> dict[str, Any]:
+    def approve(state: GatedState) -> dict[str, Any]:
         thread_id = current_thread_id()
         calls = state.get("calls") or []
         gated_ids = [c["id"] for c in calls if c["verdict"] == "ask"]
@@ -161,16 +162,17 @@ def make_approve_node(parts: LoopParts):
                 plans[plan["id"]] = _expire(parts, thread_id, plan, answers)
             return _update(parts, state, thread_id, list(plans.values()), answers, error=None)
         request = approval_request(parts, gated, records, approvals, state.get("review_error"))
-        if _replaced(parts, thread_id, request, records):
+        replaced = _replaced(parts, thread_id, request, records)
+        if replaced:
             request["replaced"] = True
         try:
-            answer = interrupt(request)
+            answer, reviewer, _ = received(interrupt(request))
         except GraphInterrupt:  # the request is put to a person now (on resume `interrupt` returns instead)
             queue_approval_notice(parts, thread_id, request)
             raise
-        reviewer = call_context(runtime.context)
         try:
-            check_addressed(answer, request)
+            if replaced and not _shown_to(parts, thread_id, request, reviewer):
+                check_addressed(answer, request)
             decisions = check_decisions(request, answer)
             applied = {
                 plan["id"]: _apply(parts, plan, records[plan["id"]], approvals, decisions[plan["id"]], reviewer)
@@ -178,8 +180,8 @@ def make_approve_node(parts: LoopParts):
             }
         except InvalidDecision as exc:
             _audit_refused(parts, thread_id, request, reviewer, answer, str(exc))
-            if str(exc).startswith(REPLACED):
-                parts.ledger.record(thread_id, gated[0]["id"], f"{SHOWN_EVENT}:{request['request_id']}", {})
+            if str(exc).startswith(REPLACED):  # this sender has now been shown the request that replaced theirs
+                parts.ledger.record(thread_id, gated[0]["id"], _shown_event(request, reviewer), {})
             return _update(parts, state, thread_id, list(plans.values()), answers, error=str(exc))
         fresh = [
             applied[p["id"]][2]
@@ -254,13 +256,21 @@ def _expire(parts: LoopParts, thread_id: str, plan: CallPlan, answers: list[Tool
 
 
 def _replaced(parts: LoopParts, thread_id: str, request: GatedHITLRequest, records: dict[str, CallRecord]) -> bool:
-    """This request replaced one a new message left unanswered (ledger evidence, never the state), and it has
-    not yet been shown again to a sender of an answer that named nothing."""
+    """This request replaced one a new message left unanswered (ledger evidence, never the state)."""
     started = min(records[a["tool_call_id"]].requested_at for a in request["action_requests"])
-    if not parts.ledger.replaced_request(thread_id, started):
-        return False
-    event = f"{SHOWN_EVENT}:{request['request_id']}"
-    return not any(row["event"] == event for row in parts.ledger.audit(thread_id))
+    return parts.ledger.replaced_request(thread_id, started)
+
+
+def _shown_to(parts: LoopParts, thread_id: str, request: GatedHITLRequest, sender: CallContext) -> bool:
+    """Whether this sender was shown the replacing request (their own answer that named nothing was refused with
+    it): only then may their answer that names nothing apply to it. Another sender's refusal shows it to nobody
+    else, so an answer its sender may not give never changes what someone else's stale answer applies to."""
+    event = _shown_event(request, sender)
+    return any(row["event"] == event for row in parts.ledger.audit(thread_id))
+
+
+def _shown_event(request: GatedHITLRequest, sender: CallContext) -> str:
+    return f"{SHOWN_EVENT}:{request['request_id']}:{sender.user_id or ANONYMOUS}"
 
 
 def _expired(parts: LoopParts, plan: CallPlan, records: dict[str, CallRecord], now: float) -> bool:

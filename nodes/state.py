@@ -104,6 +104,9 @@ class GatedState(TypedDict):
     None from the start of a request until then."""
     answer: NotRequired[str | None]
     """The final answer's text, set by `finalize` only for `completed`."""
+    requester: NotRequired[dict[str, Any] | None]
+    """Who sent the latest human message (`{"user_id", "roles"}`): the requester of every call the model proposes
+    for it, whoever resumes later. Written by `gatedloop.graph.gated` as the message enters; never by a client."""
     review_error: NotRequired[str | None]
     """Why the last answer to the pending approval request was refused (shown with the request again)."""
     # The validated final answer (JSON) when build_graph(response_format=...) is set; None otherwise.
@@ -112,6 +115,11 @@ class GatedState(TypedDict):
 
 class InputState(TypedDict):
     messages: Annotated[list[AnyMessage], DoublingDeltaChannel(fold_messages)]
+    requester: NotRequired[dict[str, Any] | None]
+    """Set by the graph as a message enters (see `GatedState.requester`); a value sent here is replaced."""
+
+
+REQUESTER_FIELD = "requester"
 
 
 class OutputState(TypedDict):

@@ -20,7 +20,8 @@ from langgraph.runtime import Runtime
 from gatedloop.checkpoints.evidence import AuditEvent, NewCall
 from gatedloop.nodes.gate.answers import error_message, record_answers
 from gatedloop.nodes.gate.call_arguments import checked_plan, plan_arguments, stored_form
-from gatedloop.nodes.gate.parts import LoopParts, call_context, current_thread_id
+from gatedloop.nodes.gate.identity import requester_of
+from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
 from gatedloop.nodes.gate.proposals import NOT_PROPOSED, unproposed
 from gatedloop.nodes.state import CallPlan, GatedState, Status, Verdict
 from gatedloop.tools import errors
@@ -35,7 +36,7 @@ def make_validate_node(parts: LoopParts):
     def validate(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         thread_id = current_thread_id()
         counters = state["counters"]
-        context = call_context(runtime.context)
+        context = requester_of(state, runtime.context)
         stop = parts.stop_before_work(thread_id, counters, tokens=False)
         answers: list[ToolMessage] = []
         plans: list[CallPlan] = []

@@ -42,6 +42,7 @@ from crash_child import (
 )
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import ToolMessage
+from langgraph.types import Command
 from pg_server import new_thread_id
 from sample_app import Effects, build
 
@@ -313,6 +314,36 @@ def test_only_an_approver_settles_a_killed_write_and_a_refused_answer_never_coun
         ("bo", {"decision": "abandon"})
     ]
     assert_each_call_answered_once(out["messages"])
+
+
+def test_a_refused_answer_is_never_handed_back_as_the_next_resumers(tmp_path: Path):
+    """Issue 29, finding 1: after the child paid and was SIGKILLed, ana (the requester, no finance role) answers
+    `not_done` positionally and keyed by the interrupt's id, and dan (another team) positionally: each is
+    refused. bo (finance) then continues with no answer of his own (`invoke(None)`, twice): LangGraph hands the
+    stored answers back to the settle task, at their position and the next; each is still judged as its sender's, so
+    nothing runs again, nothing is decided, and the question still waits."""
+    who = ("--approvers", "finance", "--requester", "ana", "--reviewer", "bo:finance")
+    db, effects = killed_in_write(tmp_path, "after", "book 2 seat", *who)
+    cfg = {"configurable": {"thread_id": THREAD}}
+    ana = CallContext(user_id="ana", roles={"staff"})
+    bo = CallContext(user_id="bo", roles={"finance"})
+    not_done = {"decisions": [{"type": "not_done"}]}
+    with open_sqlite(db) as saver:
+        graph = build(saver, effects, reconcile=None, approvers={"finance"})
+        paused_on_unknown(graph)
+        graph.invoke(Command(resume=not_done), cfg, context=ana)
+        [pending] = graph.get_state(cfg).interrupts
+        graph.invoke(Command(resume={pending.id: not_done}), cfg, context=ana)
+        graph.invoke(Command(resume=not_done), cfg, context={"user_id": "dan", "roles": ["ops"]})
+        for _ in range(2):
+            out = graph.invoke(None, cfg, context=bo)
+            assert out["__interrupt__"][0].value["kind"] == "unknown_outcome"
+        assert len(effects.rows()) == 1  # the one real payment of the killed child, never a second
+        assert ledger_state(saver) == ("claimed", 1)
+        audit = [e for e in saver.ledger.audit(THREAD) if e["call_id"] == "c1_0"]
+    assert not [e for e in audit if e["event"] == "unknown_outcome_decision"]
+    refused = [e["actor"] for e in audit if e["event"].startswith("unknown_answer_refused:")]
+    assert refused and set(refused) == {"ana", "dan"}, refused
 
 
 # ------------------------------------------------------------ unknown outcomes from a planted ledger claim

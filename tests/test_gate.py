@@ -269,8 +269,9 @@ def test_a_new_message_while_an_approval_is_pending_supersedes_the_call(db):
 
 def test_an_answer_naming_nothing_never_lands_on_a_request_that_replaced_the_one_shown(db):
     """Issue 19, finding 2: bo opens "pay bo 5"; ana's new message replaces it with "pay ana 900"; bo's answer in
-    the shape Agent Chat UI sends (no request_id, no tool_call_id) is refused with the current request, and pays
-    nothing. Shown again, the new request takes answers as usual, positional ones included."""
+        the shape Agent Chat UI sends (no request_id, no tool_call_id) is refused with the current request, and pays
+        nothing. Shown again, the new request takes bo's answers as usual, positional ones included (it was shown to bo:
+    issue 29 keeps that per sender, tests/test_who_answered.py)."""
     with open_sqlite(db) as saver:
         graph, out = start(saver, "pay 5 to bo as c1", approval="always")
         shown = out["__interrupt__"][0].value
@@ -284,7 +285,7 @@ def test_an_answer_naming_nothing_never_lands_on_a_request_that_replaced_the_one
         assert current["request_id"] in str(refused.value) and "c2" in str(refused.value)
         assert paid(saver) == []
         again = runs.pending_request(graph, T)
-        assert again["request_id"] == current["request_id"] and "replaced" not in again
+        assert again["request_id"] == current["request_id"] and again["replaced"] is True  # a fact of the request
         assert "the request changed" in again["error"]
         refusals = [a for a in saver.ledger.audit(T) if a["event"].startswith("answer_refused")]
         assert [(a["actor"], a["detail"]["request_id"]) for a in refusals] == [("bo", current["request_id"])]

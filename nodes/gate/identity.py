@@ -25,6 +25,7 @@ user's identity overrides, with the roles it states, or none.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,3 +89,70 @@ def _user_fields(user: Any) -> Mapping[str, Any]:
         if isinstance(fields, Mapping):
             return fields
     return {"identity": getattr(user, "identity", None)}
+
+
+def stored_identity(who: CallContext) -> dict[str, Any]:
+    """An identity as the graph's data carries it (a resume value's sender, a message's requester): JSON only."""
+    return {"user_id": who.user_id, "roles": sorted(who.roles)}
+
+
+def identity_from_stored(body: Any) -> CallContext:
+    """The CallContext a `stored_identity` stands for; anything else (absent, forged shape) is anonymous."""
+    if not isinstance(body, Mapping):
+        return CallContext()
+    user_id, roles = body.get("user_id"), body.get("roles")
+    if not isinstance(user_id, str) or not user_id:
+        user_id = None
+    if not isinstance(roles, list):
+        roles = []
+    return CallContext(user_id=user_id, roles=frozenset(r for r in roles if isinstance(r, str)))
+
+
+def requester_of(state: Mapping[str, Any], context: Any) -> CallContext:
+    """Who asked for the calls of this turn: the sender of the latest human message, as bound when it entered
+    (`GatedState.requester`; anonymous when none was, as for a thread started before requesters were bound),
+    with the run's other context fields (`extra`) for validators and predicates."""
+    asked = identity_from_stored(state.get("requester"))
+    return CallContext(user_id=asked.user_id, roles=asked.roles, extra=client_context(context).extra)
+
+
+def authenticated_context(context: Any, schema: type[Any] | None, config: RunnableConfig | None) -> Any:
+    """The runtime context a run's tools and nodes see: under a server's auth, its identity fields are the
+    authenticated user's, whatever the client sent (a client's `user_id`/`roles` are dropped, not kept beside);
+    without server auth the context is the caller's own and is returned as it is."""
+    user = server_user(config)
+    if user is None:
+        return context
+    identity = {"user_id": user[0], "roles": sorted(user[1])}
+    if context is None or isinstance(context, Mapping):
+        fields = _identity_fields(schema)
+        rest = {k: v for k, v in (context or {}).items() if k not in ("user_id", "roles")}
+        if context is None and schema is CallContext:
+            return CallContext(user_id=user[0], roles=user[1])
+        if context is None and not fields:
+            return None
+        return {**rest, **{k: v for k, v in identity.items() if k in fields}}
+    if isinstance(context, CallContext):
+        return CallContext(user_id=user[0], roles=user[1], extra=context.extra)
+    fields = _identity_fields(type(context))
+    update = {k: v for k, v in identity.items() if k in fields}
+    if dataclasses.is_dataclass(context) and not isinstance(context, type):
+        return dataclasses.replace(context, **update)
+    copy = getattr(context, "model_copy", None)
+    if callable(copy):  # a pydantic model
+        return copy(update=update)
+    raise TypeError(
+        f"cannot put the authenticated user into a {type(context).__name__} context; use a dataclass, a pydantic "
+        "model or a TypedDict as context_schema"
+    )
+
+
+def _identity_fields(schema: type[Any] | None) -> set[str]:
+    """Which of `user_id` and `roles` a context schema declares (a dataclass, pydantic model or TypedDict)."""
+    if schema is None:
+        return set()
+    if dataclasses.is_dataclass(schema):
+        names = {f.name for f in dataclasses.fields(schema)}
+    else:
+        names = set(getattr(schema, "model_fields", None) or getattr(schema, "__annotations__", None) or ())
+    return names & {"user_id", "roles"}

@@ -15,7 +15,6 @@ from langgraph.config import get_config
 
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.nodes.gate.checked_histories import CheckedHistories
-from gatedloop.nodes.gate.identity import caller_context
 from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.provider.answer_format import AnswerFormat
 from gatedloop.nodes.state import RequestCounters, Status
@@ -88,9 +87,3 @@ def current_thread_id() -> str:
     config = get_config()
     thread = config.get("configurable", {}).get("thread_id")
     return str(thread) if thread is not None else f"run-{config.get('run_id') or uuid.uuid4()}"
-
-
-def call_context(context: Any) -> CallContext:
-    """The caller of the run being executed (see `gatedloop.nodes.gate.identity`): the server's authenticated user
-    under LangGraph Server with auth, else the runtime context (a CallContext, a dict from the SDK, or nothing)."""
-    return caller_context(context, get_config())

@@ -20,7 +20,6 @@ from typing import Any, NamedTuple, cast
 from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.func import task
-from langgraph.runtime import get_runtime
 from langgraph.types import interrupt
 
 from gatedloop.nodes.gate.admission import with_edited_args
@@ -33,7 +32,7 @@ from gatedloop.nodes.gate.hitl import (
     decider,
 )
 from gatedloop.nodes.gate.notices import queue_unknown_notice
-from gatedloop.nodes.gate.parts import LoopParts, call_context
+from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.running import (
     CANNOT_TELL,
     Outcome,
@@ -46,6 +45,7 @@ from gatedloop.nodes.gate.running import (
     still_running_here,
     stored_outcome,
 )
+from gatedloop.nodes.gate.senders import received
 from gatedloop.nodes.gate.tool_env import ToolEnv
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
@@ -170,9 +170,10 @@ def _ask_person(
     parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, *, rerun: bool, env: ToolEnv | None
 ) -> Settlement:
     """Interrupt until a valid answer from someone the tool's policy lets decide: done (with its result),
-    not_done (run it now) or abandon. Who answers is the resuming call's identity (invariant 10), never a name
-    written in the answer; a refused answer changes nothing but the audit trail, and stays refused when this
-    task replays it under a later caller (see `_refused_before`)."""
+    not_done (run it now) or abandon. Who answers is the answer's sender, bound to it when it entered (invariant
+    10), never the identity of whoever runs the task when LangGraph hands it back nor a name written in the
+    answer; a refused answer changes nothing but the audit trail, and stays refused however often this task is
+    handed it again (see `_refused_before`)."""
     key = key_of_record(parts.ledger.get(thread_id, plan["id"]), thread_id, plan["id"])
     request = unknown_request(parts.registry, [(plan, outcome, key)])
     policy = parts.registry.policy(plan["name"])
@@ -182,14 +183,13 @@ def _ask_person(
     asked = f"{ASKED_EVENT}:{_task_key()}"
     while True:
         try:
-            answer = interrupt(request if error is None else {**request, "error": error})
+            answer, reviewer, arrival = received(interrupt(request if error is None else {**request, "error": error}))
         except GraphInterrupt:  # the question is put to a person now (a replayed answer returns instead)
             first = parts.clock() if question == 0 else _asked_before_events(parts, thread_id, plan)
             parts.ledger.record(thread_id, plan["id"], asked, {"asked_at": first})  # kept once: the first question
             queue_unknown_notice(parts, thread_id, request, requester, first)  # queued once, like the event
             raise
-        reviewer = call_context(get_runtime().context)
-        attempt = _attempt_key(question, answer)
+        attempt = _attempt_key(question, answer, arrival)
         question += 1
         error = _refused_before(parts, thread_id, plan, attempt)
         if error is not None:
@@ -232,9 +232,12 @@ def _requester(parts: LoopParts, thread_id: str, plan: CallPlan) -> str | None:
     return record.requester.user_id if record is not None else None
 
 
-def _attempt_key(question: int, answer: Any) -> str:
-    """This task's `question`-th answer: LangGraph replays a task's earlier answers, in order, each time the task
-    runs again, so (task, position, answer) names one answer however often it is replayed."""
+def _attempt_key(question: int, answer: Any, arrival: str) -> str:
+    """One answer however often LangGraph hands it back: by its arrival (nodes/gate/senders.py), which stays the
+    same when LangGraph hands one answer to this task at a later position too (an unanswered re-run takes the
+    stored answer again); an answer with no arrival (stored by an older version) by (task, position, answer)."""
+    if arrival:
+        return digest([arrival, storable_text(answer)])[:12]
     namespace = get_config().get("configurable", {}).get("checkpoint_ns", "")
     return digest([namespace, question, storable_text(answer)])[:12]
 
