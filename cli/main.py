@@ -59,6 +59,7 @@ from gatedloop.demo import choose_model
 from gatedloop.demo.model import describe_choice
 from gatedloop.graph import runs
 from gatedloop.graph.build import parts_of
+from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, Display
 from gatedloop.graph.models import ModelConfigError
 from gatedloop.nodes.gate.hitl import InvalidDecision, pending_summary
@@ -78,6 +79,31 @@ def context_of(args: argparse.Namespace) -> CallContext:
     """Who is asking or reviewing: `--user` (default $USER) with `--roles`."""
     roles = frozenset(r.strip() for r in (args.roles or "").split(",") if r.strip())
     return CallContext(user_id=args.user, roles=roles)
+
+
+def run_context(args: argparse.Namespace, graph: CompiledStateGraph) -> Any:
+    """The runtime context of a run or an answer: who you are, and `--context` (the graph's own context fields,
+    a JSON object or @FILE) in the graph's `context_schema`."""
+    return context_for(graph.context_schema, context_of(args), context_fields(args.context))
+
+
+def context_fields(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    source = "--context"
+    if text.startswith("@"):
+        source, path = text[1:], Path(text[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"--context: cannot read {source}: {exc.strerror}", EXIT_USAGE) from None
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{source} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", EXIT_USAGE) from None
+    if not isinstance(fields, dict):
+        raise CliError(f"{source} must be a JSON object of context fields, not {type(fields).__name__}", EXIT_USAGE)
+    return fields
 
 
 def require_thread(graph: CompiledStateGraph, thread_id: str, db: str) -> None:
@@ -125,7 +151,7 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, 
                 f"no answer given; thread {thread_id} is still waiting: gatedloop resume {thread_id}", EXIT_PAUSED
             ) from None
         try:
-            stream(out, thread_id, runs.stream_resume(graph, thread_id, answer, context=context_of(args)))
+            stream(out, thread_id, runs.stream_resume(graph, thread_id, answer, context=run_context(args, graph)))
         except InvalidDecision as exc:
             print(f"answer refused: {exc}", file=sys.stderr)
 
@@ -150,7 +176,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         model = f"graph: {named.reference}" if named is not None else f"model: {describe_choice()}"
         out.say(f"{model}   thread: {thread_id}   db: {shown_db(args.db)}")
         events = runs.stream_start(
-            graph, thread_id, args.question, context=context_of(args), upgrade=args.upgrade_graph
+            graph, thread_id, args.question, context=run_context(args, graph), upgrade=args.upgrade_graph
         )
         stream(out, thread_id, events)
         return settle(graph, thread_id, args, out)
@@ -246,7 +272,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
         for sentence in unsettled_writes(saver.ledger, thread_id):
             out.say(f"settling: {sentence}")
             out.record("settling", thread_id=thread_id, detail=sentence)
-        events = runs.stream_resume(graph, thread_id, answer, context=context_of(args), upgrade=args.upgrade_graph)
+        events = runs.stream_resume(
+            graph, thread_id, answer, context=run_context(args, graph), upgrade=args.upgrade_graph
+        )
         stream(out, thread_id, events)
         after = runs.pending_request(graph, thread_id)
         if request is not None and after is not None and after.get("error"):
@@ -495,6 +523,12 @@ def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         "--roles",
         default=default(os.environ.get("GATEDLOOP_ROLES", "")),
         help="your roles, comma-separated (GATEDLOOP_ROLES); some tools need one to be approved",
+    )
+    parser.add_argument(
+        "--context",
+        default=default(os.environ.get("GATEDLOOP_CONTEXT")),
+        help="the graph's own context fields (its context_schema) as a JSON object, or @FILE (GATEDLOOP_CONTEXT); "
+        "an answer without them reuses the request's",
     )
 
 

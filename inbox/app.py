@@ -29,6 +29,7 @@ from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import describe_thread
 from gatedloop.graph import runs
+from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, day_and_clock
 from gatedloop.inbox.filters import ORDERS, Filters, choices
 from gatedloop.inbox.forms import FormError, parse_edit
@@ -71,7 +72,8 @@ class InboxBackend:
 
     def send(self, reviewer: Reviewer, origin: str, view: PendingView, answer: dict[str, Any]) -> dict[str, Any]:
         """Apply an answer; the thread's values afterwards (with `__interrupt__` if it waits again)."""
-        return runs.resume(self.graph, view.thread_id, answer, context=reviewer.context, wait_s=ANSWER_WAIT_S)
+        context = context_for(self.graph.context_schema, reviewer.context, {})  # the request's other fields reused
+        return runs.resume(self.graph, view.thread_id, answer, context=context, wait_s=ANSWER_WAIT_S)
 
 
 @dataclass(frozen=True)
