@@ -6,7 +6,7 @@ answer `{"decisions": [...]}`. We add a `request_id`, and per action `tool_call_
 approval facts a reviewer needs (requester, expiry, quorum progress). A decision that names its call
 (`tool_call_id`, or an `args_digest` only one pending call has) applies to that call, in any order; decisions
 that name none apply in order, as in LangChain. An optional `reviewer` string is a note for the audit trail,
-never authority: who answers is the runtime context of the call that resumes.
+never authority: who answers is the answer's sender, bound to it as it entered (nodes/gate/senders.py).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Decision(TypedDict):
 
 def decider(policy: ToolPolicy, reviewer: CallContext, requester: str | None, call: str) -> str:
     """The one rule for who may decide a call, for every kind of answer (approval, unknown outcome, any kind
-    added later): the resuming call's identity under the tool's `approvers`, `self_approval` and roles. Returns
+    added later): the answer's sender under the tool's `approvers`, `self_approval` and roles. Returns
     the name the audit trail records; raises InvalidDecision (nothing applied) when this reviewer may not."""
     refusal = policy.reviewer_refusal(reviewer, requester)
     if refusal:
