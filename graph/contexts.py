@@ -47,9 +47,9 @@ def context_for(schema: type[Any] | None, caller: CallContext, fields: Mapping[s
 def kept_fields(context: Any) -> dict[str, Any]:
     """The non-identity fields of a request's context that can be kept as data (JSON values only)."""
     if isinstance(context, CallContext):
-        values: Mapping[str, Any] = {"extra": dict(context.extra)} if context.extra else {}
-    elif isinstance(context, Mapping):
-        values = context
+        return {}
+    if isinstance(context, Mapping):
+        values: Mapping[str, Any] = context
     elif dataclasses.is_dataclass(context) and not isinstance(context, type):
         values = {f.name: getattr(context, f.name) for f in dataclasses.fields(context)}
     elif callable(getattr(context, "model_dump", None)):
@@ -60,8 +60,9 @@ def kept_fields(context: Any) -> dict[str, Any]:
 
 
 def missing_fields(context: Any, schema: type[Any] | None) -> bool:
-    """Whether an answer's context leaves out non-identity fields its schema declares (nothing, or a dict)."""
-    if schema is None or not (context is None or isinstance(context, Mapping)):
+    """Whether an answer's context leaves out non-identity fields its schema declares (nothing, or a dict). Not
+    for gatedloop's own `CallContext`, whose `extra` is optional and which an answer never needs to rebuild."""
+    if schema is None or schema is CallContext or not (context is None or isinstance(context, Mapping)):
         return False
     wanted = [f for f in declared_fields(schema) if f not in IDENTITY_FIELDS]
     return any(f not in (context or {}) for f in wanted)
@@ -69,11 +70,6 @@ def missing_fields(context: Any, schema: type[Any] | None) -> bool:
 
 def reused_fields(context: Any, schema: type[Any] | None, kept: Mapping[str, Any]) -> Any:
     """An answer's context with the fields it lacks taken from the request's `kept` fields."""
-    if schema is CallContext:
-        base = dict(context or {})
-        if "extra" not in base and kept.get("extra"):
-            base["extra"] = kept["extra"]
-        return base if base or context is not None else None
     declared = declared_fields(schema)
     filled = {k: v for k, v in kept.items() if k in declared and k not in IDENTITY_FIELDS}
     return {**filled, **dict(context or {})} if filled or context is not None else None

@@ -39,7 +39,7 @@ class GatedGraph(CompiledStateGraph):
         self, input: Any, config: RunnableConfig | None = None, *, context: Any = None, **kwargs: Any
     ) -> Iterator[Any]:
         if _carries_no_message(input) and missing_fields(context, self.context_schema):
-            context = reused_fields(context, self.context_schema, _kept(self.get_state(config).values))
+            context = reused_fields(context, self.context_schema, _kept(self._request_values(config)))
         input, context = self._bound(input, config, context)
         return super().stream(input, config, context=context, **kwargs)
 
@@ -47,7 +47,7 @@ class GatedGraph(CompiledStateGraph):
         self, input: Any, config: RunnableConfig | None = None, *, context: Any = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         if _carries_no_message(input) and missing_fields(context, self.context_schema):
-            context = reused_fields(context, self.context_schema, _kept((await self.aget_state(config)).values))
+            context = reused_fields(context, self.context_schema, _kept(await self._arequest_values(config)))
         input, context = self._bound(input, config, context)
         async for chunk in super().astream(input, config, context=context, **kwargs):
             yield chunk
@@ -59,6 +59,17 @@ class GatedGraph(CompiledStateGraph):
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
         return await super().abulk_update_state(config, _without_requester(supersteps))
+
+    def _request_values(self, config: RunnableConfig | None) -> Mapping[str, Any]:
+        """The thread's state, to reuse its request's context fields; nothing when there is no thread to read."""
+        if config is None or not _has_thread(config):
+            return {}
+        return self.get_state(config).values
+
+    async def _arequest_values(self, config: RunnableConfig | None) -> Mapping[str, Any]:
+        if config is None or not _has_thread(config):
+            return {}
+        return (await self.aget_state(config)).values
 
     def _bound(self, input: Any, config: RunnableConfig | None, context: Any) -> tuple[Any, Any]:
         merged = merge_configs(self.config, config)
@@ -103,6 +114,10 @@ def _carries_no_message(input: Any) -> bool:
     if input is None:
         return True
     return isinstance(input, Command) and not any(key == "messages" for key, _ in input._update_as_tuples())
+
+
+def _has_thread(config: RunnableConfig) -> bool:
+    return bool((config.get("configurable") or {}).get("thread_id"))
 
 
 def _kept(values: Mapping[str, Any]) -> Mapping[str, Any]:
