@@ -197,6 +197,7 @@ def idempotency_key(thread_id: str, call_id: str) -> str:
 #   gatedloop's own and not "foreign";
 # - the approvals of writes started before the copy only: an approval authorizes one write, so a gated call
 #   not started yet is asked again in the copy (it would run there under a new key);
+# - the graph that made it, its policies included (`gatedloop_thread_graphs`, `gatedloop_thread_policies`);
 # - the audit trail. Cancel requests stay with the source.
 LEDGER_COLUMNS_COPIED = (
     "call_id, tool, args_digest, idempotency_key, state, result, claimed_at, finished_at, attempts, claimant"
@@ -242,6 +243,8 @@ def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[N
         f"SELECT {p}, call_id, tool_digest FROM gatedloop_tool_pins WHERE thread_id = {p}",
         f"INSERT INTO gatedloop_thread_graphs (thread_id, graph_name, graph_digest, recorded_at) "
         f"SELECT {p}, graph_name, graph_digest, recorded_at FROM gatedloop_thread_graphs WHERE thread_id = {p}",
+        f"INSERT INTO gatedloop_thread_policies (thread_id, policy_digest, policies, recorded_at) "
+        f"SELECT {p}, policy_digest, policies, recorded_at FROM gatedloop_thread_policies WHERE thread_id = {p}",
         f"INSERT INTO gatedloop_audit (thread_id, {AUDIT_COLUMNS_COPIED}) "
         f"SELECT {p}, {AUDIT_COLUMNS_COPIED} FROM gatedloop_audit WHERE thread_id = {p} ORDER BY seq",
     ):
@@ -291,7 +294,9 @@ class Ledger(Protocol):
     def record_edited_args(self, thread_id: str, edits: Sequence[tuple[str, str, dict[str, Any]]]) -> None: ...
     def edited_args(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
     def thread_graph(self, thread_id: str) -> GraphIdentity | None: ...
-    def record_thread_graph(self, thread_id: str, graph: GraphIdentity, *, replace: bool = False) -> None: ...
+    def record_thread_graph(
+        self, thread_id: str, graph: GraphIdentity, *, replace: bool = False, events: Sequence[AuditEvent] = ()
+    ) -> None: ...
     def record_notification(
         self,
         thread_id: str,

@@ -6,15 +6,21 @@ changed, unless an operator upgrades the thread explicitly, which the audit trai
 tool's policy before and after. And an approval the policy in force when the write starts does not accept (a
 quorum raised, the approvers' roles changed) is stale: the call is asked again, never run. Every test drives the
 real graph on a real SQLite file and counts real payments.
+
+Not through a served graph (`langgraph dev`): the server runs its own graph for every run and never claims a
+thread (`runs.claim_thread` is the CLI's and Python's entry), so there is no identity check there to test, and the
+admission half would need two server starts with different policies; `execute`'s admission is the same code.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
 import sys
 import textwrap
+import types
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +28,14 @@ import pytest
 from cli_in_process import run_cli
 from gate_app import build, effects_for
 from langgraph.types import Command
+from pg_server import new_thread_id
 
 from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints.evidence import AuditEvent, GraphIdentity
 from gatedloop.graph import runs
 from gatedloop.graph.build import graph_identity
-from gatedloop.tools import CallContext
+from gatedloop.tools import CallContext, ToolPolicy
+from gatedloop.tools.policy import described
 
 ANA = CallContext(user_id="ana", roles={"staff"})  # the requester
 BO = CallContext(user_id="bo", roles={"finance"})
@@ -66,8 +75,27 @@ def test_a_graph_rebuilt_with_the_same_policies_is_the_same_graph(db: str):
         first, second = build(saver, effects_for(saver), **STRICT), build(saver, effects_for(saver), **STRICT)
         assert graph_identity(first) == graph_identity(second)
         [pay] = [p for name, p in graph_identity(first).policies.items() if name == "pay"]
-        assert pay["approval"] == "predicate:gate_app.pay_policy.<locals>.<lambda>"  # described, not digested
+        assert pay["approval"] == "predicate:pay_policy.<locals>.<lambda>"  # described, not digested
         assert (pay["approvers"], pay["approvals_required"], pay["self_approval"]) == (["finance"], 2, False)
+
+
+def test_a_predicate_is_described_by_its_qualified_name_whatever_module_loaded_it():
+    """`python agent.py` (`__main__`), `--graph agent:graph` and `--graph ./agent.py:graph` load one function under
+    three module names: the same rule. Another function is another rule."""
+
+    def over_100(args: dict, context: Any) -> bool:
+        return args["amount"] > 100
+
+    class OverLimit:
+        def __call__(self, args: dict, context: Any) -> bool:
+            return True
+
+    as_script = types.FunctionType(over_100.__code__, {}, "over_100")
+    as_script.__qualname__, as_script.__module__ = over_100.__qualname__, "__main__"
+    assert ToolPolicy(approval=as_script).summary() == ToolPolicy(approval=over_100).summary()
+    assert described(functools.partial(over_100)) == described(over_100) == over_100.__qualname__
+    assert described(OverLimit()).endswith("<locals>.OverLimit")
+    assert ToolPolicy(approval=OverLimit()).summary() != ToolPolicy(approval=over_100).summary()
 
 
 @pytest.mark.parametrize(
@@ -77,7 +105,7 @@ def test_a_graph_rebuilt_with_the_same_policies_is_the_same_graph(db: str):
         ({"approvals_required": 1}, "approvals_required 2 -> 1"),
         ({"self_approval": True}, "self_approval False -> True"),
         ({"approval_ttl_s": None}, "approval_ttl_s 3600.0 -> None"),
-        ({"approval": "never"}, "approval predicate:gate_app.pay_policy.<locals>.<lambda> -> never"),
+        ({"approval": "never"}, "approval predicate:pay_policy.<locals>.<lambda> -> never"),
         ({"allowed_decisions": ("approve", "reject")}, "allowed_decisions"),
         ({"secret_args": {"to"}}, "secret_args [] -> ['to']"),
         ({"effect": "read"}, "effect write -> read"),
@@ -93,9 +121,9 @@ def test_a_changed_policy_is_another_graph_and_resuming_with_it_changes_nothing(
         with pytest.raises(runs.GraphMismatch) as refused:
             runs.resume(other, T, APPROVE, context=CY)
         message = str(refused.value)
-        assert "was made by graph 'gate_app'" in message and "policies of pay changed" in message
+        assert "was made by graph 'gate_app'" in message and "policy of pay:" in message
         assert named in message and "\n" not in message
-        with pytest.raises(runs.GraphMismatch, match="policies of pay changed"):
+        with pytest.raises(runs.GraphMismatch, match="policy of pay:"):
             runs.check_thread_graph(other, T)  # show, threads, cancel: the same refusal, nothing recorded
         assert paid(saver) == [] and (approvals(db), runs.output(other, T)) == before
         assert upgrades(saver) == []
@@ -194,6 +222,28 @@ def test_a_thread_recorded_before_policies_were_is_refused_until_upgraded(db: st
         assert graph_identity(graph) == saver.ledger.thread_graph(T)
 
 
+def test_a_threads_policies_are_kept_beside_its_graph_and_copied_with_it_on_each_backend(backend: Any):
+    """The ledger part, on SQLite and Postgres: the first graph recorded stays, an upgrade replaces graph and
+    policies with its audit event in one transaction, and `copy_thread` carries the policies to the copy."""
+    source, copy = new_thread_id("src"), new_thread_id("copy")
+    strict = {"pay": ToolPolicy(approvers={"finance"}, approvals_required=2).summary()}
+    weaker = {"pay": ToolPolicy().summary()}
+    made, other = GraphIdentity("g", "t" * 16, "p" * 16, strict), GraphIdentity("g", "t" * 16, "q" * 16, weaker)
+    with backend.open() as saver:
+        ledger = saver.ledger
+        ledger.record_thread_graph(source, made)
+        ledger.record_thread_graph(source, other)  # not an upgrade: the first one stays
+        recorded = ledger.thread_graph(source)
+        assert recorded == made and recorded.policies == strict
+        saver.copy_thread(source, copy)
+        assert ledger.thread_graph(copy) == made and ledger.thread_graph(copy).policies == strict
+        upgraded = AuditEvent("", "graph_upgraded:test", {"changes": ["pay: approvals_required 2 -> 1"]}, "ops")
+        ledger.record_thread_graph(source, other, replace=True, events=[upgraded])
+        assert ledger.thread_graph(source) == other and ledger.thread_graph(source).policies == weaker
+        assert [(e["event"], e["actor"]) for e in ledger.audit(source)] == [("graph_upgraded:test", "ops")]
+        assert ledger.thread_graph(copy) == made
+
+
 # --- through the CLI --------------------------------------------------------------------------------------------
 
 SEATS = textwrap.dedent(
@@ -267,7 +317,7 @@ def test_the_cli_refuses_a_weakened_policy_and_audits_an_explicit_upgrade(tmp_pa
         seats(tmp_path, "weaker", "show", "t1", code=6),
     ):
         [line] = refused.stderr.strip().splitlines()
-        assert "was made by graph 'seats'" in line and "policies of reserve_seat changed" in line
+        assert "was made by graph 'seats'" in line and "policy of reserve_seat:" in line
         assert "approvers ['events'] -> None" in line and "approvals_required 2 -> 1" in line
         assert "--upgrade-graph" in line
     assert booked(tmp_path) == 0

@@ -5,6 +5,7 @@ A tool with no policy is treated as a write that always needs approval (fail clo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -151,6 +152,41 @@ class ToolPolicy:
     @property
     def strict(self) -> bool:
         return self.effect == "write" if self.strict_json is None else self.strict_json
+
+    def summary(self) -> dict[str, Any]:
+        """The authority this policy gives, as JSON data: what a thread remembers of its graph's policies
+        (`gatedloop.graph.build.graph_identity`), so that a graph whose rules changed never resumes it unnoticed.
+
+        Who may ask (`roles`), whether a person must approve (`effect`, `approval`), who may decide and how many
+        (`approvers`, `self_approval` as it applies, `approvals_required`), for how long (`approval_ttl_s`), what
+        they may answer (`allowed_decisions`) and what is hidden (`secret_args`). An approval predicate is code,
+        which cannot be digested by value (its body, closure and bound state are not data): it is described by its
+        qualified name (`described`), so replacing or renaming it is a change, and editing its body is not seen.
+        Not included, because they grant no authority and are applied as they are now to every call anyway:
+        `validator` (run again on the exact arguments before a write starts), `reconcile`, `timeout_s`,
+        `max_calls`, `strict_json`, `review_note`."""
+        approval = self.approval if isinstance(self.approval, str) else f"predicate:{described(self.approval)}"
+        return {
+            "effect": self.effect,
+            "approval": approval,
+            "roles": None if self.roles is None else sorted(self.roles),
+            "approvers": None if self.approvers is None else sorted(self.approvers),
+            "self_approval": self.allows_self_approval,
+            "approvals_required": self.approvals_required,
+            "approval_ttl_s": None if self.approval_ttl_s is None else float(self.approval_ttl_s),
+            "allowed_decisions": [d for d in ALL_DECISIONS if d in self.allowed_decisions],
+            "secret_args": sorted(self.secret_args),
+        }
+
+
+def described(fn: Callable[..., Any]) -> str:
+    """A callable by its qualified name (`__qualname__`, e.g. `pay_policy.<locals>.<lambda>`): stable across
+    processes and rebuilds, unlike its `repr` (an address). Not its module: the same file is `agent` when imported,
+    `__main__` when run as a script, and named after its path when the CLI loads `path/agent.py:graph`, and none
+    of these is a change of rules. A `functools.partial` is named by its function (its bound arguments are not),
+    a callable object by its class."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    return str(getattr(target, "__qualname__", None) or type(target).__qualname__)
 
 
 GATED_WRITE = ToolPolicy(effect="write", approval="always")
