@@ -45,8 +45,9 @@ from gatedloop.nodes.gate.hitl import (
     decider,
 )
 from gatedloop.nodes.gate.notices import queue_approval_notice
-from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
+from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.senders import received
+from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, Verdict
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text
