@@ -2,9 +2,14 @@
 queue, driven by the real `langgraph-sdk`, the graph built as docs/server.md says (no checkpointer, no `ledger=`:
 tests/support/aegra_payments.py). Every real payment is a row in an effects file, counted here.
 
-Needs `GATEDLOOP_AEGRA` (the `aegra` executable of a Python 3.12+ venv with gatedloop installed; `.ci/run` makes
-one), the test Postgres (`GATEDLOOP_TEST_PG_URL`) and Redis (`GATEDLOOP_TEST_REDIS_URL`, `.ci/start_redis.sh`).
-Without them the module is skipped with the reason (under `CI=true` it fails instead)."""
+Needs `GATEDLOOP_AEGRA` (the `aegra` executable of a Python 3.12+ venv with gatedloop installed:
+`.ci/aegra_venv.sh` makes one), the test Postgres (`GATEDLOOP_TEST_PG_URL`) and Redis (`GATEDLOOP_TEST_REDIS_URL`:
+`.ci/start_redis.sh`). Without them the module is skipped with the reason, as in the README's test command;
+`.ci/run` then runs it with all three and `GATEDLOOP_AEGRA_REQUIRED=1`, under which a missing one fails instead.
+
+    line=$(.ci/start_redis.sh) && export "$line" && line=$(.ci/aegra_venv.sh) && export "$line"
+    GATEDLOOP_AEGRA_REQUIRED=1 .venv/bin/pytest -n 0 tests/test_aegra.py
+"""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from aegra_servers import AEGRA_ENV, REDIS_ENV, TOKENS, AegraServer, Deployment, deployment, wait_until
-from pg_server import in_ci, require_postgres
+from pg_server import PostgresUnavailable, find_postgres
 from sample_app import Effects
 
 pytestmark = pytest.mark.slow
@@ -29,9 +34,12 @@ HANDED_ON_S = 120.0
 """How long a killed worker's run may take to finish elsewhere: lease (6 s) + reaper (1 s) + a loaded machine."""
 
 
+REQUIRED_ENV = "GATEDLOOP_AEGRA_REQUIRED"
+
+
 def missing(reason: str) -> None:
-    if in_ci():
-        pytest.fail(f"CI=true but {reason}", pytrace=False)
+    if os.environ.get(REQUIRED_ENV):
+        pytest.fail(f"{REQUIRED_ENV} is set but {reason}", pytrace=False)
     pytest.skip(reason)
 
 
@@ -39,11 +47,14 @@ def missing(reason: str) -> None:
 def aegra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     executable = os.environ.get(AEGRA_ENV)
     if not executable or not Path(executable).is_file():
-        missing(f"Aegra is not installed: set {AEGRA_ENV} to the `aegra` of a Python 3.12+ venv with gatedloop")
+        missing(f"Aegra is not installed: set {AEGRA_ENV} to the `aegra` of a Python 3.12 venv (.ci/aegra_venv.sh)")
     redis_url = os.environ.get(REDIS_ENV)
     if not redis_url:
         missing(f'no Redis: set {REDIS_ENV} (line=$(.ci/start_redis.sh) && export "$line")')
-    pg_url = require_postgres()
+    try:
+        pg_url = find_postgres()
+    except PostgresUnavailable as exc:
+        missing(str(exc))
     with deployment(str(executable), pg_url, str(redis_url), tmp_path_factory.mktemp("aegra")) as found:
         yield found
 
