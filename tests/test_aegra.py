@@ -24,7 +24,17 @@ from typing import Any
 
 import httpx
 import pytest
-from aegra_servers import AEGRA_ENV, REDIS_ENV, TOKENS, AegraServer, Deployment, deployment, wait_until
+from aegra_servers import (
+    AEGRA_ENV,
+    REDIS_ENV,
+    TOKENS,
+    AegraServer,
+    Deployment,
+    deployment,
+    fresh_database,
+    server_env,
+    wait_until,
+)
 from pg_server import PostgresUnavailable, find_postgres
 from sample_app import Effects
 
@@ -66,10 +76,10 @@ def both(aegra: Deployment) -> Deployment:
     return aegra
 
 
-def client(server: Any, user: str, header: str = "authorization") -> Any:
+def client(server: Any, user: str, header: str = "authorization", token: str | None = None) -> Any:
     from langgraph_sdk import get_sync_client
 
-    token = TOKENS[user]
+    token = token or TOKENS[user]
     headers = {"Authorization": f"Bearer {token}"} if header == "authorization" else {"X-Api-Key": token}
     return get_sync_client(url=server.url, headers=headers, timeout=120)
 
@@ -251,3 +261,61 @@ def test_four_concurrent_answers_through_both_processes_make_one_write(both: Dep
     wait_until(lambda: bo.threads.get(thread_id)["status"] == "idle", HANDED_ON_S, "the thread to settle")
     assert len(payments(both, to)) == 1, outcomes
     assert "ran" in outcomes and len(decided(audit(both, thread_id))) == 1, (outcomes, audit(both, thread_id))
+
+
+DEPLOY = Path(__file__).parent.parent / "deploy" / "aegra"
+EXAMPLE_ANA = "ana-example-token-change-me"
+
+
+def test_the_shipped_deployment_serves_the_demo_and_the_bookings_graphs(aegra: Deployment, tmp_path: Path) -> None:
+    """deploy/aegra/aegra.json as its README starts it (its reviewers file, the demo's offline model): the three
+    graphs are listed; the demo's gated seat is asked for and reserved once the requester approves it on the
+    other process; a booking waits for a `hosts` reviewer (ana's own approval is refused for the role)."""
+    executable, redis_url = str(os.environ[AEGRA_ENV]), str(os.environ[REDIS_ENV])
+    with fresh_database(find_postgres()) as database_url:
+        env = server_env(
+            database_url, redis_url, uuid.uuid4().hex[:10], GATEDLOOP_AUTH_FILE=str(DEPLOY / "reviewers.example.json")
+        )
+        del env["GATEDLOOP_AUTH_TOKENS"], env["PYTHONPATH"]
+        servers = [AegraServer(f"deploy-{n}", executable, DEPLOY / "aegra.json", env, tmp_path) for n in "AB"]
+        try:
+            for server in servers:
+                server.start()
+            ana, on_b = (client(s, "ana", token=EXAMPLE_ANA) for s in servers)
+            assert {a["graph_id"] for a in ana.assistants.search()} == {"gatedloop", "tables", "rooms"}
+
+            thread_id = ana.threads.create()["thread_id"]
+            ana.runs.wait(
+                thread_id,
+                "gatedloop",
+                input={"messages": [{"role": "user", "content": "Reserve a seat in workshop WS-101 for Ana"}]},
+            )
+            [request] = pending(ana, thread_id)
+            assert request["action_requests"][0]["requested_by"] == "ana"
+            out = on_b.runs.wait(thread_id, "gatedloop", command={"resume": {"decisions": [{"type": "approve"}]}})
+            assert out["status"] == "completed" and out["answer"].startswith("Reserved: "), out
+
+            thread_id = ana.threads.create()["thread_id"]
+            ana.runs.wait(
+                thread_id, "tables", input={"messages": [{"role": "user", "content": "a table for 4 at Chez Ana"}]}
+            )
+            [request] = pending(ana, thread_id)
+            assert request["action_requests"][0]["approvers"] == ["hosts"]
+            on_b.runs.wait(thread_id, "tables", command={"resume": {"decisions": [{"type": "approve"}]}})
+            [still] = pending(on_b, thread_id)
+            assert "hosts" in still["error"], still
+            assert not (tmp_path / ".gatedloop" / "bookings.sqlite").exists()
+        finally:
+            for server in servers:
+                server.stop()
+
+
+def test_a_bad_auth_configuration_stops_the_shipped_deployment(aegra: Deployment, tmp_path: Path) -> None:
+    """Aegra alone would log the auth module's error and serve everyone as one anonymous user; the deployment's graph
+    modules import gatedloop's auth, so the server does not start."""
+    env = server_env(aegra.database_url, str(os.environ[REDIS_ENV]), uuid.uuid4().hex[:10])
+    env["GATEDLOOP_AUTH_TOKENS"] = json.dumps({"tokens": {"short": {"user_id": "x"}}})
+    server = AegraServer("bad-auth", str(os.environ[AEGRA_ENV]), DEPLOY / "aegra.json", env, tmp_path)
+    with pytest.raises(RuntimeError, match="exited"):
+        server.start(timeout_s=120)
+    assert "AuthConfigError: gatedloop auth config (GATEDLOOP_AUTH_TOKENS): tokens: entry #1" in server.log.read_text()

@@ -172,10 +172,9 @@ class Deployment:
             server.stop()
 
 
-def server_env(
-    database_url: str, redis_url: str, tag: str, effects: Path, control: Path, **extra: str
-) -> dict[str, str]:
-    support = str(Path(__file__).parent)
+def server_env(database_url: str, redis_url: str, tag: str, **extra: str) -> dict[str, str]:
+    """What an `aegra serve` of the tests gets: the database, Redis with a queue key of its own (`tag`), the short
+    lease, gatedloop's test tokens, tests/support on the path; `extra` adds or replaces."""
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/tmp"),
@@ -189,9 +188,7 @@ def server_env(
         "CRON_ENABLED": "false",
         "LOG_LEVEL": "INFO",
         "GATEDLOOP_AUTH_TOKENS": json.dumps(AUTH),
-        "AEGRA_TEST_EFFECTS": str(effects),
-        "AEGRA_TEST_CONTROL": str(control),
-        "PYTHONPATH": support,
+        "PYTHONPATH": str(Path(__file__).parent),
         **LEASE,
         **extra,
     }
@@ -206,7 +203,7 @@ def deployment(executable: str, pg_url: str, redis_url: str, workdir: Path, coun
     control.mkdir(parents=True, exist_ok=True)
     effects = workdir / "effects.sqlite"
     with fresh_database(pg_url) as database_url:
-        env = server_env(database_url, redis_url, tag, effects, control)
+        env = server_env(database_url, redis_url, tag, AEGRA_TEST_EFFECTS=str(effects), AEGRA_TEST_CONTROL=str(control))
         servers = [AegraServer(chr(ord("A") + i), executable, APP, env, workdir) for i in range(count)]
         found = Deployment(servers, database_url, effects, control)
         try:
