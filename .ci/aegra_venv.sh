@@ -5,8 +5,8 @@
 #   line=$(.ci/aegra_venv.sh) && export "$line"
 #
 # Prints one line, GATEDLOOP_AEGRA=<venv>/bin/aegra. The venv is GATEDLOOP_AEGRA_VENV (default .aegra-venv in the
-# checkout), made anew each time so it holds exactly this checkout. Python 3.12 is found on PATH (python3.12) or
-# under pyenv ($(pyenv root)/versions/3.12.*); set GATEDLOOP_PYTHON312 to choose one. Fails with the reason if none.
+# checkout), made anew each time so it holds exactly this checkout. Python 3.12 is found under pyenv
+# ($(pyenv root)/versions/3.12.*) or on PATH (python3.12); GATEDLOOP_PYTHON312 chooses one. Fails with the reason if none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -15,19 +15,22 @@ AEGRA_VERSION=0.11.0  # tests/test_aegra.py pins this version's behaviour (a thr
 
 die() { echo "aegra_venv: $*" >&2; exit 1; }
 
+runs() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 12))' >/dev/null 2>&1; }
+
 find_python() {
     local candidate
     if [[ -n "${GATEDLOOP_PYTHON312:-}" ]]; then echo "$GATEDLOOP_PYTHON312"; return; fi
-    if command -v python3.12 >/dev/null 2>&1; then command -v python3.12; return; fi
-    if command -v pyenv >/dev/null 2>&1; then
+    if command -v pyenv >/dev/null 2>&1; then  # its versions, not its shims (a shim fails unless the version is active)
         candidate=$(ls -d "$(pyenv root)"/versions/3.12.*/bin/python 2>/dev/null | sort -V | tail -n 1)
-        if [[ -n "$candidate" ]]; then echo "$candidate"; return; fi
+        if [[ -n "$candidate" ]] && runs "$candidate"; then echo "$candidate"; return; fi
     fi
+    candidate=$(command -v python3.12 || true)
+    if [[ -n "$candidate" ]] && runs "$candidate"; then echo "$candidate"; return; fi
 }
 
 PY=$(find_python)
 [[ -n "$PY" && -x "$PY" ]] || die "no Python 3.12 (python3.12 on PATH, pyenv's 3.12.*, or GATEDLOOP_PYTHON312)"
-"$PY" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 12))' || die "$PY is older than 3.12"
+runs "$PY" || die "$PY does not run as Python 3.12 or later"
 
 rm -rf "$VENV"
 "$PY" -m venv "$VENV" || die "could not make a venv with $PY"
