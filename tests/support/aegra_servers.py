@@ -37,6 +37,19 @@ LEASE = {"LEASE_DURATION_SECONDS": "6", "HEARTBEAT_INTERVAL_SECONDS": "2", "REAP
 """A dead worker's run is handed on within about 7 s (Aegra's defaults: 30 s lease, 15 s reaper)."""
 
 
+def live_members(group: int) -> list[int]:
+    """The processes of a process group that are not zombies (Linux /proc): a zombie runs nothing."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -121,26 +134,38 @@ class AegraServer:
         return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
-        """SIGTERM the process group (a graceful drain), SIGKILL after 30 s."""
-        if not self.alive():
+        """SIGTERM the process group (Aegra drains its workers), SIGKILL what is left after 30 s. Waits for every
+        process of the group: `aegra serve` exits at once, its uvicorn child drains on, and until it is gone its
+        workers still take runs from the queue."""
+        if self.process is None:
             return
-        assert self.process is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        self._signal_group(signal.SIGTERM)
+        if not self._group_gone(30):
+            self._signal_group(signal.SIGKILL)
+            self._group_gone(10)
 
     def kill_hard(self) -> None:
         """SIGKILL the whole process group: the server dies mid-run, as on a lost machine."""
         if self.process is None:
             return
+        self._signal_group(signal.SIGKILL)
+        self._group_gone(10)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        assert self.process is not None
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
+            os.killpg(self.process.pid, sig)
+
+    def _group_gone(self, timeout_s: float) -> bool:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=timeout_s)
+        while time.monotonic() < deadline:
+            if not live_members(self.process.pid):
+                return True
+            time.sleep(0.1)
+        return False
 
     def tail(self, lines: int = 40) -> str:
         try:
