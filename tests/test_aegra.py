@@ -242,8 +242,9 @@ def test_a_worker_killed_while_a_write_runs_never_writes_twice(both: Deployment,
 
 
 def test_four_concurrent_answers_through_both_processes_make_one_write(both: Deployment) -> None:
-    """(c) One request, four approvals at once, two through each process: one payment; every other answer is
-    refused (by Aegra: the thread is busy or no longer interrupted; or by gatedloop: already answered)."""
+    """(c) One request, four approvals at once, two through each process: one payment, one decision recorded. Aegra
+    refuses an answer that arrives when the thread is no longer interrupted (400) or busy (409), and queues the
+    others: here two of the four usually became runs, and the later one found the request already answered."""
     to = payee("race")
     thread_id = ask(client(both[0], "bo"), f"pay 40 to {to} as c1")
     sdks = [client(both[i % 2], "bo") for i in range(4)]
@@ -260,7 +261,8 @@ def test_four_concurrent_answers_through_both_processes_make_one_write(both: Dep
     bo = client(both[1], "bo")
     wait_until(lambda: bo.threads.get(thread_id)["status"] == "idle", HANDED_ON_S, "the thread to settle")
     assert len(payments(both, to)) == 1, outcomes
-    assert "ran" in outcomes and len(decided(audit(both, thread_id))) == 1, (outcomes, audit(both, thread_id))
+    assert "ran" in outcomes and set(outcomes) <= {"ran", "400", "409"}, outcomes
+    assert len(decided(audit(both, thread_id))) == 1, (outcomes, audit(both, thread_id))
 
 
 DEPLOY = Path(__file__).parent.parent / "deploy" / "aegra"
