@@ -440,6 +440,9 @@ def chained_statements(
 # --- verification --------------------------------------------------------------------------------------------
 
 
+ENTRY_FIELDS = frozenset(("seq", "table", "key", "content_hash", "prev_hash", "chain_hash", "at", "signature"))
+
+
 @dataclass(frozen=True)
 class ChainEntry:
     seq: int
@@ -465,6 +468,8 @@ class ChainEntry:
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> ChainEntry:
+        if set(body) != ENTRY_FIELDS:
+            raise ValueError(f"a chain entry has the fields {sorted(ENTRY_FIELDS)}")
         return cls(
             int(body["seq"]),
             str(body["table"]),

@@ -62,6 +62,9 @@ class ToolPolicy:
     - `approval_ttl_s`: a request older than this cannot be approved; the call is answered `approval_expired`.
     - `secret_args`: argument names whose values are masked in requests, audit, CLI, logs and stream events.
     - `review_note`: a line shown to the reviewer with every request for this tool (e.g. an MCP server's hints).
+    - `justification`: the decisions that need the reviewer's reason (`"justification": "..."` in the decision):
+      e.g. `("approve", "reject")`, `"approve"`, or True for every decision; a decision without one is refused and
+      asked again. Any decision may carry one; it is kept in the decision's audit row and its receipt.
     """
 
     effect: Effect = "write"
@@ -79,6 +82,7 @@ class ToolPolicy:
     approval_ttl_s: float | None = None
     secret_args: frozenset[str] = frozenset()
     review_note: str | None = None
+    justification: tuple[DecisionType, ...] | DecisionType | bool = ()
 
     def __post_init__(self) -> None:
         if self.effect not in ("read", "write"):
@@ -104,6 +108,11 @@ class ToolPolicy:
             raise ValueError("ToolPolicy.approvals_required must be at least 1")
         if self.approval_ttl_s is not None and self.approval_ttl_s <= 0:
             raise ValueError("ToolPolicy.approval_ttl_s must be positive (or None: no expiry)")
+        wanted = self.justification
+        needs = ALL_DECISIONS if wanted is True else () if wanted is False else (wanted,) if isinstance(wanted, str) else tuple(wanted)
+        if set(needs) - set(ALL_DECISIONS):
+            raise ValueError(f"ToolPolicy.justification must name decisions of {ALL_DECISIONS} (or be True/False)")
+        object.__setattr__(self, "justification", tuple(d for d in ALL_DECISIONS if d in needs))
 
     def needs_approval(self, args: dict[str, Any], context: CallContext) -> bool:
         """A predicate that raises counts as "needs approval": fail closed."""
@@ -176,6 +185,8 @@ class ToolPolicy:
             "approval_ttl_s": None if self.approval_ttl_s is None else float(self.approval_ttl_s),
             "allowed_decisions": [d for d in ALL_DECISIONS if d in self.allowed_decisions],
             "secret_args": sorted(self.secret_args),
+            # only when set: the policies of threads recorded before it existed keep their digest
+            **({"justification": list(self.justification)} if self.justification else {}),
         }
 
 
