@@ -332,3 +332,59 @@ def test_receipts_need_no_key_to_be_hash_checked(db: str):
     assert not any(r["signed"] for r in receipts)
     assert verify_lines(lines, None).problems == []
     assert verify_lines(lines, Signer.generate().verifier).problems  # a key expects a signed head
+
+
+# --- justification ----------------------------------------------------------------------------------------------
+
+
+def test_a_policy_that_requires_a_justification_refuses_a_decision_without_one(db: str):
+    from gatedloop.checkpoints import open_sqlite
+    from gatedloop.graph import InvalidDecision
+
+    with open_sqlite(db) as saver:
+        graph = build_graph(
+            ScriptedChatModel(responder=one_refund),
+            [refund],
+            policies={"refund": ToolPolicy(effect="write", approval="always", justification=("approve", "reject"))},
+            checkpointer=saver,
+        )
+        request = runs.start(graph, "t", "refund A-1", context=REQUESTER)["__interrupt__"][0].value
+        assert request["review_configs"][0]["justification_required"] == ["approve", "reject"]
+        with pytest.raises(InvalidDecision, match="'approve' needs a justification"):
+            runs.resume(graph, "t", {"decisions": [{"type": "approve", "justification": "  "}]}, context=REVIEWER)
+        with pytest.raises(InvalidDecision, match="justification must be a string"):
+            runs.resume(graph, "t", {"decisions": [{"type": "approve", "justification": 7}]}, context=REVIEWER)
+        out = runs.resume(
+            graph, "t", {"decisions": [{"type": "approve", "justification": " ticket 4711 "}]}, context=REVIEWER
+        )
+        assert out["status"] == "completed"
+        audit = saver.ledger.audit("t")
+    [decision] = [e for e in audit if e["event"] == "decision"]
+    assert decision["detail"]["justification"] == "ticket 4711" and decision["actor"] == "rev"
+
+
+def test_a_justification_is_optional_unless_required_and_part_of_the_policy_only_when_set():
+    assert ToolPolicy(justification=True).justification == ("approve", "edit", "reject", "respond")
+    assert ToolPolicy(justification="reject").justification == ("reject",)
+    assert "justification" not in ToolPolicy().summary()  # old threads' policy digests stay as they were
+    assert ToolPolicy(justification="approve").summary()["justification"] == ["approve"]
+    with pytest.raises(ValueError, match="justification"):
+        ToolPolicy(justification=("sign",))  # type: ignore[arg-type]
+
+
+def test_resume_justification_goes_into_every_decision():
+    import argparse
+
+    from gatedloop.cli.main import parser, resume_answer
+
+    args = parser().parse_args(["resume", "t", "--request", "req-1", "--approve", "--justification", "ok by ops"])
+    request = {
+        "request_id": "req-1",
+        "action_requests": [
+            {"name": "refund", "tool_call_id": "a", "args_digest": "d1"},
+            {"name": "refund", "tool_call_id": "b", "args_digest": "d2"},
+        ],
+    }
+    answer = resume_answer(args, request)
+    assert [d["justification"] for d in answer["decisions"]] == ["ok by ops", "ok by ops"]
+    assert isinstance(args, argparse.Namespace)
