@@ -95,9 +95,7 @@ CHAINED: dict[str, ChainedTable] = {
         ("thread_id", "call_id"),
         ("result",),
     ),
-    "gatedloop_audit": ChainedTable(
-        ("seq", "thread_id", "call_id", "event", "actor", "at", "detail"), ("seq",)
-    ),
+    "gatedloop_audit": ChainedTable(("seq", "thread_id", "call_id", "event", "actor", "at", "detail"), ("seq",)),
     "gatedloop_calls": ChainedTable(
         (
             "thread_id",
@@ -120,15 +118,11 @@ CHAINED: dict[str, ChainedTable] = {
         ("seq", "thread_id", "call_id", "tool", "args_digest", "reviewer", "roles", "decision", "at"), ("seq",)
     ),
     "gatedloop_tool_pins": ChainedTable(("thread_id", "call_id", "tool_digest"), ("thread_id", "call_id")),
-    "gatedloop_thread_graphs": ChainedTable(
-        ("thread_id", "graph_name", "graph_digest", "recorded_at"), ("thread_id",)
-    ),
+    "gatedloop_thread_graphs": ChainedTable(("thread_id", "graph_name", "graph_digest", "recorded_at"), ("thread_id",)),
     "gatedloop_thread_policies": ChainedTable(
         ("thread_id", "policy_digest", "policies", "recorded_at"), ("thread_id",)
     ),
-    "gatedloop_edited_args": ChainedTable(
-        ("seq", "thread_id", "call_id", "args_digest", "args"), ("seq",), ("args",)
-    ),
+    "gatedloop_edited_args": ChainedTable(("seq", "thread_id", "call_id", "args_digest", "args"), ("seq",), ("args",)),
 }
 """Every evidence and audit table (the cancel flags and the notification outbox are not evidence)."""
 
@@ -375,7 +369,16 @@ def begin_chain(placeholder: str, postgres: bool) -> Statements[None]:
     content = sha256(key)
     yield (
         _insert(placeholder),
-        (1, GENESIS_TABLE, key, content, ZERO_HASH, chain_hash(1, GENESIS_TABLE, key, content, ZERO_HASH, at), at, None),
+        (
+            1,
+            GENESIS_TABLE,
+            key,
+            content,
+            ZERO_HASH,
+            chain_hash(1, GENESIS_TABLE, key, content, ZERO_HASH, at),
+            at,
+            None,
+        ),
         False,
     )
 
@@ -401,7 +404,11 @@ def append(
     if not entries:  # a signature on demand, on the head as it stands
         if seq:
             signature = signer.sign_head(seq, prev) if signer else None
-            yield "UPDATE gatedloop_chain SET signature=? WHERE seq=?".replace("?", placeholder), (signature, seq), False
+            yield (
+                "UPDATE gatedloop_chain SET signature=? WHERE seq=?".replace("?", placeholder),
+                (signature, seq),
+                False,
+            )
         return seq
     for index, (table, row) in enumerate(entries):
         seq += 1
@@ -567,16 +574,16 @@ def verify_chain(
     for entry in entries[1:]:
         latest[(entry.table, entry.key)] = entry
     for table, spec in CHAINED.items():
-        unchained = []
+        unchained: list[tuple[dict[str, Any], str]] = []
         for row in current_rows(table):
             key = row_key(table, row)
-            entry = latest.pop((table, key), None)
-            if entry is None:
+            found = latest.pop((table, key), None)
+            if found is None:
                 unchained.append((row, key))
-            elif content_hash(table, row) != entry.content_hash:
-                problems.append((entry.seq, f"{entry.where()}: the row no longer matches its chained content (edited)"))
+            elif content_hash(table, row) != found.content_hash:
+                problems.append((found.seq, f"{found.where()}: the row no longer matches its chained content (edited)"))
             elif is_decision(table, row):
-                decisions.append(entry.seq)
+                decisions.append(found.seq)
         earlier = before.get(table, {"rows": 0, "max_seq": 0})
         if "seq" in spec.columns:
             for row, key in unchained:
@@ -585,9 +592,12 @@ def verify_chain(
         if len(unchained) > earlier["rows"]:
             keys = ", ".join(key for _, key in unchained[earlier["rows"] :][:3])
             problems.append(
-                (UNPLACED, f"{table}: {len(unchained)} rows not in the chain, {earlier['rows']} before it began ({keys})")
+                (
+                    UNPLACED,
+                    f"{table}: {len(unchained)} rows not in the chain, {earlier['rows']} before it began ({keys})",
+                )
             )
-    for (table, key), entry in latest.items():
+    for entry in latest.values():
         problems.append((entry.seq, f"{entry.where()}: the row is gone (deleted, or its key edited)"))
     if broken is not None:
         problems.append((broken, links.problems[0]))

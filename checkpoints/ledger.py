@@ -388,7 +388,7 @@ class SqlLedger(EvidenceStore, OutboxStore):
     def sign_head(self) -> int:
         """Sign the chain's head now (`gatedloop audit sign`); its seq (0: no chain yet). Needs a key."""
         if self.signer is None:
-            raise LedgerError(f"no signing key: set GATEDLOOP_SIGNING_KEY (see `gatedloop keys init`)")
+            raise LedgerError("no signing key: set GATEDLOOP_SIGNING_KEY (see `gatedloop keys init`)")
         return self._transaction(append("?", self.postgres, [], self.signer, sign=True))
 
     def chain(self, since_seq: int = 0) -> list[ChainEntry]:

@@ -35,10 +35,10 @@ from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from gatedloop.checkpoints import postgres_ops
+from gatedloop.checkpoints.chain import drive
 from gatedloop.checkpoints.contract import LedgerThreads
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.lease import ThreadBusy
-from gatedloop.checkpoints.chain import drive
 from gatedloop.checkpoints.ledger import POSTGRES_SCHEMA, SqlLedger, claimant_alive
 from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
 

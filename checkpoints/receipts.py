@@ -102,7 +102,8 @@ def summarize(kind: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "request_id": detail.get("request_id"),
         "tool": calls.get("tool") or approval.get("tool") or ledger.get("values", {}).get("tool") or detail.get("tool"),
-        "args_digest": approval.get("args_digest") or ledger.get("values", {}).get("args_digest")
+        "args_digest": approval.get("args_digest")
+        or ledger.get("values", {}).get("args_digest")
         or calls.get("args_digest"),
         "policy_digest": policies.get("policy_digest"),
         "requester": requester,
@@ -171,13 +172,13 @@ def _receipt(found: _Rows, kind: str, table: str, row: dict[str, Any], entry: Ch
     ]
     if kind == "decision":
         detail = json.loads(row["detail"])
-        approvals = found.find(
-            "gatedloop_approvals", thread_id=thread_id, call_id=call_id, reviewer=row["actor"]
-        )
+        approvals = found.find("gatedloop_approvals", thread_id=thread_id, call_id=call_id, reviewer=row["actor"])
         approvals = [a for a in approvals if a[0]["decision"] == detail.get("decision")]
         support.append(("gatedloop_approvals", approvals[-1:]))
     else:
-        support.append(("gatedloop_audit", found.find("gatedloop_audit", thread_id=thread_id, call_id=call_id, event="executed")))
+        support.append(
+            ("gatedloop_audit", found.find("gatedloop_audit", thread_id=thread_id, call_id=call_id, event="executed"))
+        )
     shown = [_shown(table, row, entry)]
     for name, matches in support:
         for support_row, support_entry in matches[-1:]:
@@ -238,8 +239,9 @@ def _check(receipt: dict[str, Any], verifier: Verifier | None) -> str | None:
         if set(shown) != {"seq", "table", "values", "withheld"}:
             return "a row shown has the wrong fields"
         values = shown["values"]
-        if values.get("thread_id") != receipt["thread_id"] or values.get("call_id", receipt["call_id"]) != (
-            receipt["call_id"]
+        if (
+            values.get("thread_id") != receipt["thread_id"]
+            or values.get("call_id", receipt["call_id"]) != (receipt["call_id"])
         ):
             return f"row {shown['seq']} ({shown['table']}) is not of this receipt's thread and call"
     links = Report()
@@ -258,7 +260,7 @@ def _check(receipt: dict[str, Any], verifier: Verifier | None) -> str | None:
         if content_hash_of(table, hashes) != entry.content_hash or row_key(table, values) != entry.key:
             return f"{entry.where()}: the row shown does not match its chained hash"
     summary = dict(receipt["summary"])
-    anchor = by_seq.get(summary.get("position"))
+    anchor = by_seq.get(int(summary.get("position") or 0))
     if anchor is None or summary.pop("chain_hash") != anchor.chain_hash:
         return "its chain position or hash is not the chain's"
     if summary != summarize(receipt["kind"], receipt["rows"]):

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gatedloop.checkpoints.chain import (
@@ -66,7 +66,9 @@ def cmd_audit_sign(args: argparse.Namespace) -> int:
     out = Output(args.json)
     signer = _signer(args)
     if signer is None:
-        raise CliError(f"no signing key: set {KEY_ENV} (PEM or a path) or give --key (see gatedloop keys init)", EXIT_USAGE)
+        raise CliError(
+            f"no signing key: set {KEY_ENV} (PEM or a path) or give --key (see gatedloop keys init)", EXIT_USAGE
+        )
     with open_saver(args.db) as saver:
         saver.ledger.signer = signer
         head = saver.ledger.sign_head()
@@ -88,8 +90,10 @@ def since_time(text: str | None) -> float | None:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise CliError(f"--since {text!r}: give an ISO 8601 time (2026-01-31T12:00Z) or epoch seconds", EXIT_USAGE)
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+        raise CliError(
+            f"--since {text!r}: give an ISO 8601 time (2026-01-31T12:00Z) or epoch seconds", EXIT_USAGE
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def cmd_audit_export(args: argparse.Namespace) -> int:
@@ -169,14 +173,17 @@ def add_commands(command: Callable[[str, str], argparse.ArgumentParser], shared:
     sign = audit_sub.add_parser("sign", help="sign the chain's head now", parents=[shared])
     sign.add_argument("--key", metavar="FILE", help=key_help)
     sign.set_defaults(func=cmd_audit_sign)
-    export = audit_sub.add_parser("export", help="one receipt per decision and executed write (JSONL)", parents=[shared])
+    export = audit_sub.add_parser(
+        "export", help="one receipt per decision and executed write (JSONL)", parents=[shared]
+    )
     export.add_argument("--out", required=True, metavar="FILE.jsonl")
     export.add_argument("--thread", help="only this thread's receipts")
     export.add_argument("--since", metavar="TIME", help="only from this time (ISO 8601, or epoch seconds)")
     export.add_argument("--key", metavar="FILE", help=key_help + "; the head is signed before the export")
     export.set_defaults(func=cmd_audit_export)
     verify = audit_sub.add_parser(
-        "verify", help="check receipts offline (FILE), or the live ledger (--db); names the first bad row",
+        "verify",
+        help="check receipts offline (FILE), or the live ledger (--db); names the first bad row",
         parents=[shared],
     )
     verify.add_argument("file", nargs="?", metavar="FILE.jsonl", help="an export to check without the database")
@@ -184,4 +191,3 @@ def add_commands(command: Callable[[str, str], argparse.ArgumentParser], shared:
         "--public-key", metavar="KEY", help=f"PEM file or text ({PUBLIC_KEY_ENV}; default: {KEY_ENV}'s public half)"
     )
     verify.set_defaults(func=cmd_audit_verify)
-

@@ -95,8 +95,8 @@ def approval_request(
         action["description"] = _description(parts, action, error)
         actions.append(action)
         configs.append({"action_name": plan["name"], "allowed_decisions": list(policy.allowed_decisions)})
-        if policy.justification:
-            configs[-1]["justification_required"] = list(policy.justification)
+        if policy.needs_justification:
+            configs[-1]["justification_required"] = list(policy.needs_justification)
     request: GatedHITLRequest = {
         "kind": "approval",
         "request_id": request_id(gated),

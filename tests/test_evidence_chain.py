@@ -24,7 +24,6 @@ from backends import Backend
 from cli_in_process import run_cli
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
-from langgraph.types import Command
 
 from gatedloop.checkpoints import chain as chain_mod
 from gatedloop.checkpoints.chain import CHAINED, Signer, chain_hash, content_hash, row_key
@@ -142,14 +141,21 @@ def forge_approval(saver: Any) -> chain_mod.ChainEntry:
         "INSERT INTO gatedloop_approvals (thread_id, call_id, tool, args_digest, reviewer, roles, decision, at)"
         " VALUES ('t', 'refund-1', 'refund', 'forged', 'mallory', '[]', 'approve', 1.0)",
     )
-    row = [r for r in saver.ledger.chained_rows("gatedloop_approvals") if r["reviewer"] == "mallory"][0]
+    row = next(r for r in saver.ledger.chained_rows("gatedloop_approvals") if r["reviewer"] == "mallory")
     key, content, seq = row_key("gatedloop_approvals", row), content_hash("gatedloop_approvals", row), head.seq + 1
     sql(
         saver,
         "INSERT INTO gatedloop_chain (seq, row_table, row_key, content_hash, prev_hash, chain_hash, at, signature)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
-        (seq, "gatedloop_approvals", key, content, head.chain_hash,
-         chain_hash(seq, "gatedloop_approvals", key, content, head.chain_hash, 2.0), 2.0),
+        (
+            seq,
+            "gatedloop_approvals",
+            key,
+            content,
+            head.chain_hash,
+            chain_hash(seq, "gatedloop_approvals", key, content, head.chain_hash, 2.0),
+            2.0,
+        ),
     )
     return saver.ledger.chain()[-1]
 

@@ -233,8 +233,9 @@ def test_an_old_file_gains_an_evidence_chain_from_its_first_new_row(graph: Any, 
     assert out["status"] == "completed"
     ledger = graph.checkpointer.ledger
     chain = ledger.chain()
-    assert chain[0].table == "genesis" and json.loads(chain[0].key)["before"]["gatedloop_audit"]["rows"] == (
-        before["gatedloop_audit"]
+    assert (
+        chain[0].table == "genesis"
+        and json.loads(chain[0].key)["before"]["gatedloop_audit"]["rows"] == (before["gatedloop_audit"])
     )
     new_audit = [e for e in chain if e.table == "gatedloop_audit"]
     assert len(new_audit) == len(ledger.chained_rows("gatedloop_audit")) - before["gatedloop_audit"] > 0

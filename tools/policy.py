@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 Effect = Literal["read", "write"]
 DecisionType = Literal["approve", "edit", "reject", "respond"]
@@ -108,8 +108,7 @@ class ToolPolicy:
             raise ValueError("ToolPolicy.approvals_required must be at least 1")
         if self.approval_ttl_s is not None and self.approval_ttl_s <= 0:
             raise ValueError("ToolPolicy.approval_ttl_s must be positive (or None: no expiry)")
-        wanted = self.justification
-        needs = ALL_DECISIONS if wanted is True else () if wanted is False else (wanted,) if isinstance(wanted, str) else tuple(wanted)
+        needs = _decisions_named(self.justification)
         if set(needs) - set(ALL_DECISIONS):
             raise ValueError(f"ToolPolicy.justification must name decisions of {ALL_DECISIONS} (or be True/False)")
         object.__setattr__(self, "justification", tuple(d for d in ALL_DECISIONS if d in needs))
@@ -124,6 +123,11 @@ class ToolPolicy:
             return bool(self.approval(args, context))
         except Exception:
             return True
+
+    @property
+    def needs_justification(self) -> tuple[DecisionType, ...]:
+        """The decisions that need a reviewer's reason (`justification`, as decision types)."""
+        return cast("tuple[DecisionType, ...]", self.justification)
 
     @property
     def allows_self_approval(self) -> bool:
@@ -186,8 +190,15 @@ class ToolPolicy:
             "allowed_decisions": [d for d in ALL_DECISIONS if d in self.allowed_decisions],
             "secret_args": sorted(self.secret_args),
             # only when set: the policies of threads recorded before it existed keep their digest
-            **({"justification": list(self.justification)} if self.justification else {}),
+            **({"justification": list(self.needs_justification)} if self.needs_justification else {}),
         }
+
+
+def _decisions_named(value: Any) -> tuple[str, ...]:
+    """`ToolPolicy.justification` as decision types: True is every decision, False none, a string one."""
+    if isinstance(value, bool):
+        return ALL_DECISIONS if value else ()
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def described(fn: Callable[..., Any]) -> str:
