@@ -9,6 +9,9 @@
   whole history with `get_buffer_string` on every model call.
 - `ledger`: one audit `record()` commit on the ledger's connection as it is (synchronous=FULL in WAL mode:
   an fsync per commit) and with synchronous=NORMAL. fsync cost depends on what else the disk is doing.
+- `chain` (`--only chain`): the CPU of an approval turn (a message, the pause, the approval, the write, the
+  answer) with the evidence chain off (the ledger's writes as before it: no RETURNING, no chain rows), on without
+  a key, and on with an Ed25519 key (the head signed at the decision), interleaved in one run on fresh files.
 """
 
 from __future__ import annotations
@@ -95,19 +98,96 @@ def bench_ledger(commits: int) -> dict[str, float]:
     return result
 
 
+def _approval_turns(mode: str, turns: int) -> list[float]:
+    """CPU seconds of each of `turns` approval turns on one thread of a fresh file, the chain `mode`."""
+    from contextlib import ExitStack
+    from unittest import mock
+
+    from langchain_core.tools import tool
+
+    from gatedloop.checkpoints import open_sqlite
+    from gatedloop.checkpoints.chain import Signer
+    from gatedloop.checkpoints.ledger import SqlLedger
+    from gatedloop.graph import CallContext, build_graph, runs
+    from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+    from gatedloop.tools import ToolPolicy
+
+    @tool
+    def refund(order_id: str) -> dict[str, Any]:
+        """Refund an order."""
+        return {"order_id": order_id, "refunded": True}
+
+    def responder(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return reply("refunded")
+        turn = sum(isinstance(m, HumanMessage) for m in messages)
+        return reply(calls=[call("refund", {"order_id": f"A-{turn}"}, f"refund-{turn}")])
+
+    def plain_batch(self: SqlLedger, statements: Any) -> None:
+        def run() -> Any:
+            for query, params in statements:
+                yield query, params, False
+
+        if statements:
+            self._transaction(run())
+
+    spent = []
+    with ExitStack() as stack:
+        if mode == "off":  # the ledger as it wrote before the chain
+            stack.enter_context(mock.patch.object(SqlLedger, "_write", lambda self, q, p: self._write_plain(q, p)))
+            stack.enter_context(mock.patch.object(SqlLedger, "_run_batch", plain_batch))
+        saver = stack.enter_context(open_sqlite(Path(tempfile.mkdtemp(prefix="gatedloop-chain-")) / "runs.sqlite"))
+        saver.ledger.signer = Signer.generate() if mode == "signed" else None
+        graph = build_graph(
+            ScriptedChatModel(responder=responder),
+            [refund],
+            policies={"refund": ToolPolicy(effect="write", approval="always")},
+            checkpointer=saver,
+        )
+        who, reviewer = CallContext("ann", frozenset()), CallContext("rev", frozenset())
+        for turn in range(turns):
+            started = time.process_time()
+            runs.start(graph, "t", f"refund order {turn}", context=who)
+            out = runs.resume(graph, "t", {"decisions": [{"type": "approve"}]}, context=reviewer)
+            spent.append(time.process_time() - started)
+            assert out["status"] == "completed"
+        if mode != "off":
+            assert saver.ledger.verify_chain(saver.ledger.signer and saver.ledger.signer.verifier).ok
+    return spent[turns // 5 :]  # the first turns warm caches up
+
+
+def bench_chain(turns: int, rounds: int) -> dict[str, float]:
+    modes = ("off", "hash", "signed")
+    per_mode: dict[str, list[float]] = {mode: [] for mode in modes}
+    for _ in range(rounds):
+        for mode in modes:
+            per_mode[mode].append(statistics.median(_approval_turns(mode, turns)))
+    off = statistics.median(per_mode["off"])
+    result = {f"chain_{mode}_cpu_ms_per_turn": round(statistics.median(v) * 1000, 3) for mode, v in per_mode.items()}
+    for mode in ("hash", "signed"):
+        result[f"chain_{mode}_overhead_pct"] = round((statistics.median(per_mode[mode]) / off - 1) * 100, 2)
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.micro")
     parser.add_argument("--messages", type=int, default=1600)
     parser.add_argument("--writes", type=int, default=100)
     parser.add_argument("--commits", type=int, default=300)
+    parser.add_argument("--turns", type=int, default=40, help="approval turns per thread (chain)")
+    parser.add_argument("--rounds", type=int, default=5, help="threads per chain mode, interleaved (chain)")
+    parser.add_argument("--only", choices=("fold", "callback", "ledger", "chain"), help="one benchmark")
     args = parser.parse_args(argv)
-    results = {
-        "messages": args.messages,
-        "writes": args.writes,
-        **bench_fold(args.messages, args.writes),
-        **bench_callback(args.messages),
-        **bench_ledger(args.commits),
+    benches = {
+        "fold": lambda: bench_fold(args.messages, args.writes),
+        "callback": lambda: bench_callback(args.messages),
+        "ledger": lambda: bench_ledger(args.commits),
+        "chain": lambda: bench_chain(args.turns, args.rounds),
     }
+    results: dict[str, Any] = {"messages": args.messages, "writes": args.writes} if args.only != "chain" else {}
+    for name, bench in benches.items():
+        if args.only in (None, name):
+            results.update(bench())
     for key, value in results.items():
         print(f"{key:28s} {value}")
 
