@@ -178,22 +178,49 @@ def as_row(table: str, values: Sequence[Any]) -> dict[str, Any]:
     return row
 
 
+_KEY_TEXT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def row_key(table: str, row: Mapping[str, Any]) -> str:
-    return canonical([row[column] for column in CHAINED[table].key])
+    """The columns that name a row, as a JSON list (its canonical form: no sort, no spaces)."""
+    return _KEY_TEXT([row[column] for column in CHAINED[table].key])
 
 
-def column_hashes(row: Mapping[str, Any]) -> dict[str, str]:
-    return {column: sha256(canonical(value)) for column, value in row.items()}
+def value_text(value: Any) -> str:
+    """A column value as the text it is hashed as, tagged by type (the types the evidence tables hold)."""
+    if isinstance(value, str):
+        return "s" + value
+    if value is None:
+        return "n"
+    if isinstance(value, float):
+        return f"f{value!r}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"i{value}"
+    raise TypeError(f"no evidence column holds a {type(value).__name__}")
 
 
-def content_hash_of(table: str, hashes: Mapping[str, str]) -> str:
-    """A row's content hash, over the hash of each column's value: a receipt can show some values and only the
-    hashes of others (a tool's result, a secret edit) and still be checked."""
-    return sha256(canonical([table, dict(hashes)]))
+def withheld_hash(value: Any) -> str:
+    """What a receipt shows of a withheld column (a tool's result, a secret edit): the hash of its value."""
+    return sha256(value_text(value))
+
+
+def content_hash_of(table: str, values: Mapping[str, Any], withheld: Mapping[str, str]) -> str:
+    """A row's content hash: its table, then each column in name order as `name=length:text`, where text is the
+    value's (`value_text`) or, for a column the table withholds from receipts, `h` and the value's hash. So a
+    receipt checks a row whose result it shows only as a hash, with one SHA-256 per row."""
+    parts = [table]
+    for column in sorted((*values, *withheld)):
+        text = "h" + withheld[column] if column in withheld else value_text(values[column])
+        parts.append(f"{column}={len(text)}:{text}")
+    return sha256("\n".join(parts))
 
 
 def content_hash(table: str, row: Mapping[str, Any]) -> str:
-    return content_hash_of(table, column_hashes(row))
+    hidden = CHAINED[table].withheld
+    if not hidden:
+        return content_hash_of(table, row, {})
+    values = {k: v for k, v in row.items() if k not in hidden}
+    return content_hash_of(table, values, {k: withheld_hash(row[k]) for k in hidden})
 
 
 def chain_hash(seq: int, table: str, key: str, content: str, prev: str, at: float) -> str:
@@ -329,13 +356,16 @@ def write_key_pair(directory: str | Path) -> tuple[Path, Path, Signer]:
 
 # --- appending, as statements any backend runs in its own transaction ----------------------------------------
 
+INSERT_ROWS = 500
+"""Entries per INSERT statement: well under SQLite's 32766 and Postgres's 65535 bound parameters."""
 HEAD_QUERY = "SELECT seq, chain_hash FROM gatedloop_chain ORDER BY seq DESC LIMIT 1"
 
 
-def _insert(p: str) -> str:
+def _insert(p: str, rows: int = 1) -> str:
+    values = ", ".join([f"({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"] * rows)
     return (
         "INSERT INTO gatedloop_chain (seq, row_table, row_key, content_hash, prev_hash, chain_hash, at, signature)"
-        f" VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+        f" VALUES {values}"
     )
 
 
@@ -410,13 +440,18 @@ def append(
                 False,
             )
         return seq
+    params: list[Any] = []
     for index, (table, row) in enumerate(entries):
         seq += 1
         key, content = row_key(table, row), content_hash(table, row)
         current = chain_hash(seq, table, key, content, prev, at)
         signature = signer.sign_head(seq, current) if signer and sign and index == len(entries) - 1 else None
-        yield _insert(placeholder), (seq, table, key, content, prev, current, at, signature), False
+        params += (seq, table, key, content, prev, current, at, signature)
         prev = current
+    width = 8 * INSERT_ROWS  # one statement per INSERT_ROWS entries (a copied thread can have thousands)
+    for start in range(0, len(params), width):
+        part = params[start : start + width]
+        yield _insert(placeholder, len(part) // 8), part, False
     return seq
 
 

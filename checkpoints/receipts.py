@@ -27,11 +27,10 @@ from gatedloop.checkpoints.chain import (
     Verifier,
     canonical,
     check_links,
-    column_hashes,
     content_hash,
     content_hash_of,
     row_key,
-    sha256,
+    withheld_hash,
 )
 
 RECEIPT_VERSION = 1
@@ -81,7 +80,7 @@ def _shown(table: str, row: Mapping[str, Any], entry: ChainEntry) -> dict[str, A
         "seq": entry.seq,
         "table": table,
         "values": {k: v for k, v in row.items() if k not in withheld},
-        "withheld": {k: sha256(canonical(v)) for k, v in row.items() if k in withheld},
+        "withheld": {k: withheld_hash(v) for k, v in row.items() if k in withheld},
     }
 
 
@@ -256,8 +255,7 @@ def _check(receipt: dict[str, Any], verifier: Verifier | None) -> str | None:
         entry = by_seq.get(shown["seq"])
         if entry is None or entry.table != table:
             return f"row {shown['seq']} ({table}): not in the receipt's chain segment"
-        hashes = {**column_hashes(values), **withheld}
-        if content_hash_of(table, hashes) != entry.content_hash or row_key(table, values) != entry.key:
+        if content_hash_of(table, values, withheld) != entry.content_hash or row_key(table, values) != entry.key:
             return f"{entry.where()}: the row shown does not match its chained hash"
     summary = dict(receipt["summary"])
     anchor = by_seq.get(int(summary.get("position") or 0))
