@@ -93,18 +93,21 @@ def summarize(kind: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     calls = by_table.get("gatedloop_calls", {}).get("values", {})
     approval = by_table.get("gatedloop_approvals", {}).get("values", {})
     ledger = by_table.get("gatedloop_ledger", {})
-    policies = by_table.get("gatedloop_thread_policies", {}).get("values", {})
+    policies_row = by_table.get("gatedloop_thread_policies", {})
+    policies = policies_row.get("values", {})
     detail = json.loads(audit["detail"]) if audit.get("detail") else {}
     requester = json.loads(calls["requester"]).get("user_id") if calls.get("requester") else None
     event = str(audit.get("event") or "")
     anchor = by_table.get("gatedloop_audit" if kind == "decision" else "gatedloop_ledger", {})
+    # the thread's policies as recorded before this row (an upgrade since replaced them: their digest is unknown)
+    in_force = policies.get("policy_digest") if policies_row.get("seq", 1 << 62) < (anchor.get("seq") or 0) else None
     summary: dict[str, Any] = {
         "request_id": detail.get("request_id"),
         "tool": calls.get("tool") or approval.get("tool") or ledger.get("values", {}).get("tool") or detail.get("tool"),
         "args_digest": approval.get("args_digest")
         or ledger.get("values", {}).get("args_digest")
         or calls.get("args_digest"),
-        "policy_digest": policies.get("policy_digest"),
+        "policy_digest": in_force,
         "requester": requester,
         "position": anchor.get("seq"),
     }

@@ -285,7 +285,7 @@ def test_an_export_verifies_offline_and_fails_after_any_byte_changes(db: str, tm
     decision, write = (r["summary"] for r in receipts)
     assert decision["verdict"] == "approve" and decision["decider"] == "rev" and decision["requester"] == "ann"
     assert decision["justification"] == "customer called; order A-1 was damaged"
-    assert decision["tool"] == "refund" and len(decision["args_digest"]) >= 32
+    assert decision["tool"] == "refund" and len(decision["args_digest"]) >= 32 and decision["policy_digest"]
     assert write["verdict"] == "done" and write["outcome_digest"] and write["args_digest"] == decision["args_digest"]
     assert all(r["signed"] for r in receipts)
     assert "refunded" not in lines[1]  # the tool's result is in a receipt only as its hash
