@@ -11,7 +11,8 @@
   an fsync per commit) and with synchronous=NORMAL. fsync cost depends on what else the disk is doing.
 - `chain` (`--only chain`): the CPU of an approval turn (a message, the pause, the approval, the write, the
   answer) with the evidence chain off (the ledger's writes as before it: no RETURNING, no chain rows), on without
-  a key, and on with an Ed25519 key (the head signed at the decision), interleaved in one run on fresh files.
+  a key, and on with an Ed25519 key (the head signed at the decision): three threads on fresh files, one turn of
+  each in turn, in one process.
 """
 
 from __future__ import annotations
@@ -98,16 +99,14 @@ def bench_ledger(commits: int) -> dict[str, float]:
     return result
 
 
-def _approval_turns(mode: str, turns: int) -> list[float]:
-    """CPU seconds of each of `turns` approval turns on one thread of a fresh file, the chain `mode`."""
-    from contextlib import ExitStack
-    from unittest import mock
+def _approval_thread(mode: str, stack: Any) -> Any:
+    """One thread on a fresh file with the chain `mode`; returns `turn()`, which runs one approval turn."""
+    import types
 
     from langchain_core.tools import tool
 
     from gatedloop.checkpoints import open_sqlite
     from gatedloop.checkpoints.chain import Signer
-    from gatedloop.checkpoints.ledger import SqlLedger
     from gatedloop.graph import CallContext, build_graph, runs
     from gatedloop.graph.scripted import ScriptedChatModel, call, reply
     from gatedloop.tools import ToolPolicy
@@ -123,49 +122,65 @@ def _approval_turns(mode: str, turns: int) -> list[float]:
         turn = sum(isinstance(m, HumanMessage) for m in messages)
         return reply(calls=[call("refund", {"order_id": f"A-{turn}"}, f"refund-{turn}")])
 
-    def plain_batch(self: SqlLedger, statements: Any) -> None:
-        def run() -> Any:
-            for query, params in statements:
-                yield query, params, False
+    saver = stack.enter_context(open_sqlite(Path(tempfile.mkdtemp(prefix="gatedloop-chain-")) / "runs.sqlite"))
+    ledger = saver.ledger
+    ledger.signer = Signer.generate() if mode == "signed" else None
+    if mode == "off":  # this ledger writes as before the chain: no RETURNING, no chain rows
 
-        if statements:
-            self._transaction(run())
+        def plain_batch(self: Any, statements: Any) -> None:
+            def run() -> Any:
+                for query, params in statements:
+                    yield query, params, False
 
-    spent = []
-    with ExitStack() as stack:
-        if mode == "off":  # the ledger as it wrote before the chain
-            stack.enter_context(mock.patch.object(SqlLedger, "_write", lambda self, q, p: self._write_plain(q, p)))
-            stack.enter_context(mock.patch.object(SqlLedger, "_run_batch", plain_batch))
-        saver = stack.enter_context(open_sqlite(Path(tempfile.mkdtemp(prefix="gatedloop-chain-")) / "runs.sqlite"))
-        saver.ledger.signer = Signer.generate() if mode == "signed" else None
-        graph = build_graph(
-            ScriptedChatModel(responder=responder),
-            [refund],
-            policies={"refund": ToolPolicy(effect="write", approval="always")},
-            checkpointer=saver,
-        )
-        who, reviewer = CallContext("ann", frozenset()), CallContext("rev", frozenset())
-        for turn in range(turns):
-            started = time.process_time()
-            runs.start(graph, "t", f"refund order {turn}", context=who)
-            out = runs.resume(graph, "t", {"decisions": [{"type": "approve"}]}, context=reviewer)
-            spent.append(time.process_time() - started)
-            assert out["status"] == "completed"
-        if mode != "off":
-            assert saver.ledger.verify_chain(saver.ledger.signer and saver.ledger.signer.verifier).ok
-    return spent[turns // 5 :]  # the first turns warm caches up
+            if statements:
+                self._transaction(run())
+
+        ledger._write = ledger._write_plain
+        ledger._run_batch = types.MethodType(plain_batch, ledger)
+    graph = build_graph(
+        ScriptedChatModel(responder=responder),
+        [refund],
+        policies={"refund": ToolPolicy(effect="write", approval="always")},
+        checkpointer=saver,
+    )
+    who, reviewer = CallContext("ann", frozenset()), CallContext("rev", frozenset())
+    count = [0]
+
+    def turn() -> None:
+        count[0] += 1
+        runs.start(graph, "t", f"refund order {count[0]}", context=who)
+        out = runs.resume(graph, "t", {"decisions": [{"type": "approve"}]}, context=reviewer)
+        assert out["status"] == "completed"
+
+    def verified() -> bool:
+        return mode == "off" or ledger.verify_chain(ledger.signer and ledger.signer.verifier).ok
+
+    turn.verified = verified  # type: ignore[attr-defined]
+    return turn
 
 
-def bench_chain(turns: int, rounds: int) -> dict[str, float]:
+def bench_chain(turns: int, warmup: int = 10) -> dict[str, float]:
+    """Three threads side by side (chain off, hashed, signed), one turn of each in turn (the order rotating), so
+    that a slow moment of a loaded machine falls on all three alike; CPU time of this process per turn."""
+    from contextlib import ExitStack
+
     modes = ("off", "hash", "signed")
-    per_mode: dict[str, list[float]] = {mode: [] for mode in modes}
-    for _ in range(rounds):
-        for mode in modes:
-            per_mode[mode].append(statistics.median(_approval_turns(mode, turns)))
-    off = statistics.median(per_mode["off"])
-    result = {f"chain_{mode}_cpu_ms_per_turn": round(statistics.median(v) * 1000, 3) for mode, v in per_mode.items()}
+    spent: dict[str, list[float]] = {mode: [] for mode in modes}
+    with ExitStack() as stack:
+        threads = {mode: _approval_thread(mode, stack) for mode in modes}
+        for index in range(warmup + turns):
+            for mode in modes[index % 3 :] + modes[: index % 3]:
+                started = time.process_time()
+                threads[mode]()
+                if index >= warmup:
+                    spent[mode].append(time.process_time() - started)
+        assert all(thread.verified() for thread in threads.values())
+    off = statistics.median(spent["off"])
+    result = {f"chain_{mode}_cpu_ms_per_turn": round(statistics.median(v) * 1000, 3) for mode, v in spent.items()}
     for mode in ("hash", "signed"):
-        result[f"chain_{mode}_overhead_pct"] = round((statistics.median(per_mode[mode]) / off - 1) * 100, 2)
+        paired = [on - base for on, base in zip(spent[mode], spent["off"], strict=True)]
+        result[f"chain_{mode}_overhead_pct"] = round(statistics.median(paired) / off * 100, 2)
+    result["turns_per_mode"] = turns
     return result
 
 
@@ -174,15 +189,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=1600)
     parser.add_argument("--writes", type=int, default=100)
     parser.add_argument("--commits", type=int, default=300)
-    parser.add_argument("--turns", type=int, default=40, help="approval turns per thread (chain)")
-    parser.add_argument("--rounds", type=int, default=5, help="threads per chain mode, interleaved (chain)")
+    parser.add_argument("--turns", type=int, default=200, help="approval turns per chain mode (chain)")
     parser.add_argument("--only", choices=("fold", "callback", "ledger", "chain"), help="one benchmark")
     args = parser.parse_args(argv)
     benches = {
         "fold": lambda: bench_fold(args.messages, args.writes),
         "callback": lambda: bench_callback(args.messages),
         "ledger": lambda: bench_ledger(args.commits),
-        "chain": lambda: bench_chain(args.turns, args.rounds),
+        "chain": lambda: bench_chain(args.turns),
     }
     results: dict[str, Any] = {"messages": args.messages, "writes": args.writes} if args.only != "chain" else {}
     for name, bench in benches.items():
