@@ -56,13 +56,15 @@ def isolated(backend: Backend) -> Iterator[Backend]:
         yield backend
         return
     import psycopg
-    from psycopg.conninfo import make_conninfo
 
     schema = f"chain_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(backend.db, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
+    # a postgresql:// URL still (a key=value string would be taken for a SQLite path), the schema in its options
+    url = f"{backend.db}{'&' if '?' in backend.db else '?'}options=-csearch_path%3D{schema}"
+    assert url.startswith(("postgresql://", "postgres://"))
     try:
-        yield Backend("postgres", make_conninfo(backend.db, options=f"-c search_path={schema}"))
+        yield Backend("postgres", url)
     finally:
         with psycopg.connect(backend.db, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
@@ -183,6 +185,7 @@ def test_verify_names_the_first_row_that_does_not_hold(backend: Backend, tamper:
     change, reason = TAMPERS[tamper]
     signer = Signer.generate()
     with isolated(backend) as store, store.open() as saver:
+        assert saver.ledger.postgres == (backend.name == "postgres")  # the backend it says, not a file named so
         saver.ledger.signer = signer
         assert approved_refund(saver, "t")["status"] == "completed"
         before = saver.ledger.verify_chain(signer.verifier)
@@ -211,6 +214,7 @@ def test_several_writers_at_once_leave_a_chain_that_verifies(backend: Backend):
     writers, calls = 4, 6
     with isolated(backend) as store:
         ledgers = [store.ledger() for _ in range(writers)]
+        assert ledgers[0].postgres == (backend.name == "postgres")
         start = threading.Barrier(writers)
         failures: list[BaseException] = []
 
