@@ -313,7 +313,10 @@ class Verifier:
         if key_id != self.key_id:
             return f"signed with key {key_id or '?'}, not {self.key_id}"
         try:
-            self._key.verify(base64.b64decode(text, validate=True), SIGNATURE_DOMAIN + f"{seq}\n{head_hash}".encode())
+            raw = base64.b64decode(text, validate=True)
+            if base64.b64encode(raw).decode() != text:  # the unused bits of the last character: one text per signature
+                raise ValueError("not canonical base64")
+            self._key.verify(raw, SIGNATURE_DOMAIN + f"{seq}\n{head_hash}".encode())
         except (InvalidSignature, ValueError):
             return "its signature does not verify"
         return None
@@ -536,6 +539,8 @@ class Report:
     """What `verify` found: `problems` in chain order, the first one first."""
 
     entries: int = 0
+    head: tuple[int, str] | None = None
+    """The last entry's position and chain hash: worth publishing outside the database."""
     begins: str = ""
     signed_up_to: int = 0
     signatures: int = 0
@@ -596,6 +601,7 @@ def verify_chain(
         else:
             report.notes.append("no chain yet: nothing was written since evidence chaining began")
         return report
+    report.head = (entries[-1].seq, entries[-1].chain_hash)
     genesis = entries[0]
     if genesis.table != GENESIS_TABLE or genesis.seq != 1:
         report.problems.append(f"{genesis.where()}: the chain does not start with its genesis row")

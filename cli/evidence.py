@@ -138,12 +138,15 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     for note in chain.notes:
         out.say(f"note: {note}")
     summary = (
-        f"{chain.entries} chain rows verify ({chain.begins})"
+        f"{chain.entries} chain rows verify ({chain.begins}); head: chain row {chain.head[0]}, {chain.head[1]}"
         + (f"; signed up to chain row {chain.signed_up_to} with key {verifier.key_id}" if verifier else "")
-        if chain.entries
+        if chain.entries and chain.head
         else "no chain yet"
     )
-    return _finish(out, chain.problems, summary, entries=chain.entries, begins=chain.begins, notes=chain.notes)
+    head = {"seq": chain.head[0], "chain_hash": chain.head[1]} if chain.head else None
+    return _finish(
+        out, chain.problems, summary, entries=chain.entries, begins=chain.begins, head=head, notes=chain.notes
+    )
 
 
 def _finish(out: Output, problems: list[str], summary: str, **fields: object) -> int:
