@@ -331,6 +331,16 @@ def test_live_verify_and_sign_from_the_cli(db: str, tmp_path: Path):
     assert json.loads(broken.stdout.splitlines()[-1])["first_bad"].startswith(bad.where())
 
 
+def test_since_takes_iso_times_and_epoch_seconds():
+    from gatedloop.cli.app import CliError
+    from gatedloop.cli.evidence import since_time
+
+    assert since_time("2026-01-31T12:00Z") == since_time("2026-01-31T12:00:00+00:00") == 1769860800.0
+    assert since_time("1769860800") == 1769860800.0 and since_time(None) is None
+    with pytest.raises(CliError, match="ISO 8601"):
+        since_time("last tuesday")
+
+
 def test_receipts_need_no_key_to_be_hash_checked(db: str):
     from gatedloop.checkpoints import open_sqlite
 
@@ -338,6 +348,9 @@ def test_receipts_need_no_key_to_be_hash_checked(db: str):
         saver.ledger.signer = None
         approved_refund(saver, "t")
         receipts = build_receipts(saver.ledger)
+        assert build_receipts(saver.ledger, thread="another") == []
+        assert build_receipts(saver.ledger, since=receipts[-1]["summary"]["at"] + 1) == []
+        assert len(build_receipts(saver.ledger, thread="t", since=receipts[0]["summary"]["at"])) == len(receipts)
     lines = [receipt_line(r) for r in receipts]
     assert not any(r["signed"] for r in receipts)
     assert verify_lines(lines, None).problems == []
