@@ -53,6 +53,7 @@ from gatedloop.cli.app import (
     shown_db,
     writable_hint,
 )
+from gatedloop.cli.evidence import add_commands as add_evidence_commands
 from gatedloop.cli.output import Output, configure_logging, wants_json
 from gatedloop.cli.review import ask_reviewer
 from gatedloop.demo import choose_model
@@ -204,6 +205,8 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
             decision = {"type": "abandon"}
         else:
             raise InvalidDecision(f"this thread waits on a write of unknown outcome: use {UNKNOWN_HINT}")
+        if args.justification:
+            decision["justification"] = args.justification
         return {"decisions": [decision] * count, "reviewer": args.user}
     actions = request["action_requests"]
     if args.request is None:
@@ -232,7 +235,8 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
         ]
     else:
         raise InvalidDecision(f"this thread waits for approval: use {ANSWER_HINT}")
-    named = [{**d, "tool_call_id": a["tool_call_id"]} for d, a in zip(decisions, actions, strict=True)]
+    reason = {"justification": args.justification} if args.justification else {}
+    named = [{**d, **reason, "tool_call_id": a["tool_call_id"]} for d, a in zip(decisions, actions, strict=True)]
     return {"decisions": named, "reviewer": args.user, "request_id": args.request}
 
 
@@ -563,6 +567,9 @@ def parser() -> argparse.ArgumentParser:
     group.add_argument("--done", metavar="JSON", help="unknown outcome: it happened, with this result")
     group.add_argument("--not-done", action="store_true", help="unknown outcome: it did not happen; run it")
     group.add_argument("--abandon", action="store_true", help="unknown outcome: leave it to a person; stop")
+    resume.add_argument(
+        "--justification", metavar="TEXT", help="why you decide so: kept with the decision (some tools require it)"
+    )
     resume.set_defaults(func=cmd_resume)
     command("threads", "list threads and where each stands").set_defaults(func=cmd_threads)
     show = command("show", "print a thread's conversation, each call's fate, times and durations")
@@ -587,6 +594,7 @@ def parser() -> argparse.ArgumentParser:
     notify.add_argument("--status", action="store_true", help="list pending and failed deliveries")
     notify.set_defaults(func=cmd_notify)
     command("demo", "play the articles' scenarios offline, approvals answered and shown").set_defaults(func=cmd_demo)
+    add_evidence_commands(command, shared)
     return root
 
 

@@ -347,7 +347,7 @@ def _refused(view: PendingView, form: FormData, text: str) -> tuple[Flash, Draft
         name: value.replace("\r\n", "\n")
         for name, value in form.multi_items()
         if isinstance(value, str)
-        and name.startswith(("decision-", "message-", "result-", "arg-"))
+        and name.startswith(("decision-", "message-", "result-", "arg-", "justification-"))
         and name not in secret
     }
     return Flash("error", text, view.thread_id), Draft(view.request_id, kept, text)
@@ -397,6 +397,10 @@ def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> d
             args = parse_edit(shown, {f.name: text for f in shown if (text := typed[f.name]) is not None})
             args.update(dict.fromkeys(kept, MASK))
             decisions.append({"type": "edit", "edited_action": {"name": action.name, "args": args}, **bound})
+    for action, decision in zip(view.actions, decisions, strict=True):
+        justification = (_field(form, f"justification-{action.index}") or "").strip()
+        if justification:
+            decision["justification"] = justification
     answer: dict[str, Any] = {"decisions": decisions, "reviewer": reviewer.user_id}
     if view.request_id != view.interrupt_id:
         answer["request_id"] = view.request_id

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 Effect = Literal["read", "write"]
 DecisionType = Literal["approve", "edit", "reject", "respond"]
@@ -62,6 +62,9 @@ class ToolPolicy:
     - `approval_ttl_s`: a request older than this cannot be approved; the call is answered `approval_expired`.
     - `secret_args`: argument names whose values are masked in requests, audit, CLI, logs and stream events.
     - `review_note`: a line shown to the reviewer with every request for this tool (e.g. an MCP server's hints).
+    - `justification`: the decisions that need the reviewer's reason (`"justification": "..."` in the decision):
+      e.g. `("approve", "reject")`, `"approve"`, or True for every decision; a decision without one is refused and
+      asked again. Any decision may carry one; it is kept in the decision's audit row and its receipt.
     """
 
     effect: Effect = "write"
@@ -79,6 +82,7 @@ class ToolPolicy:
     approval_ttl_s: float | None = None
     secret_args: frozenset[str] = frozenset()
     review_note: str | None = None
+    justification: tuple[DecisionType, ...] | DecisionType | bool = ()
 
     def __post_init__(self) -> None:
         if self.effect not in ("read", "write"):
@@ -104,6 +108,10 @@ class ToolPolicy:
             raise ValueError("ToolPolicy.approvals_required must be at least 1")
         if self.approval_ttl_s is not None and self.approval_ttl_s <= 0:
             raise ValueError("ToolPolicy.approval_ttl_s must be positive (or None: no expiry)")
+        needs = _decisions_named(self.justification)
+        if set(needs) - set(ALL_DECISIONS):
+            raise ValueError(f"ToolPolicy.justification must name decisions of {ALL_DECISIONS} (or be True/False)")
+        object.__setattr__(self, "justification", tuple(d for d in ALL_DECISIONS if d in needs))
 
     def needs_approval(self, args: dict[str, Any], context: CallContext) -> bool:
         """A predicate that raises counts as "needs approval": fail closed."""
@@ -115,6 +123,11 @@ class ToolPolicy:
             return bool(self.approval(args, context))
         except Exception:
             return True
+
+    @property
+    def needs_justification(self) -> tuple[DecisionType, ...]:
+        """The decisions that need a reviewer's reason (`justification`, as decision types)."""
+        return cast("tuple[DecisionType, ...]", self.justification)
 
     @property
     def allows_self_approval(self) -> bool:
@@ -176,7 +189,16 @@ class ToolPolicy:
             "approval_ttl_s": None if self.approval_ttl_s is None else float(self.approval_ttl_s),
             "allowed_decisions": [d for d in ALL_DECISIONS if d in self.allowed_decisions],
             "secret_args": sorted(self.secret_args),
+            # only when set: the policies of threads recorded before it existed keep their digest
+            **({"justification": list(self.needs_justification)} if self.needs_justification else {}),
         }
+
+
+def _decisions_named(value: Any) -> tuple[str, ...]:
+    """`ToolPolicy.justification` as decision types: True is every decision, False none, a string one."""
+    if isinstance(value, bool):
+        return ALL_DECISIONS if value else ()
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def described(fn: Callable[..., Any]) -> str:

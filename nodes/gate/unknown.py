@@ -211,6 +211,8 @@ def _ask_person(
             parts.ledger.record(thread_id, plan["id"], f"{REFUSED_EVENT}:{attempt}", detail, actor)
     waited = _waited_s(parts, thread_id, plan, asked)
     detail = {"decision": decision["type"], **({"note": decision["note"]} if decision.get("note") else {})}
+    if decision.get("justification"):
+        detail["justification"] = decision["justification"]
     parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
     if decision["type"] == "done":
         settled = _settle(parts, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who)
