@@ -9,6 +9,10 @@
   whole history with `get_buffer_string` on every model call.
 - `ledger`: one audit `record()` commit on the ledger's connection as it is (synchronous=FULL in WAL mode:
   an fsync per commit) and with synchronous=NORMAL. fsync cost depends on what else the disk is doing.
+- `chain` (`--only chain`): the CPU of an approval turn (a message, the pause, the approval, the write, the
+  answer) with the evidence chain off (the ledger's writes as before it: no RETURNING, no chain rows), on without
+  a key, and on with an Ed25519 key (the head signed at the decision): three threads on fresh files, one turn of
+  each in turn, in one process.
 """
 
 from __future__ import annotations
@@ -95,19 +99,109 @@ def bench_ledger(commits: int) -> dict[str, float]:
     return result
 
 
+def _approval_thread(mode: str, stack: Any) -> Any:
+    """One thread on a fresh file with the chain `mode`; returns `turn()`, which runs one approval turn."""
+    import types
+
+    from langchain_core.tools import tool
+
+    from gatedloop.checkpoints import open_sqlite
+    from gatedloop.checkpoints.chain import Signer
+    from gatedloop.graph import CallContext, build_graph, runs
+    from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+    from gatedloop.tools import ToolPolicy
+
+    @tool
+    def refund(order_id: str) -> dict[str, Any]:
+        """Refund an order."""
+        return {"order_id": order_id, "refunded": True}
+
+    def responder(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return reply("refunded")
+        turn = sum(isinstance(m, HumanMessage) for m in messages)
+        return reply(calls=[call("refund", {"order_id": f"A-{turn}"}, f"refund-{turn}")])
+
+    saver = stack.enter_context(open_sqlite(Path(tempfile.mkdtemp(prefix="gatedloop-chain-")) / "runs.sqlite"))
+    ledger = saver.ledger
+    ledger.signer = Signer.generate() if mode == "signed" else None
+    if mode == "off":  # this ledger writes as before the chain: no RETURNING, no chain rows
+
+        def plain_batch(self: Any, statements: Any) -> None:
+            def run() -> Any:
+                for query, params in statements:
+                    yield query, params, False
+
+            if statements:
+                self._transaction(run())
+
+        ledger._write = ledger._write_plain
+        ledger._run_batch = types.MethodType(plain_batch, ledger)
+    graph = build_graph(
+        ScriptedChatModel(responder=responder),
+        [refund],
+        policies={"refund": ToolPolicy(effect="write", approval="always")},
+        checkpointer=saver,
+    )
+    who, reviewer = CallContext("ann", frozenset()), CallContext("rev", frozenset())
+    count = [0]
+
+    def turn() -> None:
+        count[0] += 1
+        runs.start(graph, "t", f"refund order {count[0]}", context=who)
+        out = runs.resume(graph, "t", {"decisions": [{"type": "approve"}]}, context=reviewer)
+        assert out["status"] == "completed"
+
+    def verified() -> bool:
+        return mode == "off" or ledger.verify_chain(ledger.signer and ledger.signer.verifier).ok
+
+    turn.verified = verified  # type: ignore[attr-defined]
+    return turn
+
+
+def bench_chain(turns: int, warmup: int = 10) -> dict[str, float]:
+    """Three threads side by side (chain off, hashed, signed), one turn of each in turn (the order rotating), so
+    that a slow moment of a loaded machine falls on all three alike; CPU time of this process per turn."""
+    from contextlib import ExitStack
+
+    modes = ("off", "hash", "signed")
+    spent: dict[str, list[float]] = {mode: [] for mode in modes}
+    with ExitStack() as stack:
+        threads = {mode: _approval_thread(mode, stack) for mode in modes}
+        for index in range(warmup + turns):
+            for mode in modes[index % 3 :] + modes[: index % 3]:
+                started = time.process_time()
+                threads[mode]()
+                if index >= warmup:
+                    spent[mode].append(time.process_time() - started)
+        assert all(thread.verified() for thread in threads.values())
+    off = statistics.median(spent["off"])
+    result = {f"chain_{mode}_cpu_ms_per_turn": round(statistics.median(v) * 1000, 3) for mode, v in spent.items()}
+    for mode in ("hash", "signed"):
+        paired = [on - base for on, base in zip(spent[mode], spent["off"], strict=True)]
+        result[f"chain_{mode}_overhead_pct"] = round(statistics.median(paired) / off * 100, 2)
+    result["turns_per_mode"] = turns
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.micro")
     parser.add_argument("--messages", type=int, default=1600)
     parser.add_argument("--writes", type=int, default=100)
     parser.add_argument("--commits", type=int, default=300)
+    parser.add_argument("--turns", type=int, default=200, help="approval turns per chain mode (chain)")
+    parser.add_argument("--only", choices=("fold", "callback", "ledger", "chain"), help="one benchmark")
     args = parser.parse_args(argv)
-    results = {
-        "messages": args.messages,
-        "writes": args.writes,
-        **bench_fold(args.messages, args.writes),
-        **bench_callback(args.messages),
-        **bench_ledger(args.commits),
+    benches = {
+        "fold": lambda: bench_fold(args.messages, args.writes),
+        "callback": lambda: bench_callback(args.messages),
+        "ledger": lambda: bench_ledger(args.commits),
+        "chain": lambda: bench_chain(args.turns),
     }
+    results: dict[str, Any] = {"messages": args.messages, "writes": args.writes} if args.only != "chain" else {}
+    for name, bench in benches.items():
+        if args.only in (None, name):
+            results.update(bench())
     for key, value in results.items():
         print(f"{key:28s} {value}")
 

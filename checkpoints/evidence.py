@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gatedloop.tools.policy import CallContext
@@ -71,6 +71,12 @@ CREATE TABLE IF NOT EXISTS gatedloop_thread_graphs (
     thread_id TEXT PRIMARY KEY,
     graph_name TEXT NOT NULL,
     graph_digest TEXT NOT NULL,
+    recorded_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS gatedloop_thread_policies (
+    thread_id TEXT PRIMARY KEY,
+    policy_digest TEXT NOT NULL,
+    policies TEXT NOT NULL,
     recorded_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS gatedloop_edited_args (
@@ -142,13 +148,23 @@ class ApprovalRecord:
 
 @dataclass(frozen=True)
 class GraphIdentity:
-    """The graph that made a thread: its name and a digest of its tools (names, descriptions, argument schemas)."""
+    """The graph that made a thread: its name, a digest of its tools (names, descriptions, argument schemas,
+    annotations) and a digest of their policies (`ToolPolicy.summary` per tool), with those summaries.
+
+    Two identities are the same graph when name and both digests are equal (`policies` is what the digest is
+    of, kept to say what changed). The policies live in a table of their own (`gatedloop_thread_policies`) beside
+    `gatedloop_thread_graphs`, whose rows and columns stay as they were: a thread recorded before policies were
+    reads back with `policy_digest=None`, and is never the same graph as one whose policies are known (see
+    `gatedloop.graph.runs.claim_thread`)."""
 
     name: str
     digest: str
+    policy_digest: str | None = None
+    policies: Mapping[str, Mapping[str, Any]] | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
-        return f"{self.name!r} (tools {self.digest[:8]})"
+        policies = f"policies {self.policy_digest[:8]}" if self.policy_digest else "policies not recorded"
+        return f"{self.name!r} (tools {self.digest[:8]}, {policies})"
 
 
 @dataclass(frozen=True)
@@ -389,24 +405,50 @@ class EvidenceStore:
         return {call_id: json.loads(args) for call_id, args in rows}
 
     def thread_graph(self, thread_id: str) -> GraphIdentity | None:
-        """The graph recorded as the one that made `thread_id` (None for a thread from before it was recorded)."""
-        rows = self._run("SELECT graph_name, graph_digest FROM gatedloop_thread_graphs WHERE thread_id=?", (thread_id,))
-        return GraphIdentity(*rows[0]) if rows else None
+        """The graph recorded as the one that made `thread_id` (None for a thread from before it was recorded;
+        `policy_digest` None for one recorded before policies were)."""
+        rows = self._run(
+            "SELECT g.graph_name, g.graph_digest, p.policy_digest, p.policies FROM gatedloop_thread_graphs g"
+            " LEFT JOIN gatedloop_thread_policies p ON p.thread_id = g.thread_id WHERE g.thread_id=?",
+            (thread_id,),
+        )
+        if not rows:
+            return None
+        name, tools, policy_digest, policies = rows[0]
+        return GraphIdentity(name, tools, policy_digest, json.loads(policies) if policies is not None else None)
 
-    def record_thread_graph(self, thread_id: str, graph: GraphIdentity, *, replace: bool = False) -> None:
-        """Remember which graph made a thread; the first one recorded stays unless `replace` (an upgrade)."""
-        conflict = (
-            "DO UPDATE SET graph_name=excluded.graph_name, graph_digest=excluded.graph_digest,"
-            " recorded_at=excluded.recorded_at"
-            if replace
-            else "DO NOTHING"
-        )
-        self._run_batch(
-            [
+    def record_thread_graph(
+        self, thread_id: str, graph: GraphIdentity, *, replace: bool = False, events: Sequence[AuditEvent] = ()
+    ) -> None:
+        """Remember which graph made a thread (its policies too), and the audit `events` of that, in one
+        transaction; the first one recorded stays unless `replace` (an upgrade)."""
+        now = time.time()
+        statements: list[tuple[str, Sequence[Any]]] = [
+            (
+                "INSERT INTO gatedloop_thread_graphs (thread_id, graph_name, graph_digest, recorded_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) "
+                + (
+                    "DO UPDATE SET graph_name=excluded.graph_name, graph_digest=excluded.graph_digest,"
+                    " recorded_at=excluded.recorded_at"
+                    if replace
+                    else "DO NOTHING"
+                ),
+                (thread_id, graph.name, graph.digest, now),
+            )
+        ]
+        if graph.policy_digest is not None:
+            policies = json.dumps(graph.policies or {}, ensure_ascii=False)
+            statements.append(
                 (
-                    "INSERT INTO gatedloop_thread_graphs (thread_id, graph_name, graph_digest, recorded_at)"
-                    f" VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) {conflict}",
-                    (thread_id, graph.name, graph.digest, time.time()),
+                    "INSERT INTO gatedloop_thread_policies (thread_id, policy_digest, policies, recorded_at)"
+                    " VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) "
+                    + (
+                        "DO UPDATE SET policy_digest=excluded.policy_digest, policies=excluded.policies,"
+                        " recorded_at=excluded.recorded_at"
+                        if replace
+                        else "DO NOTHING"
+                    ),
+                    (thread_id, graph.policy_digest, policies, now),
                 )
-            ]
-        )
+            )
+        self._run_batch(audit_statements(thread_id, events) + statements)

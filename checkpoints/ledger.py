@@ -29,8 +29,24 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
+from gatedloop.checkpoints.chain import (
+    CHAIN_COLUMNS,
+    CHAIN_SCHEMA,
+    CHAINED,
+    ChainEntry,
+    Report,
+    Signer,
+    Verifier,
+    append,
+    as_row,
+    chained_statements,
+    chained_table,
+    drive,
+    signer_from_env,
+    verify_chain,
+)
 from gatedloop.checkpoints.evidence import (
     APPROVAL_COLUMNS,
     Answer,
@@ -47,6 +63,8 @@ from gatedloop.checkpoints.evidence import SCHEMA as EVIDENCE_SCHEMA
 from gatedloop.checkpoints.outbox import SCHEMA as OUTBOX_SCHEMA
 from gatedloop.checkpoints.outbox import NotificationKind, OutboxStore
 from gatedloop.checkpoints.pruning import Statements
+
+T = TypeVar("T")
 
 FinishedState = Literal["done", "failed", "abandoned"]  # a finished row; `running.finished_state` maps outcomes
 ClaimState = Literal["claimed", "done", "failed", "abandoned"]
@@ -84,6 +102,7 @@ CREATE TABLE IF NOT EXISTS gatedloop_cancel (
 """
     + EVIDENCE_SCHEMA
     + OUTBOX_SCHEMA
+    + CHAIN_SCHEMA
 )
 """Every table of the ledger, in SQLite's dialect (the tables both backends have)."""
 
@@ -197,6 +216,7 @@ def idempotency_key(thread_id: str, call_id: str) -> str:
 #   gatedloop's own and not "foreign";
 # - the approvals of writes started before the copy only: an approval authorizes one write, so a gated call
 #   not started yet is asked again in the copy (it would run there under a new key);
+# - the graph that made it, its policies included (`gatedloop_thread_graphs`, `gatedloop_thread_policies`);
 # - the audit trail. Cancel requests stay with the source.
 LEDGER_COLUMNS_COPIED = (
     "call_id, tool, args_digest, idempotency_key, state, result, claimed_at, finished_at, attempts, claimant"
@@ -227,6 +247,7 @@ def refuse_taken_copy_target(source: str, target: str, placeholder: str) -> Stat
 def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[None]:
     """INSERT ... SELECT statements copying a thread's ledger, evidence and audit rows (see above)."""
     p = placeholder
+    copies: list[tuple[str, Sequence[Any]]] = []
     for statement in (
         f"INSERT INTO gatedloop_ledger (thread_id, {LEDGER_COLUMNS_COPIED}) "
         f"SELECT {p}, {LEDGER_COLUMNS_COPIED} FROM gatedloop_ledger WHERE thread_id = {p}",
@@ -242,10 +263,14 @@ def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[N
         f"SELECT {p}, call_id, tool_digest FROM gatedloop_tool_pins WHERE thread_id = {p}",
         f"INSERT INTO gatedloop_thread_graphs (thread_id, graph_name, graph_digest, recorded_at) "
         f"SELECT {p}, graph_name, graph_digest, recorded_at FROM gatedloop_thread_graphs WHERE thread_id = {p}",
+        f"INSERT INTO gatedloop_thread_policies (thread_id, policy_digest, policies, recorded_at) "
+        f"SELECT {p}, policy_digest, policies, recorded_at FROM gatedloop_thread_policies WHERE thread_id = {p}",
         f"INSERT INTO gatedloop_audit (thread_id, {AUDIT_COLUMNS_COPIED}) "
         f"SELECT {p}, {AUDIT_COLUMNS_COPIED} FROM gatedloop_audit WHERE thread_id = {p} ORDER BY seq",
     ):
-        yield statement, (target, source), False
+        copies.append((statement, (target, source)))
+    # The copied rows are new evidence rows of the target thread: chained like any other, in this transaction.
+    yield from chained_statements(placeholder, placeholder == "%s", copies, None, started=False)
 
 
 class Ledger(Protocol):
@@ -291,7 +316,9 @@ class Ledger(Protocol):
     def record_edited_args(self, thread_id: str, edits: Sequence[tuple[str, str, dict[str, Any]]]) -> None: ...
     def edited_args(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
     def thread_graph(self, thread_id: str) -> GraphIdentity | None: ...
-    def record_thread_graph(self, thread_id: str, graph: GraphIdentity, *, replace: bool = False) -> None: ...
+    def record_thread_graph(
+        self, thread_id: str, graph: GraphIdentity, *, replace: bool = False, events: Sequence[AuditEvent] = ()
+    ) -> None: ...
     def record_notification(
         self,
         thread_id: str,
@@ -306,20 +333,81 @@ class Ledger(Protocol):
 
 class SqlLedger(EvidenceStore, OutboxStore):
     """Every ledger query (with the evidence's and the outbox's), written once with `?` placeholders, over a
-    backend's mechanics: `_run` (the rows of one read), `_write` (one atomic write; the number of rows it changed),
-    `_run_batch` (several writes in one transaction), and the claimant's name and liveness check."""
+    backend's mechanics: `_run` (the rows of one read), `_write_plain` (one atomic write; the number of rows it
+    changed), `_transaction` (a statements generator run in one transaction), and the claimant's name and
+    liveness check.
+
+    Every write to an evidence or audit table goes through `_chained`: in the same transaction, each row written
+    is appended to the evidence chain (checkpoints/chain.py), and the head is signed after a decision when a key
+    is configured (`signer`: `GATEDLOOP_SIGNING_KEY` unless set)."""
 
     recreated = False
     """See `Ledger.recreated`; only `SqliteLedger` can tell that its ledger was lost."""
+
+    postgres = False
+    """Whether appenders must take the chain's advisory lock (Postgres); SQLite's write lock serializes them."""
+
+    _chain_started = False
+    _signer: Signer | None = None
+    _signer_loaded = False
+
+    @property
+    def signer(self) -> Signer | None:
+        """The key that signs chain heads (None: the chain is hash-checked only)."""
+        if not self._signer_loaded:
+            self._signer, self._signer_loaded = signer_from_env(), True
+        return self._signer
+
+    @signer.setter
+    def signer(self, value: Signer | None) -> None:
+        self._signer, self._signer_loaded = value, True
+
+    def _write_plain(self, query: str, params: Sequence[Any]) -> int:
+        raise NotImplementedError
+
+    def _transaction(self, statements: Statements[T]) -> T:
+        raise NotImplementedError
+
+    def _write(self, query: str, params: Sequence[Any]) -> int:
+        """One atomic write; the number of rows it changed (an evidence write is chained with its row)."""
+        if chained_table(query) is None:
+            return self._write_plain(query, params)
+        return self._chained([(query, params)])
+
+    def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        if statements:
+            self._chained(statements)
+
+    def _chained(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
+        written = self._transaction(
+            chained_statements("?", self.postgres, statements, self.signer, started=self._chain_started)
+        )
+        self._chain_started = True
+        return written
+
+    def sign_head(self) -> int:
+        """Sign the chain's head now (`gatedloop audit sign`); its seq (0: no chain yet). Needs a key."""
+        if self.signer is None:
+            raise LedgerError("no signing key: set GATEDLOOP_SIGNING_KEY (see `gatedloop keys init`)")
+        return self._transaction(append("?", self.postgres, [], self.signer, sign=True))
+
+    def chain(self, since_seq: int = 0) -> list[ChainEntry]:
+        rows = self._run(f"SELECT {CHAIN_COLUMNS} FROM gatedloop_chain WHERE seq > ? ORDER BY seq", (since_seq,))
+        return [ChainEntry(int(s), t, k, c, p, h, float(at), sig) for s, t, k, c, p, h, at, sig in rows]
+
+    def chained_rows(self, table: str) -> list[dict[str, Any]]:
+        """Every row of an evidence table, as the chain hashes it."""
+        return [as_row(table, row) for row in self._run(f"SELECT {', '.join(CHAINED[table].columns)} FROM {table}", ())]
+
+    def verify_chain(self, verifier: Verifier | None = None) -> Report:
+        """Check every chain entry, hash and signature against the rows as they are (see `chain.verify_chain`)."""
+        return verify_chain(self.chain(), self.chained_rows, verifier)
 
     @property
     def claimant(self) -> str:
         raise NotImplementedError
 
     def claimant_alive(self, claimant: str) -> bool:
-        raise NotImplementedError
-
-    def _write(self, query: str, params: Sequence[Any]) -> int:
         raise NotImplementedError
 
     def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]:
@@ -512,16 +600,20 @@ class SqliteLedger(SqlLedger):
         with self._lock:
             return self._conn.execute(query, tuple(params)).fetchall()
 
-    def _write(self, query: str, params: Sequence[Any]) -> int:
+    def _write_plain(self, query: str, params: Sequence[Any]) -> int:
         with self._tx() as conn:
             return conn.execute(query, tuple(params)).rowcount
 
-    def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        if not statements:
-            return
+    def _transaction(self, statements: Statements[T]) -> T:
+        """The statements in one `BEGIN IMMEDIATE` transaction: the write lock is held from the first statement,
+        so the chain's head read and append cannot interleave with another writer."""
         with self._tx() as conn:
-            for query, params in statements:
-                conn.execute(query, tuple(params))
+
+            def execute(query: str, params: Sequence[Any], fetch: bool) -> list[Any]:
+                cursor = conn.execute(query, tuple(params))
+                return cursor.fetchall() if fetch else []
+
+            return drive(execute, statements)
 
     def thread_ids(self) -> list[str]:
         """See `SqlLedger.thread_ids`; a file without LangGraph's tables (yet) has no threads."""

@@ -6,15 +6,15 @@ process ends, and a thread resumed in another process would find its approved wr
 - a gatedloop saver (`open_sqlite`, `open_async_sqlite`, `open_postgres`, ...) brings its own ledger;
 - a plain `SqliteSaver` on a file gets gatedloop's ledger in that same file, on a connection of its own;
 - an in-memory saver (`InMemorySaver`, or a `SqliteSaver` on ":memory:") gets an in-memory ledger, as durable as it;
+- LangGraph's own `PostgresSaver` / `AsyncPostgresSaver` gets gatedloop's ledger in the same database;
 - no checkpointer (LangGraph Server supplies one at run time) gets the ledger of the checkpointer each run is
   given, by the rules here, looked up when a step uses it (`LedgerOfTheRun`): under gatedloop's checkpointer in
-  `langgraph.json`, the server's own database, with no `ledger=` to pass;
+  `langgraph.json` or LangGraph's Postgres saver (Aegra), the server's own database, with no `ledger=` to pass;
 - any other saver is refused, with what to pass instead.
 """
 
 from __future__ import annotations
 
-import logging
 import sqlite3
 import threading
 from typing import Any, cast
@@ -37,17 +37,12 @@ NO_DURABLE_LEDGER = (
 )
 INSTEAD = {
     "AsyncSqliteSaver": "gatedloop.checkpoints.open_async_sqlite(path)",
-    "PostgresSaver": "gatedloop.checkpoints.postgres.open_postgres(url)",
-    "AsyncPostgresSaver": "gatedloop.checkpoints.postgres.open_async_postgres(url)",
 }
 PORTED_FILE = (
     "{path} holds checkpoints of a plain SqliteSaver but no gatedloop ledger yet. If no gatedloop graph ever ran on "
     "it, pass ledger=SqliteLedger({path!r}, recreate=True) once (every write is then reconciled with its system "
     "before it runs); otherwise restore the ledger from a backup. ({error})"
 )
-
-
-log = logging.getLogger("gatedloop.ledger")
 
 
 def ledger_for(checkpointer: BaseCheckpointSaver | None) -> Ledger:
@@ -65,9 +60,32 @@ def ledger_for(checkpointer: BaseCheckpointSaver | None) -> Ledger:
             return SqliteLedger(path)
         except LedgerError as exc:
             raise LedgerError(PORTED_FILE.format(path=path, error=exc)) from exc
+    conninfo = _postgres_conninfo(checkpointer)
+    if conninfo is not None:  # LangGraph's own Postgres saver: Aegra's and other servers' checkpointer
+        from gatedloop.checkpoints.postgres import PostgresLedger
+
+        return PostgresLedger(conninfo)
     kind = type(checkpointer).__name__
     instead = INSTEAD.get(kind, "open_sqlite(path) or open_postgres(url)")
     raise ValueError(NO_DURABLE_LEDGER.format(saver=kind, instead=instead))
+
+
+def _postgres_conninfo(saver: BaseCheckpointSaver) -> str | None:
+    """The database a LangGraph `PostgresSaver` or `AsyncPostgresSaver` writes (its connection or pool, sync or
+    async), with the password the connection used; None for any other saver."""
+    if not type(saver).__module__.startswith("langgraph.checkpoint.postgres"):
+        return None
+    conn = getattr(saver, "conn", None)
+    conninfo = getattr(conn, "conninfo", None)  # a pool
+    if isinstance(conninfo, str):
+        return conninfo
+    info = getattr(conn, "info", None)  # a connection: its dsn leaves the password out
+    if info is None:
+        return None
+    from psycopg.conninfo import make_conninfo
+
+    password = getattr(info, "password", None)
+    return make_conninfo(info.dsn, **({"password": password} if password else {}))
 
 
 def _file_of(saver: SqliteSaver) -> str:
@@ -86,9 +104,12 @@ class LedgerOfTheRun:
     """The ledger of a graph compiled without a checkpointer, as LangGraph Server compiles the graphs it serves and
     then gives each run its checkpointer: the ledger `ledger_for` gives that checkpointer (one per checkpointer,
     kept), found through the running step's config whenever the ledger is used. So a served graph's approvals and
-    claims live in the server's database without `ledger=`; a server checkpointer with no place for them is said
-    once in the log and gets an in-memory ledger, as does any use outside a run. Hand-written: LangGraph binds a
-    checkpointer to a run, not to the nodes' own stores."""
+    claims live in the server's database without `ledger=`: gatedloop's checkpointer under `langgraph dev`, and
+    LangGraph's own Postgres saver under Aegra and other servers with several workers (each worker finds the
+    approvals the others recorded). A server checkpointer with no place for them fails the run with the reason
+    (invariant 12: an approval kept in one worker's memory would be silently lost on the next); a use outside any
+    run gets an in-memory ledger. Hand-written: LangGraph binds a checkpointer to a run, not to the nodes' own
+    stores."""
 
     def __init__(self) -> None:
         self._ledgers: WeakKeyDictionary[BaseCheckpointSaver, Ledger] = WeakKeyDictionary()
@@ -108,8 +129,7 @@ class LedgerOfTheRun:
                 try:
                     ledger = ledger_for(saver)
                 except ValueError as exc:
-                    log.warning("approvals and claims are kept in memory for this server's runs: %s", exc)
-                    ledger = self._outside
+                    raise LedgerError(f"{exc} Under a server, build the graph with ledger=...") from exc
                 self._ledgers[saver] = ledger
         return ledger
 

@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -35,12 +35,14 @@ from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from gatedloop.checkpoints import postgres_ops
+from gatedloop.checkpoints.chain import drive
 from gatedloop.checkpoints.contract import LedgerThreads
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import POSTGRES_SCHEMA, SqlLedger, claimant_alive
 from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
 
+T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10
 SETUP_LOCK_KEY = int.from_bytes(hashlib.sha256(b"gatedloop:setup").digest()[:8], "big", signed=True)
 LEASE_POLL_S = 0.05
@@ -210,6 +212,8 @@ class PostgresLedger(SqlLedger):
     nothing, and a conditional `UPDATE` re-checks its condition on the row another one just changed.
     """
 
+    postgres = True
+
     def __init__(self, conn: str | ConnectionPool[Any], *, setup: bool = True, max_size: int = 4):
         if isinstance(conn, str):
             if setup:
@@ -251,17 +255,21 @@ class PostgresLedger(SqlLedger):
             cur.execute(_placeholders(query), tuple(params))
             return cur.fetchall()
 
-    def _write(self, query: str, params: Sequence[Any]) -> int:
+    def _write_plain(self, query: str, params: Sequence[Any]) -> int:
         with self._pool.connection() as conn, conn.cursor() as cur:
             cur.execute(_placeholders(query), tuple(params))
             return cur.rowcount
 
-    def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        if not statements:
-            return
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            for query, params in statements:
+    def _transaction(self, statements: Statements[T]) -> T:
+        """The statements in one transaction; evidence appends serialize on the chain's advisory lock (see
+        checkpoints/chain.py), taken after the transaction's own statements and held to its commit."""
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+
+            def execute(query: str, params: Sequence[Any], fetch: bool) -> list[Any]:
                 cur.execute(_placeholders(query), tuple(params))
+                return cur.fetchall() if fetch else []
+
+            return drive(execute, statements)
 
 
 def _placeholders(query: str) -> str:

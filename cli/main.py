@@ -53,12 +53,14 @@ from gatedloop.cli.app import (
     shown_db,
     writable_hint,
 )
+from gatedloop.cli.evidence import add_commands as add_evidence_commands
 from gatedloop.cli.output import Output, configure_logging, wants_json
 from gatedloop.cli.review import ask_reviewer
 from gatedloop.demo import choose_model
 from gatedloop.demo.model import describe_choice
 from gatedloop.graph import runs
 from gatedloop.graph.build import parts_of
+from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, Display
 from gatedloop.graph.models import ModelConfigError
 from gatedloop.nodes.gate.hitl import InvalidDecision, pending_summary
@@ -78,6 +80,31 @@ def context_of(args: argparse.Namespace) -> CallContext:
     """Who is asking or reviewing: `--user` (default $USER) with `--roles`."""
     roles = frozenset(r.strip() for r in (args.roles or "").split(",") if r.strip())
     return CallContext(user_id=args.user, roles=roles)
+
+
+def run_context(args: argparse.Namespace, graph: CompiledStateGraph) -> Any:
+    """The runtime context of a run or an answer: who you are, and `--context` (the graph's own context fields,
+    a JSON object or @FILE) in the graph's `context_schema`."""
+    return context_for(graph.context_schema, context_of(args), context_fields(args.context))
+
+
+def context_fields(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    source = "--context"
+    if text.startswith("@"):
+        source, path = text[1:], Path(text[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"--context: cannot read {source}: {exc.strerror}", EXIT_USAGE) from None
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{source} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", EXIT_USAGE) from None
+    if not isinstance(fields, dict):
+        raise CliError(f"{source} must be a JSON object of context fields, not {type(fields).__name__}", EXIT_USAGE)
+    return fields
 
 
 def require_thread(graph: CompiledStateGraph, thread_id: str, db: str) -> None:
@@ -125,7 +152,7 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, 
                 f"no answer given; thread {thread_id} is still waiting: gatedloop resume {thread_id}", EXIT_PAUSED
             ) from None
         try:
-            stream(out, thread_id, runs.stream_resume(graph, thread_id, answer, context=context_of(args)))
+            stream(out, thread_id, runs.stream_resume(graph, thread_id, answer, context=run_context(args, graph)))
         except InvalidDecision as exc:
             print(f"answer refused: {exc}", file=sys.stderr)
 
@@ -150,7 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         model = f"graph: {named.reference}" if named is not None else f"model: {describe_choice()}"
         out.say(f"{model}   thread: {thread_id}   db: {shown_db(args.db)}")
         events = runs.stream_start(
-            graph, thread_id, args.question, context=context_of(args), upgrade=args.upgrade_graph
+            graph, thread_id, args.question, context=run_context(args, graph), upgrade=args.upgrade_graph
         )
         stream(out, thread_id, events)
         return settle(graph, thread_id, args, out)
@@ -178,6 +205,8 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
             decision = {"type": "abandon"}
         else:
             raise InvalidDecision(f"this thread waits on a write of unknown outcome: use {UNKNOWN_HINT}")
+        if args.justification:
+            decision["justification"] = args.justification
         return {"decisions": [decision] * count, "reviewer": args.user}
     actions = request["action_requests"]
     if args.request is None:
@@ -206,7 +235,8 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
         ]
     else:
         raise InvalidDecision(f"this thread waits for approval: use {ANSWER_HINT}")
-    named = [{**d, "tool_call_id": a["tool_call_id"]} for d, a in zip(decisions, actions, strict=True)]
+    reason = {"justification": args.justification} if args.justification else {}
+    named = [{**d, **reason, "tool_call_id": a["tool_call_id"]} for d, a in zip(decisions, actions, strict=True)]
     return {"decisions": named, "reviewer": args.user, "request_id": args.request}
 
 
@@ -246,7 +276,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
         for sentence in unsettled_writes(saver.ledger, thread_id):
             out.say(f"settling: {sentence}")
             out.record("settling", thread_id=thread_id, detail=sentence)
-        events = runs.stream_resume(graph, thread_id, answer, context=context_of(args), upgrade=args.upgrade_graph)
+        events = runs.stream_resume(
+            graph, thread_id, answer, context=run_context(args, graph), upgrade=args.upgrade_graph
+        )
         stream(out, thread_id, events)
         after = runs.pending_request(graph, thread_id)
         if request is not None and after is not None and after.get("error"):
@@ -496,6 +528,12 @@ def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         default=default(os.environ.get("GATEDLOOP_ROLES", "")),
         help="your roles, comma-separated (GATEDLOOP_ROLES); some tools need one to be approved",
     )
+    parser.add_argument(
+        "--context",
+        default=default(os.environ.get("GATEDLOOP_CONTEXT")),
+        help="the graph's own context fields (its context_schema) as a JSON object, or @FILE (GATEDLOOP_CONTEXT); "
+        "an answer without them reuses the request's",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -529,6 +567,9 @@ def parser() -> argparse.ArgumentParser:
     group.add_argument("--done", metavar="JSON", help="unknown outcome: it happened, with this result")
     group.add_argument("--not-done", action="store_true", help="unknown outcome: it did not happen; run it")
     group.add_argument("--abandon", action="store_true", help="unknown outcome: leave it to a person; stop")
+    resume.add_argument(
+        "--justification", metavar="TEXT", help="why you decide so: kept with the decision (some tools require it)"
+    )
     resume.set_defaults(func=cmd_resume)
     command("threads", "list threads and where each stands").set_defaults(func=cmd_threads)
     show = command("show", "print a thread's conversation, each call's fate, times and durations")
@@ -553,6 +594,7 @@ def parser() -> argparse.ArgumentParser:
     notify.add_argument("--status", action="store_true", help="list pending and failed deliveries")
     notify.set_defaults(func=cmd_notify)
     command("demo", "play the articles' scenarios offline, approvals answered and shown").set_defaults(func=cmd_demo)
+    add_evidence_commands(command, shared)
     return root
 
 

@@ -15,8 +15,10 @@ Configuration (read once, when the server imports this module) comes from exactl
 }
 ```
 
-A request must carry `Authorization: Bearer <token>`; the token names the user and her roles (a key may be the
-token itself, at least 16 characters, or `sha256:` and the hex SHA-256 of it, so the file need not hold secrets).
+A request must carry `Authorization: Bearer <token>` or, as Agent Chat UI sends its key, `X-Api-Key: <token>` (both
+only if they carry the same token); the token names the user and her roles (a key may be the token itself, at least
+16 characters, or `sha256:` and the hex SHA-256 of it, so the file need not hold secrets). The authenticate handler
+takes the request's `headers`, which both servers pass: langgraph-api by name (raw bytes), Aegra positionally (text).
 The graph sees that user as the caller whatever `context` the client sends (`gatedloop.nodes.gate.identity`).
 
 Who sees what: a thread belongs to the user who created it (its `owner` metadata, set here, never by the client).
@@ -156,11 +158,38 @@ def _describe(error: Any, data: Any) -> str:
     return f"{where}: {message}" if where else message
 
 
+SEND_A_TOKEN = "send 'Authorization: Bearer <token>' (or 'X-Api-Key: <token>')"
+TWO_TOKENS = "Authorization and X-Api-Key carry different tokens"
+
+
 def bearer_token(authorization: str | None) -> str:
     scheme, _, token = (authorization or "").strip().partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise Auth.exceptions.HTTPException(status_code=401, detail="send 'Authorization: Bearer <token>'")
+        raise Auth.exceptions.HTTPException(status_code=401, detail=SEND_A_TOKEN)
     return token.strip()
+
+
+def header(headers: Mapping[Any, Any] | None, name: str) -> str | None:
+    """One header of a request, by lowercase name, from langgraph-api's raw `{bytes: bytes}` or Aegra's `{str: str}`."""
+    for key, value in (headers or {}).items():
+        text_key = key.decode("latin-1") if isinstance(key, bytes) else str(key)
+        if text_key.lower() == name:
+            return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    return None
+
+
+def request_token(headers: Mapping[Any, Any] | None) -> str:
+    """The token of a request: `Authorization: Bearer <token>`, else `X-Api-Key: <token>` (Agent Chat UI's header);
+    both present with different tokens is refused, so no header can stand in for another user's."""
+    authorization, api_key = header(headers, "authorization"), (header(headers, "x-api-key") or "").strip()
+    if authorization is None or not authorization.strip():
+        if not api_key:
+            raise Auth.exceptions.HTTPException(status_code=401, detail=SEND_A_TOKEN)
+        return api_key
+    token = bearer_token(authorization)
+    if api_key and api_key != token:
+        raise Auth.exceptions.HTTPException(status_code=401, detail=TWO_TOKENS)
+    return token
 
 
 ROUTING_REFUSED = (
@@ -181,13 +210,21 @@ def refuse_routing(value: Auth.types.RunsCreate) -> None:
         raise Auth.exceptions.HTTPException(status_code=422, detail=ROUTING_REFUSED)
 
 
+def owned_by(value: Any, identity: str) -> None:
+    """Set the owner in a request's metadata; Aegra hands `"metadata": None` when the client sent none."""
+    metadata = value.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = value["metadata"] = {}
+    metadata[OWNER_KEY] = identity
+
+
 def build_auth(config: AuthConfig | None) -> Auth:
     """The `Auth` object the server loads: token users and owner-or-approver rules, or the local fallback."""
     auth = Auth()
     if config is None:
 
         @auth.authenticate
-        async def local_user() -> dict[str, Any]:
+        async def local_user(headers: Mapping[Any, Any] | None = None) -> dict[str, Any]:
             return {"identity": LOCAL_USER_ID, AUTH_KIND_FIELD: LOCAL_USER_MARK}
 
         @auth.on.threads.create_run
@@ -203,8 +240,8 @@ def build_auth(config: AuthConfig | None) -> Auth:
         return auth
 
     @auth.authenticate
-    async def token_user(authorization: str | None) -> dict[str, Any]:
-        user = config.user_for(bearer_token(authorization))
+    async def token_user(headers: Mapping[Any, Any] | None = None) -> dict[str, Any]:
+        user = config.user_for(request_token(headers))
         if user is None:
             raise Auth.exceptions.HTTPException(status_code=401, detail="unknown token")
         return {"identity": user.user_id, "roles": sorted(user.roles), AUTH_KIND_FIELD: "token"}
@@ -216,13 +253,13 @@ def build_auth(config: AuthConfig | None) -> Auth:
 
     @auth.on.threads.create
     async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> dict[str, str] | None:
-        value.setdefault("metadata", {})[OWNER_KEY] = ctx.user.identity
+        owned_by(value, ctx.user.identity)
         return owned_unless_approver(ctx)
 
     @auth.on.threads.create_run
     async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate) -> dict[str, str] | None:
         refuse_routing(value)
-        value.setdefault("metadata", {})[OWNER_KEY] = ctx.user.identity  # owns a thread this run creates
+        owned_by(value, ctx.user.identity)  # owns a thread this run creates
         return owned_unless_approver(ctx)
 
     @auth.on.threads.update

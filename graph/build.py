@@ -135,11 +135,15 @@ def with_saver(graph: CompiledStateGraph, checkpointer: BaseCheckpointSaver) -> 
 
 
 def graph_identity(graph: Any) -> GraphIdentity:
-    """A graph's name and a digest of its tools' definitions (name, description, argument schema, annotations:
-    `ToolRegistry.definition_digest`): what a thread it made remembers, so that another graph (or this one with
-    other tools) never resumes it unnoticed."""
+    """A graph's name, a digest of its tools' definitions (name, description, argument schema, annotations:
+    `ToolRegistry.definition_digest`) and a digest of their policies (`ToolPolicy.summary`, the default gated
+    write for a tool with none): what a thread it made remembers, so that another graph, or this one with other
+    tools or other rules (approvers dropped, a quorum lowered, ...), never resumes it unnoticed. An approval
+    predicate counts by its qualified name (`gatedloop.tools.policy.described`): code is not digested by value."""
     parts = parts_of(graph)
     if parts is None:
         raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")
-    tools = [parts.registry.definition_digest(name) for name in sorted(parts.registry.tools)]
-    return GraphIdentity(graph.name, digest(tools)[:16])
+    names = sorted(parts.registry.tools)
+    tools = [parts.registry.definition_digest(name) for name in names]
+    policies = {name: parts.registry.policy(name).summary() for name in names}
+    return GraphIdentity(graph.name, digest(tools)[:16], digest(policies)[:16], policies)

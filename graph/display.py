@@ -117,7 +117,7 @@ def audit_text(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
         if detail.get("decision") == "edit" and detail.get("args") != detail.get("proposed"):
             proposed, ran = (json.dumps(detail.get(k), ensure_ascii=False) for k in ("proposed", "args"))
             changed = f": {visible(proposed)} -> {visible(ran)}"  # in full: what the reviewer changed
-        return f"{words}{by}{waited}{changed}"
+        return f"{words}{by}{waited}{changed}{_reason(detail)}"
     if name == "executed":
         reused = ", stored result reused" if detail.get("reused") else ""
         error = f" ({detail['error_type']})" if detail.get("error_type") else ""
@@ -137,7 +137,8 @@ def audit_text(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
     if name.startswith("unknown_outcome_asked"):
         return "outcome unknown; a person was asked whether it happened"
     if name == "unknown_outcome_decision":
-        return f"outcome unknown; decided{by}: {UNKNOWN_WORDS.get(str(detail.get('decision')), detail.get('decision'))}"
+        decided = UNKNOWN_WORDS.get(str(detail.get("decision")), detail.get("decision"))
+        return f"outcome unknown; decided{by}: {decided}{_reason(detail)}"
     if name == "reconciled":
         return "settled: the tool's system reports it had happened (its result is used, not run again)"
     if name == "marked done":
@@ -291,3 +292,9 @@ class Display:
             elif isinstance(message, ToolMessage):
                 lines.append(f"tool {message.tool_call_id}: {short(message.content, 160)}")
         return lines
+
+
+def _reason(detail: dict[str, Any]) -> str:
+    """A decision's justification, as the timeline shows it (docs/evidence.md)."""
+    text = detail.get("justification")
+    return f' -- "{visible(short(text, 200))}"' if isinstance(text, str) and text else ""

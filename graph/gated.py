@@ -9,7 +9,8 @@ data to what the call carries:
   it is replaced; `update_state` cannot set it);
 - an answer (`Command(resume=...)`): its sender, wrapped around the value (nodes/gate/senders.py), stored by
   LangGraph with it before any node reads it;
-- the runtime context the tools see: under server auth, its identity fields are the authenticated user's.
+- the runtime context the tools see: under server auth, its identity fields are the authenticated user's; an
+  answer that brings no value for a field of the graph's `context_schema` gets the request's (graph/contexts.py).
 
 The nodes never read who is running the graph; they read these.
 """
@@ -25,10 +26,10 @@ from langchain_core.runnables.config import merge_configs
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateUpdate
 
-from gatedloop.nodes.gate.identity import authenticated_context, caller_context, stored_identity
+from gatedloop.graph.contexts import kept_fields, missing_fields, reused_fields
+from gatedloop.nodes.gate.identity import authenticated_context, caller_context, identity_from_stored, stored_identity
 from gatedloop.nodes.gate.senders import bind_sender
 from gatedloop.nodes.state import REQUESTER_FIELD
-from gatedloop.tools.policy import CallContext
 
 
 class GatedGraph(CompiledStateGraph):
@@ -37,14 +38,19 @@ class GatedGraph(CompiledStateGraph):
     def stream(
         self, input: Any, config: RunnableConfig | None = None, *, context: Any = None, **kwargs: Any
     ) -> Iterator[Any]:
+        if _carries_no_message(input) and missing_fields(context, self.context_schema):
+            context = reused_fields(context, self.context_schema, _kept(self._request_values(config)))
         input, context = self._bound(input, config, context)
         return super().stream(input, config, context=context, **kwargs)
 
-    def astream(
+    async def astream(
         self, input: Any, config: RunnableConfig | None = None, *, context: Any = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
+        if _carries_no_message(input) and missing_fields(context, self.context_schema):
+            context = reused_fields(context, self.context_schema, _kept(await self._arequest_values(config)))
         input, context = self._bound(input, config, context)
-        return super().astream(input, config, context=context, **kwargs)
+        async for chunk in super().astream(input, config, context=context, **kwargs):
+            yield chunk
 
     def bulk_update_state(self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
         return super().bulk_update_state(config, _without_requester(supersteps))
@@ -54,40 +60,71 @@ class GatedGraph(CompiledStateGraph):
     ) -> RunnableConfig:
         return await super().abulk_update_state(config, _without_requester(supersteps))
 
+    def _request_values(self, config: RunnableConfig | None) -> Mapping[str, Any]:
+        """The thread's state, to reuse its request's context fields; nothing when there is no thread to read."""
+        if config is None or not _has_thread(config):
+            return {}
+        return self.get_state(config).values
+
+    async def _arequest_values(self, config: RunnableConfig | None) -> Mapping[str, Any]:
+        if config is None or not _has_thread(config):
+            return {}
+        return (await self.aget_state(config)).values
+
     def _bound(self, input: Any, config: RunnableConfig | None, context: Any) -> tuple[Any, Any]:
         merged = merge_configs(self.config, config)
         context = authenticated_context(context, self.context_schema, merged)
-        return bound_input(input, caller_context(context, merged)), context
+        requester = {**stored_identity(caller_context(context, merged)), "context": kept_fields(context)}
+        return bound_input(input, requester), context
 
 
-def bound_input(input: Any, caller: CallContext) -> Any:
-    """`input` with `caller` bound to the messages and answers it carries."""
+def bound_input(input: Any, requester: dict[str, Any]) -> Any:
+    """`input` with the caller (`requester`: a stored identity and the context fields kept with a request) bound
+    to the messages and answers it carries."""
     if isinstance(input, Command):
-        resume = bind_sender(input.resume, caller) if input.resume is not None else None
-        update = _update_with_requester(input, caller)
-        return dataclasses.replace(input, resume=resume, update=update)
+        sender = identity_from_stored(requester)
+        resume = bind_sender(input.resume, sender) if input.resume is not None else None
+        return dataclasses.replace(input, resume=resume, update=_update_with_requester(input, requester))
     if isinstance(input, Mapping):
-        return _with_requester(input, caller)
+        return _with_requester(input, requester)
     return input
 
 
-def _with_requester(values: Mapping[str, Any], caller: CallContext) -> dict[str, Any]:
+def _with_requester(values: Mapping[str, Any], requester: dict[str, Any]) -> dict[str, Any]:
     """Values with the requester set when they carry messages (a request's requester is who sent its message),
     and a client's own `requester` dropped either way."""
     kept = {k: v for k, v in values.items() if k != REQUESTER_FIELD}
-    return {**kept, REQUESTER_FIELD: stored_identity(caller)} if kept.get("messages") else kept
+    return {**kept, REQUESTER_FIELD: requester} if kept.get("messages") else kept
 
 
-def _update_with_requester(command: Command, caller: CallContext) -> Any:
+def _update_with_requester(command: Command, requester: dict[str, Any]) -> Any:
     """A command's `update` (a dict, or LangGraph's list of (key, value) pairs) with the requester bound."""
     if command.update is None:
         return None
     if isinstance(command.update, Mapping):
-        return _with_requester(command.update, caller)
+        return _with_requester(command.update, requester)
     pairs = [(key, value) for key, value in command._update_as_tuples() if key != REQUESTER_FIELD]
     if any(key == "messages" for key, _ in pairs):
-        pairs.append((REQUESTER_FIELD, stored_identity(caller)))
+        pairs.append((REQUESTER_FIELD, requester))
     return pairs
+
+
+def _carries_no_message(input: Any) -> bool:
+    """An answer or a plain continuation: a run whose context may lack the request's fields."""
+    if input is None:
+        return True
+    return isinstance(input, Command) and not any(key == "messages" for key, _ in input._update_as_tuples())
+
+
+def _has_thread(config: RunnableConfig) -> bool:
+    return bool((config.get("configurable") or {}).get("thread_id"))
+
+
+def _kept(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The context fields kept with the pending request's requester."""
+    requester = values.get(REQUESTER_FIELD)
+    kept = requester.get("context") if isinstance(requester, Mapping) else None
+    return kept if isinstance(kept, Mapping) else {}
 
 
 def _without_requester(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:

@@ -29,6 +29,7 @@ from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import describe_thread
 from gatedloop.graph import runs
+from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, day_and_clock
 from gatedloop.inbox.filters import ORDERS, Filters, choices
 from gatedloop.inbox.forms import FormError, parse_edit
@@ -71,7 +72,8 @@ class InboxBackend:
 
     def send(self, reviewer: Reviewer, origin: str, view: PendingView, answer: dict[str, Any]) -> dict[str, Any]:
         """Apply an answer; the thread's values afterwards (with `__interrupt__` if it waits again)."""
-        return runs.resume(self.graph, view.thread_id, answer, context=reviewer.context, wait_s=ANSWER_WAIT_S)
+        context = context_for(self.graph.context_schema, reviewer.context, {})  # the request's other fields reused
+        return runs.resume(self.graph, view.thread_id, answer, context=context, wait_s=ANSWER_WAIT_S)
 
 
 @dataclass(frozen=True)
@@ -345,7 +347,7 @@ def _refused(view: PendingView, form: FormData, text: str) -> tuple[Flash, Draft
         name: value.replace("\r\n", "\n")
         for name, value in form.multi_items()
         if isinstance(value, str)
-        and name.startswith(("decision-", "message-", "result-", "arg-"))
+        and name.startswith(("decision-", "message-", "result-", "arg-", "justification-"))
         and name not in secret
     }
     return Flash("error", text, view.thread_id), Draft(view.request_id, kept, text)
@@ -395,6 +397,10 @@ def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> d
             args = parse_edit(shown, {f.name: text for f in shown if (text := typed[f.name]) is not None})
             args.update(dict.fromkeys(kept, MASK))
             decisions.append({"type": "edit", "edited_action": {"name": action.name, "args": args}, **bound})
+    for action, decision in zip(view.actions, decisions, strict=True):
+        justification = (_field(form, f"justification-{action.index}") or "").strip()
+        if justification:
+            decision["justification"] = justification
     answer: dict[str, Any] = {"decisions": decisions, "reviewer": reviewer.user_id}
     if view.request_id != view.interrupt_id:
         answer["request_id"] = view.request_id

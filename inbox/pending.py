@@ -44,6 +44,7 @@ class ActionView:
     effect: str = "write"  # the tool's policy: "read" or "write"
     summary: str = ""  # the tool's own description (what it does), without the request's facts
     proposed: dict[str, Any] | None = None  # what the model proposed (masked), when the pending args differ from it
+    justification_required: list[str] = field(default_factory=list)  # decisions the policy wants a reason for
 
     @property
     def rows(self) -> list[tuple[str, str, str | None]]:
@@ -248,6 +249,7 @@ def pending_view(
                     tool_call_id=str(action.get("tool_call_id") or ""),
                     args_digest=str(action.get("args_digest") or ""),
                     allowed=list(config.get("allowed_decisions") or []),
+                    justification_required=list(config.get("justification_required") or []),
                     approvals_required=int(action.get("approvals_required") or 1),
                     approved_by=list(action.get("approved_by") or []),
                     approvers=action.get("approvers"),

@@ -45,8 +45,9 @@ from gatedloop.nodes.gate.hitl import (
     decider,
 )
 from gatedloop.nodes.gate.notices import queue_approval_notice
-from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
+from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.senders import received
+from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, Verdict
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text
@@ -95,6 +96,8 @@ def approval_request(
         action["description"] = _description(parts, action, error)
         actions.append(action)
         configs.append({"action_name": plan["name"], "allowed_decisions": list(policy.allowed_decisions)})
+        if policy.needs_justification:
+            configs[-1]["justification_required"] = list(policy.needs_justification)
     request: GatedHITLRequest = {
         "kind": "approval",
         "request_id": request_id(gated),
@@ -201,12 +204,14 @@ def make_approve_node(parts: LoopParts):
             if approval not in fresh:
                 continue  # this reviewer already gave this decision on these arguments: it counts once
             note = decisions[plan["id"]].get("note")
+            justification = decisions[plan["id"]].get("justification")
             detail = {
                 "decision": approval.decision,
                 "args": parts.registry.policy(plan["name"]).masked(new_plan["args"]),
                 "proposed": parts.registry.policy(plan["name"]).masked(plan["args"]),
                 "roles": sorted(approval.roles),
                 **({"note": note} if note else {}),
+                **({"justification": justification} if justification else {}),
             }
             event = "decision" if not earlier else f"decision:{approval.reviewer}:{approval.args_digest[:8]}"
             events.append(AuditEvent(plan["id"], event, detail, approval.reviewer))

@@ -31,10 +31,11 @@ from langgraph.runtime import Runtime
 from gatedloop.checkpoints.evidence import AuditEvent
 from gatedloop.nodes.gate.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
-from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
+from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.running import Outcome, error_outcome, run_read, run_write
 from gatedloop.nodes.gate.tool_env import ToolEnv
 from gatedloop.nodes.gate.unknown import make_settle_task
+from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead, Status
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, fingerprint
@@ -76,31 +77,18 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         if turn.early is not None:
             return turn.early
         env = ToolEnv.of(state, runtime, parts.registry.bindable())
-        batch: list[CallPlan] = []
-
-        def flush() -> None:
-            if turn.lone_read(batch):
-                turn.outcomes[batch[0]["id"]] = read(shown(batch[0]), env)
-                batch.clear()
-                return
-            futures = [(plan, read_task(shown(plan), env)) for plan in batch]
-            for plan, future in futures:
-                turn.outcomes[plan["id"]] = future.result()
-            batch.clear()
-
-        for plan in turn.to_run():
-            if plan["effect"] == "read":
-                batch.append(plan)
+        for step in turn.steps():
+            if isinstance(step, list):  # reads, at once
+                if turn.lone_read(step):
+                    turn.outcomes[step[0]["id"]] = read(shown(step[0]), env)
+                    continue
+                futures = [(plan, read_task(shown(plan), env)) for plan in step]
+                turn.outcomes.update({plan["id"]: future.result() for plan, future in futures})
                 continue
-            flush()
-            masked = shown(plan)
+            masked = shown(step)
             outcome = write_task(turn.thread_id, masked, env).result()
-            turn.record_write(
-                plan,
-                outcome,
-                settle_task(turn.thread_id, masked, outcome, True, env).result() if _unknown(outcome) else None,
-            )
-        flush()
+            settled = settle_task(turn.thread_id, masked, outcome, True, env).result() if _unknown(outcome) else None
+            turn.record_write(step, outcome, settled)
         return turn.update()
 
     async def aexecute(state: GatedState, runtime: Runtime) -> dict[str, Any]:
@@ -109,30 +97,18 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         if turn.early is not None:
             return turn.early
         env = ToolEnv.of(state, runtime, parts.registry.bindable())
-        batch: list[CallPlan] = []
-
-        async def flush() -> None:
-            if turn.lone_read(batch):
-                turn.outcomes[batch[0]["id"]] = await asyncio.to_thread(read, shown(batch[0]), env)
-                batch.clear()
-                return
-            results = await asyncio.gather(*(read_task(shown(plan), env) for plan in batch))
-            turn.outcomes.update({plan["id"]: result for plan, result in zip(batch, results, strict=True)})
-            batch.clear()
-
-        for plan in turn.to_run():
-            if plan["effect"] == "read":
-                batch.append(plan)
+        for step in turn.steps():
+            if isinstance(step, list):  # reads, at once
+                if turn.lone_read(step):
+                    turn.outcomes[step[0]["id"]] = await asyncio.to_thread(read, shown(step[0]), env)
+                    continue
+                results = await asyncio.gather(*(read_task(shown(plan), env) for plan in step))
+                turn.outcomes.update({plan["id"]: result for plan, result in zip(step, results, strict=True)})
                 continue
-            await flush()
-            masked = shown(plan)
+            masked = shown(step)
             outcome = await write_task(turn.thread_id, masked, env)
-            turn.record_write(
-                plan,
-                outcome,
-                await settle_task(turn.thread_id, masked, outcome, True, env) if _unknown(outcome) else None,
-            )
-        await flush()
+            settled = await settle_task(turn.thread_id, masked, outcome, True, env) if _unknown(outcome) else None
+            turn.record_write(step, outcome, settled)
         return await asyncio.to_thread(turn.update)
 
     return RunnableCallable(execute, aexecute, name="execute")
@@ -211,6 +187,22 @@ class _Turn:
         call from running again when a sibling fails or the node re-runs after a settle question; a lone read has
         neither, and a task's thread hand-off and stored result were a fifth of a read round's time."""
         return len(batch) == 1 and len(self.runnable) == 1
+
+    def steps(self) -> Iterator[list[CallPlan] | CallPlan]:
+        """The one schedule the sync and the async driver follow: consecutive reads as one batch (a list), each
+        write alone, in the model's order. The next step is taken only once the driver has recorded the last
+        one's outcomes, so a stop is weighed again with what has run (`to_run`)."""
+        batch: list[CallPlan] = []
+        for plan in self.to_run():
+            if plan["effect"] == "read":
+                batch.append(plan)
+                continue
+            if batch:
+                yield batch
+                batch = []
+            yield plan
+        if batch:
+            yield batch
 
     def to_run(self) -> Iterator[CallPlan]:
         """The calls to run, in the model's order. Under a stop, the started writes (`settle_first`) are settled

@@ -16,8 +16,9 @@ from langgraph.runtime import Runtime
 
 from gatedloop.nodes.gate.answers import error_message, record_answers, tool_message
 from gatedloop.nodes.gate.open_calls import recorded_answer
-from gatedloop.nodes.gate.parts import LoopParts, current_thread_id
+from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.running import UnknownReason, unknown
+from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import GatedState
 from gatedloop.tools import errors
 

@@ -3,6 +3,7 @@ one gives (naming the setting and the problem, never a token). The server side i
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from langgraph_sdk import Auth
 
-from gatedloop.graph.auth import FILE_ENV, TOKENS_ENV, AuthConfigError, load_auth_config
+from gatedloop.graph.auth import FILE_ENV, TOKENS_ENV, AuthConfigError, build_auth, load_auth_config
 
 ROOT = Path(__file__).parent.parent
 
@@ -97,3 +98,46 @@ def test_a_bad_config_is_one_error_naming_the_problem_and_no_token(text: Any, pr
     with pytest.raises(AuthConfigError, match=rf"^gatedloop auth config \({TOKENS_ENV}\): ({problem})") as caught:
         load_auth_config({TOKENS_ENV: raw})
     assert ANA not in str(caught.value) and BO not in str(caught.value)
+
+
+def authenticate(config: Any, headers: Any, *, by_name: bool) -> Any:
+    """The token handler as each server calls it: langgraph-api by parameter name with the raw ASGI headers
+    (`{bytes: bytes}`), Aegra positionally with text headers (aegra_api.core.auth_middleware)."""
+    handler = build_auth(config)._authenticate_handler
+    assert handler is not None
+    return asyncio.run(handler(headers=headers) if by_name else handler(headers))
+
+
+def raw(headers: dict[str, str]) -> dict[bytes, bytes]:
+    return {k.lower().encode(): v.encode() for k, v in headers.items()}
+
+
+@pytest.mark.parametrize("by_name", [True, False], ids=["langgraph-api", "aegra"])
+def test_a_token_in_authorization_or_in_agent_chat_uis_x_api_key(by_name: bool) -> None:
+    config = load_auth_config({TOKENS_ENV: json.dumps(GOOD)})
+    accepted = [
+        {"authorization": f"Bearer {BO}"},
+        {"x-api-key": BO},
+        {"Authorization": f"bearer {BO}", "X-Api-Key": BO},
+    ]
+    for headers in accepted:
+        sent = raw(headers) if by_name else headers
+        user = authenticate(config, sent, by_name=by_name)
+        assert (user["identity"], user["roles"]) == ("bo", ["finance"])
+    refused = [
+        ({}, "send 'Authorization: Bearer <token>' (or 'X-Api-Key: <token>')"),
+        ({"x-api-key": "  "}, "send 'Authorization"),
+        ({"authorization": BO}, "send 'Authorization"),  # no scheme
+        ({"x-api-key": BO + "x"}, "unknown token"),
+        ({"authorization": f"Bearer {ANA}", "x-api-key": BO}, "Authorization and X-Api-Key carry different tokens"),
+    ]
+    for headers, detail in refused:
+        with pytest.raises(Auth.exceptions.HTTPException) as caught:
+            authenticate(config, raw(headers) if by_name else headers, by_name=by_name)
+        assert caught.value.status_code == 401 and str(caught.value.detail).startswith(detail)
+
+
+@pytest.mark.parametrize("by_name", [True, False], ids=["langgraph-api", "aegra"])
+def test_the_unconfigured_local_user_under_either_server(by_name: bool) -> None:
+    user = authenticate(None, {}, by_name=by_name)
+    assert user["identity"] == "local"

@@ -58,6 +58,7 @@ STATE_KEYS = {
     "answer",
     "structured_response",
     "review_error",
+    "requester",
 }
 
 
@@ -202,6 +203,7 @@ FORGED_KEYS: dict[str, st.SearchStrategy[Any]] = {
     "answer": st.sampled_from([None, "paid"]),
     "structured_response": st.sampled_from([None, {"paid": True, "amount": 50000.0}]),
     "review_error": st.sampled_from([None, "approved already"]),
+    "requester": st.sampled_from([None, {"user_id": "the-CFO", "roles": ["finance"]}]),
 }
 forged_updates = st.fixed_dictionaries({}, optional=FORGED_KEYS)
 

@@ -55,6 +55,7 @@ BESIDE_PLANS = {
     "status": st.sampled_from([None, "completed"]),
     "answer": st.sampled_from([None, "paid"]),
     "review_error": st.sampled_from([None, "approved already"]),
+    "requester": st.sampled_from([None, {"user_id": "the-CFO", "roles": ["finance"], "context": {}}]),
 }
 forged_updates = st.fixed_dictionaries(
     {},

@@ -85,6 +85,37 @@ def test_the_gate_and_the_provider_adapters_never_import_a_node():
     assert not upward, "\n".join(upward)
 
 
+def names_used(path: Path) -> set[str]:
+    """Every name a module imports or calls by name (`from x import name`, `name(...)`, `x.name(...)`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.Call):
+            func = node.func
+            found.add(func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else "")
+    return found
+
+
+def test_who_is_calling_is_read_in_one_place_and_the_running_step_in_one_module():
+    """Issue 29/30: the runtime identity is read where a call enters (`graph/gated.py`) and bound to the message
+    and the answer as data; no node reads who is running it. Inside `nodes`, `get_config`/`get_runtime` (the
+    running step's ambient facts) appear in `nodes/running_step.py` only."""
+    readers = {
+        module: names_used(path) & {"caller_context", "get_config", "get_runtime"}
+        for module, path in modules().items()
+        if module.startswith(("gatedloop.nodes", "gatedloop.graph"))
+    }
+    identity = sorted(module for module, names in readers.items() if "caller_context" in names)
+    ambient = sorted(
+        module
+        for module, names in readers.items()
+        if module.startswith("gatedloop.nodes") and names & {"get_config", "get_runtime"}
+    )
+    assert identity == ["gatedloop.graph.gated"], identity
+    assert ambient == ["gatedloop.nodes.running_step"], ambient
+
+
 IMPORT_EACH_FIRST = """
 import importlib, os, sys
 

@@ -1,4 +1,5 @@
 """A round of reads commits the ledger three times: proposals, validation, answers; a decision once (issue 21).
+Each commit carries the evidence chain's entries for the rows it wrote (invariant 14, checkpoints/chain.py).
 
 Each audit event is written in the transaction of the evidence it describes (a call's `validated` event with its
 registration, its `executed` event with its answer), not in a commit of its own: two commits fewer per round, and
@@ -115,5 +116,13 @@ def test_a_decision_is_audited_in_the_transaction_that_records_it(db):
             out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync")
     assert out["status"] == "completed"
     decided = [tx for tx in transactions(statements[asked:]) if "INSERT INTO GATEDLOOP_APPROVALS" in tx]
-    assert decided == [["INSERT INTO GATEDLOOP_AUDIT", "INSERT INTO GATEDLOOP_APPROVALS"]]
+    # ... with their evidence-chain entries after the head, one statement (invariant 14), in the same commit
+    assert decided == [
+        [
+            "INSERT INTO GATEDLOOP_AUDIT",
+            "INSERT INTO GATEDLOOP_APPROVALS",
+            "SELECT SEQ, CHAIN_HASH",
+            "INSERT INTO GATEDLOOP_CHAIN",
+        ]
+    ]
     assert not any("DELETE FROM GATEDLOOP_CANCEL" in tx for tx in transactions(statements))

@@ -223,3 +223,24 @@ def test_resume_without_an_answer_names_the_flags_an_unknown_outcome_takes(db: P
     assert ran.returncode == 3, ran.stdout + ran.stderr
     [hint] = [line for line in ran.stdout.splitlines() if "Answer with:" in line]
     assert hint.endswith("--done JSON, --not-done or --abandon") and "--approve" not in hint
+
+
+def test_an_old_file_gains_an_evidence_chain_from_its_first_new_row(graph: Any, db: Path):
+    """Invariant 14 on a file from before the chain: it opens and resumes; the chain's genesis row counts the rows
+    the file held, every row written since is chained (and only those), and `audit verify` says where it begins."""
+    before = {table: len(graph.checkpointer.ledger.chained_rows(table)) for table in ("gatedloop_audit",)}
+    out = runs.resume(graph, "approval-pending", {"decisions": [{"type": "approve"}]}, context=REVIEWER)
+    assert out["status"] == "completed"
+    ledger = graph.checkpointer.ledger
+    chain = ledger.chain()
+    assert (
+        chain[0].table == "genesis"
+        and json.loads(chain[0].key)["before"]["gatedloop_audit"]["rows"] == (before["gatedloop_audit"])
+    )
+    new_audit = [e for e in chain if e.table == "gatedloop_audit"]
+    assert len(new_audit) == len(ledger.chained_rows("gatedloop_audit")) - before["gatedloop_audit"] > 0
+    report = ledger.verify_chain()
+    assert report.ok, report.problems
+    verified = run_cli(["--db", str(db), "audit", "verify"], {"PATH": "/usr/bin:/bin", "HOME": str(db.parent)})
+    assert verified.returncode == 0, verified.stderr
+    assert f"({report.begins})" in verified.stdout and "earlier rows" in report.begins

@@ -5,9 +5,10 @@ A tool with no policy is treated as a write that always needs approval (fail clo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 Effect = Literal["read", "write"]
 DecisionType = Literal["approve", "edit", "reject", "respond"]
@@ -61,6 +62,9 @@ class ToolPolicy:
     - `approval_ttl_s`: a request older than this cannot be approved; the call is answered `approval_expired`.
     - `secret_args`: argument names whose values are masked in requests, audit, CLI, logs and stream events.
     - `review_note`: a line shown to the reviewer with every request for this tool (e.g. an MCP server's hints).
+    - `justification`: the decisions that need the reviewer's reason (`"justification": "..."` in the decision):
+      e.g. `("approve", "reject")`, `"approve"`, or True for every decision; a decision without one is refused and
+      asked again. Any decision may carry one; it is kept in the decision's audit row and its receipt.
     """
 
     effect: Effect = "write"
@@ -78,6 +82,7 @@ class ToolPolicy:
     approval_ttl_s: float | None = None
     secret_args: frozenset[str] = frozenset()
     review_note: str | None = None
+    justification: tuple[DecisionType, ...] | DecisionType | bool = ()
 
     def __post_init__(self) -> None:
         if self.effect not in ("read", "write"):
@@ -103,6 +108,10 @@ class ToolPolicy:
             raise ValueError("ToolPolicy.approvals_required must be at least 1")
         if self.approval_ttl_s is not None and self.approval_ttl_s <= 0:
             raise ValueError("ToolPolicy.approval_ttl_s must be positive (or None: no expiry)")
+        needs = _decisions_named(self.justification)
+        if set(needs) - set(ALL_DECISIONS):
+            raise ValueError(f"ToolPolicy.justification must name decisions of {ALL_DECISIONS} (or be True/False)")
+        object.__setattr__(self, "justification", tuple(d for d in ALL_DECISIONS if d in needs))
 
     def needs_approval(self, args: dict[str, Any], context: CallContext) -> bool:
         """A predicate that raises counts as "needs approval": fail closed."""
@@ -114,6 +123,11 @@ class ToolPolicy:
             return bool(self.approval(args, context))
         except Exception:
             return True
+
+    @property
+    def needs_justification(self) -> tuple[DecisionType, ...]:
+        """The decisions that need a reviewer's reason (`justification`, as decision types)."""
+        return cast("tuple[DecisionType, ...]", self.justification)
 
     @property
     def allows_self_approval(self) -> bool:
@@ -151,6 +165,50 @@ class ToolPolicy:
     @property
     def strict(self) -> bool:
         return self.effect == "write" if self.strict_json is None else self.strict_json
+
+    def summary(self) -> dict[str, Any]:
+        """The authority this policy gives, as JSON data: what a thread remembers of its graph's policies
+        (`gatedloop.graph.build.graph_identity`), so that a graph whose rules changed never resumes it unnoticed.
+
+        Who may ask (`roles`), whether a person must approve (`effect`, `approval`), who may decide and how many
+        (`approvers`, `self_approval` as it applies, `approvals_required`), for how long (`approval_ttl_s`), what
+        they may answer (`allowed_decisions`) and what is hidden (`secret_args`). An approval predicate is code,
+        which cannot be digested by value (its body, closure and bound state are not data): it is described by its
+        qualified name (`described`), so replacing or renaming it is a change, and editing its body is not seen.
+        Not included, because they grant no authority and are applied as they are now to every call anyway:
+        `validator` (run again on the exact arguments before a write starts), `reconcile`, `timeout_s`,
+        `max_calls`, `strict_json`, `review_note`."""
+        approval = self.approval if isinstance(self.approval, str) else f"predicate:{described(self.approval)}"
+        return {
+            "effect": self.effect,
+            "approval": approval,
+            "roles": None if self.roles is None else sorted(self.roles),
+            "approvers": None if self.approvers is None else sorted(self.approvers),
+            "self_approval": self.allows_self_approval,
+            "approvals_required": self.approvals_required,
+            "approval_ttl_s": None if self.approval_ttl_s is None else float(self.approval_ttl_s),
+            "allowed_decisions": [d for d in ALL_DECISIONS if d in self.allowed_decisions],
+            "secret_args": sorted(self.secret_args),
+            # only when set: the policies of threads recorded before it existed keep their digest
+            **({"justification": list(self.needs_justification)} if self.needs_justification else {}),
+        }
+
+
+def _decisions_named(value: Any) -> tuple[str, ...]:
+    """`ToolPolicy.justification` as decision types: True is every decision, False none, a string one."""
+    if isinstance(value, bool):
+        return ALL_DECISIONS if value else ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def described(fn: Callable[..., Any]) -> str:
+    """A callable by its qualified name (`__qualname__`, e.g. `pay_policy.<locals>.<lambda>`): stable across
+    processes and rebuilds, unlike its `repr` (an address). Not its module: the same file is `agent` when imported,
+    `__main__` when run as a script, and named after its path when the CLI loads `path/agent.py:graph`, and none
+    of these is a change of rules. A `functools.partial` is named by its function (its bound arguments are not),
+    a callable object by its class."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    return str(getattr(target, "__qualname__", None) or type(target).__qualname__)
 
 
 GATED_WRITE = ToolPolicy(effect="write", approval="always")

@@ -100,9 +100,12 @@ def edited_ids(plans: Sequence[CallPlan]) -> list[str]:
 
 def for_state(registry: ToolRegistry, plan: CallPlan) -> CallPlan:
     """The plan as the graph state holds it: an edited call of a tool with `secret_args` shows them masked, so a
-    reviewer's value never enters the state, its streams or its checkpoints (the ledger keeps it)."""
+    reviewer's value never enters the state, its streams or its checkpoints (the ledger keeps it). A call to a
+    name that is no tool (answered by `validate`, never edited) has no policy and is returned as it is."""
+    if not plan.get("edited") or plan["name"] not in registry or not isinstance(plan.get("args"), dict):
+        return plan
     policy = registry.policy(plan["name"])
-    if not plan.get("edited") or not policy.secret_args or not isinstance(plan.get("args"), dict):
+    if not policy.secret_args:
         return plan
     return {**plan, "args": policy.masked(plan["args"])}
 

@@ -6,7 +6,7 @@ answer `{"decisions": [...]}`. We add a `request_id`, and per action `tool_call_
 approval facts a reviewer needs (requester, expiry, quorum progress). A decision that names its call
 (`tool_call_id`, or an `args_digest` only one pending call has) applies to that call, in any order; decisions
 that name none apply in order, as in LangChain. An optional `reviewer` string is a note for the audit trail,
-never authority: who answers is the runtime context of the call that resumes.
+never authority: who answers is the answer's sender, bound to it as it entered (nodes/gate/senders.py).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ class ActionRequest(TypedDict):
 class ReviewConfig(TypedDict):
     action_name: str
     allowed_decisions: list[DecisionType]
+    justification_required: NotRequired[list[DecisionType]]
+    """The decisions that need a `justification` (the tool's `ToolPolicy.justification`); absent: none."""
 
 
 class GatedActionRequest(ActionRequest):
@@ -68,11 +70,13 @@ class Decision(TypedDict):
     message: NotRequired[str]
     edited_action: NotRequired[dict[str, Any]]
     note: NotRequired[str]
+    justification: NotRequired[str]
+    """The reviewer's reason, kept as data in the decision's audit row and its receipt."""
 
 
 def decider(policy: ToolPolicy, reviewer: CallContext, requester: str | None, call: str) -> str:
     """The one rule for who may decide a call, for every kind of answer (approval, unknown outcome, any kind
-    added later): the resuming call's identity under the tool's `approvers`, `self_approval` and roles. Returns
+    added later): the answer's sender under the tool's `approvers`, `self_approval` and roles. Returns
     the name the audit trail records; raises InvalidDecision (nothing applied) when this reviewer may not."""
     refusal = policy.reviewer_refusal(reviewer, requester)
     if refusal:
@@ -190,6 +194,9 @@ def _check_one(
         raise InvalidDecision(f"{where}: message must be a string")
     if kind == "respond" and not message:
         raise InvalidDecision(f"{where}: respond needs a message")
+    justification = _justification(where, decision)
+    if kind in config.get("justification_required", ()) and not justification:
+        raise InvalidDecision(f'{where}: {kind!r} needs a justification here: add "justification": "why"')
     if kind == "edit":
         edited = decision.get("edited_action")
         if not isinstance(edited, dict) or not isinstance(edited.get("args"), dict):
@@ -204,7 +211,24 @@ def _check_one(
         result["message"] = message
     if kind == "edit":
         result["edited_action"] = decision["edited_action"]
+    if justification:
+        result["justification"] = justification
     return result
+
+
+JUSTIFICATION_MAX_CHARS = 4000
+
+
+def _justification(where: str, decision: dict[str, Any]) -> str | None:
+    """A decision's `justification`: a string, kept stripped (None when absent or blank)."""
+    text = decision.get("justification")
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise InvalidDecision(f"{where}: justification must be a string")
+    if len(text) > JUSTIFICATION_MAX_CHARS:
+        raise InvalidDecision(f"{where}: justification is longer than {JUSTIFICATION_MAX_CHARS} characters")
+    return text.strip() or None
 
 
 # --- a write whose outcome is unknown: the question and its answer (asked by unknown.py) ---------------------
@@ -242,5 +266,12 @@ def check_unknown_answer(answer: Any, count: int) -> list[dict[str, Any]]:
         if decision["type"] == "done" and "result" not in decision:
             raise InvalidDecision(f'decision {index}: "done" needs the "result" the write produced')
         note = decision.get("reviewer", reviewer)
-        checked.append({**decision, **({"note": note} if isinstance(note, str) and note else {})})
+        justification = _justification(f"decision {index}", decision)
+        checked.append(
+            {
+                **{k: v for k, v in decision.items() if k != "justification"},
+                **({"note": note} if isinstance(note, str) and note else {}),
+                **({"justification": justification} if justification else {}),
+            }
+        )
     return checked

@@ -1,6 +1,8 @@
-"""Who is calling: the `CallContext` that validators, approval predicates and the approve node see.
+"""Who is calling: read once per call as it enters the graph (`gatedloop.graph.gated`), then carried as data.
 
-Two sources, and one rule for choosing between them:
+The identity found here is bound to what the call carries (the requester of its message, the sender of its
+answer) and put in the runtime context its tools see; no node asks who is running it. Two sources, and one rule
+for choosing between them:
 
 - The runtime context of the call (`graph.invoke(..., context=CallContext(...))`, or the `context` a LangGraph
   Server client sends with a run). In plain Python the caller is trusted code, so this is the identity.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +10,6 @@ from typing import Any
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import Runnable
-from langgraph.config import get_config
 
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.nodes.gate.checked_histories import CheckedHistories
@@ -80,10 +78,3 @@ def fresh_counters(now: float) -> RequestCounters:
         "per_tool": {},
         "retries": 0,
     }
-
-
-def current_thread_id() -> str:
-    """The thread being run; a run with no checkpointer gets a per-run id so the ledger still works."""
-    config = get_config()
-    thread = config.get("configurable", {}).get("thread_id")
-    return str(thread) if thread is not None else f"run-{config.get('run_id') or uuid.uuid4()}"

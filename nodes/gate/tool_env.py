@@ -15,12 +15,12 @@ from typing import Any, cast
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.config import get_config
 from langgraph.prebuilt import ToolRuntime
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Command, StreamWriter
 
+from gatedloop.nodes.running_step import step_config
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.injection import Injections
@@ -59,7 +59,7 @@ def tool_config(plan: CallPlan) -> RunnableConfig:
     tags = [f"tool_call_id:{plan['id']}", f"effect:{plan['effect']}", f"decision:{decision}"]
     if reviewer:
         tags.append(f"reviewer:{reviewer}")
-    config: dict[str, Any] = {k: v for k, v in get_config().items() if k != "run_id"}  # the task's run id
+    config: dict[str, Any] = {k: v for k, v in step_config().items() if k != "run_id"}  # the task's run id
     config["run_name"] = plan["name"]
     config["tags"] = [*(config.get("tags") or []), *tags]
     config["metadata"] = {**(config.get("metadata") or {}), **metadata}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from typing import Any, NamedTuple, cast
 
-from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.func import task
 from langgraph.types import interrupt
@@ -47,6 +46,7 @@ from gatedloop.nodes.gate.running import (
 )
 from gatedloop.nodes.gate.senders import received
 from gatedloop.nodes.gate.tool_env import ToolEnv
+from gatedloop.nodes.running_step import task_namespace
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text
@@ -211,6 +211,8 @@ def _ask_person(
             parts.ledger.record(thread_id, plan["id"], f"{REFUSED_EVENT}:{attempt}", detail, actor)
     waited = _waited_s(parts, thread_id, plan, asked)
     detail = {"decision": decision["type"], **({"note": decision["note"]} if decision.get("note") else {})}
+    if decision.get("justification"):
+        detail["justification"] = decision["justification"]
     parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
     if decision["type"] == "done":
         settled = _settle(parts, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who)
@@ -238,14 +240,13 @@ def _attempt_key(question: int, answer: Any, arrival: str) -> str:
     stored answer again); an answer with no arrival (stored by an older version) by (task, position, answer)."""
     if arrival:
         return digest([arrival, storable_text(answer)])[:12]
-    namespace = get_config().get("configurable", {}).get("checkpoint_ns", "")
-    return digest([namespace, question, storable_text(answer)])[:12]
+    return digest([task_namespace(), question, storable_text(answer)])[:12]
 
 
 def _task_key() -> str:
     """This settle task, the same each time it replays (a call settled twice, by `execute` and later by `model`,
     has two questions, each timed on its own)."""
-    return digest([get_config().get("configurable", {}).get("checkpoint_ns", "")])[:12]
+    return digest([task_namespace()])[:12]
 
 
 def _waited_s(parts: LoopParts, thread_id: str, plan: CallPlan, asked: str) -> float:

@@ -18,8 +18,8 @@ from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 from langchain_core.runnables import Runnable
-from langgraph.config import get_config
 
+from gatedloop.nodes.running_step import step_config
 from gatedloop.tools.arguments import UnreadArguments, read_arguments
 
 
@@ -78,7 +78,7 @@ async def ainvoke_capturing(model: Runnable[Any, BaseMessage], messages: Sequenc
 
 
 def _with_capture(capture: ToolArgumentChunks) -> Any:
-    parent = get_config().get("callbacks")
+    parent = step_config().get("callbacks")
     if isinstance(parent, BaseCallbackManager):
         callbacks: Any = parent.copy()
         callbacks.add_handler(capture, inherit=False)

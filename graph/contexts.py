@@ -1,0 +1,85 @@
+"""A graph's runtime context, whatever its `context_schema`: built for a caller, kept with a request, reused by
+its answers.
+
+A user's schema (a dataclass, pydantic model or TypedDict with fields of the team's beside `user_id` and
+`roles`) must reach the tools on every run, including the runs that only carry an answer: the CLI's, the inbox's,
+Agent Chat UI's, which know nothing of the team's fields. So the fields a request was made under (the ones that
+are JSON data, identity fields left out) are kept with its requester in the state, and an answer that brings no
+value for a field gets the request's. Identity fields are never reused: an answer's identity is its sender's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gatedloop.tools.arguments import argument_problem
+from gatedloop.tools.policy import CallContext
+
+IDENTITY_FIELDS = ("user_id", "roles")
+
+
+def declared_fields(schema: type[Any] | None) -> tuple[str, ...]:
+    """The fields a context schema declares (a dataclass, pydantic model or TypedDict); none for another type."""
+    if schema is None:
+        return ()
+    if dataclasses.is_dataclass(schema):
+        return tuple(f.name for f in dataclasses.fields(schema))
+    model_fields = getattr(schema, "model_fields", None)
+    if isinstance(model_fields, Mapping):
+        return tuple(model_fields)
+    return tuple(getattr(schema, "__annotations__", None) or ())
+
+
+def context_for(schema: type[Any] | None, caller: CallContext, fields: Mapping[str, Any]) -> Any:
+    """The context a front end (the CLI, the inbox) sends for `caller` with the team's `fields`: a CallContext
+    for gatedloop's own schema, else a dict that LangGraph turns into the schema (fields it lacks are filled from
+    the request's context as the run enters, `reused_fields`)."""
+    if schema is None or schema is CallContext:
+        return CallContext(user_id=caller.user_id, roles=caller.roles, extra=dict(fields))
+    identity = {"user_id": caller.user_id, "roles": sorted(caller.roles)}
+    declared = declared_fields(schema)
+    return {**dict(fields), **{k: v for k, v in identity.items() if k in declared}}
+
+
+def kept_fields(context: Any) -> dict[str, Any]:
+    """The non-identity fields of a request's context that can be kept as data (JSON values only)."""
+    if isinstance(context, CallContext):
+        return {}
+    if isinstance(context, Mapping):
+        values: Mapping[str, Any] = context
+    elif dataclasses.is_dataclass(context) and not isinstance(context, type):
+        values = {f.name: getattr(context, f.name) for f in dataclasses.fields(context)}
+    elif callable(getattr(context, "model_dump", None)):
+        values = context.model_dump(mode="json")
+    else:
+        return {}
+    return {k: v for k, v in values.items() if k not in IDENTITY_FIELDS and _is_data(v)}
+
+
+def missing_fields(context: Any, schema: type[Any] | None) -> bool:
+    """Whether an answer's context leaves out non-identity fields its schema declares (nothing, or a dict). Not
+    for gatedloop's own `CallContext`, whose `extra` is optional and which an answer never needs to rebuild."""
+    if schema is None or schema is CallContext or not (context is None or isinstance(context, Mapping)):
+        return False
+    wanted = [f for f in declared_fields(schema) if f not in IDENTITY_FIELDS]
+    return any(f not in (context or {}) for f in wanted)
+
+
+def reused_fields(context: Any, schema: type[Any] | None, kept: Mapping[str, Any]) -> Any:
+    """An answer's context with the fields it lacks taken from the request's `kept` fields."""
+    declared = declared_fields(schema)
+    filled = {k: v for k, v in kept.items() if k in declared and k not in IDENTITY_FIELDS}
+    return {**filled, **dict(context or {})} if filled or context is not None else None
+
+
+def _is_data(value: Any) -> bool:
+    if argument_problem(value) is not None:
+        return False
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -1,0 +1,30 @@
+"""What LangGraph says about the step running now: the one module of `nodes/` that reads the running step's
+config (`langgraph.config.get_config`).
+
+Only facts of the run are read here (its thread, the task's namespace, its callbacks); who asked and who answered
+never are: they arrive as data, bound to the message and the answer as they entered (gatedloop.graph.gated).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_config
+
+
+def step_config() -> RunnableConfig:
+    """The running step's config (callbacks, tags, metadata, configurable)."""
+    return get_config()
+
+
+def current_thread_id() -> str:
+    """The thread being run; a run with no checkpointer gets a per-run id so the ledger still works."""
+    config = get_config()
+    thread = config.get("configurable", {}).get("thread_id")
+    return str(thread) if thread is not None else f"run-{config.get('run_id') or uuid.uuid4()}"
+
+
+def task_namespace() -> str:
+    """The running task's checkpoint namespace: the same each time LangGraph runs the task again."""
+    return str(get_config().get("configurable", {}).get("checkpoint_ns", ""))

@@ -1,0 +1,97 @@
+"""A payments graph served by Aegra in tests/test_aegra.py, built as docs/server.md says: no checkpointer, no
+`ledger=` (Aegra gives each run LangGraph's own `AsyncPostgresSaver`, and gatedloop's ledger must live in its
+database).
+
+- `pay` and `wire` are gated writes that only a `finance` reviewer may approve; `pay` has a `reconcile` (it asks the
+  effects file whether a payment with that key happened), `wire` has none (an unknown outcome goes to a person).
+  A finance user may approve her own request (`self_approval=True`): Aegra 0.11 lets only a thread's creator run on
+  it, so the reviewer of a served thread is its requester (tests/test_aegra.py pins that another user gets 404).
+- Every real payment is a row in the effects file (`AEGRA_TEST_EFFECTS`, SQLite), with the pid of the process that
+  made it: what the tests count.
+- A payee named `hold-before-...` or `hold-after-...` makes the first attempt to pay it stop before or after its
+  effect and wait (`AEGRA_TEST_CONTROL/<payee>.started` names the pid that waits), so a test can SIGKILL the server
+  process that runs it. A later attempt (another worker, after the reaper) does not wait.
+
+The scripted model: "pay 500 to bo as c1" -> one `pay` call with id c1 (or `wire`); after the answer, "done: c1=...".
+Each model call appends its process id to `AEGRA_TEST_CONTROL/model-calls`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, InjectedToolArg, tool
+from sample_app import Effects
+
+from gatedloop.graph import build_graph
+from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.tools import ToolPolicy
+
+EFFECTS_ENV = "AEGRA_TEST_EFFECTS"
+CONTROL_ENV = "AEGRA_TEST_CONTROL"
+HOLD_S = 300.0
+
+
+def responder(messages: list[BaseMessage]) -> AIMessage:
+    with (Path(os.environ[CONTROL_ENV]) / "model-calls").open("a") as log:  # which process asked the model
+        log.write(f"{os.getpid()}\n")
+    humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
+    answers = [m for m in messages[humans[-1] + 1 :] if isinstance(m, ToolMessage)]
+    if answers:
+        return reply("done: " + "; ".join(f"{m.tool_call_id}={m.status}" for m in answers))
+    words = str(messages[humans[-1]].content).split()  # pay 500 to bo as c1
+    if len(words) != 6 or words[0] not in ("pay", "wire"):
+        return reply("say: pay AMOUNT to WHO as ID")
+    return reply(calls=[call(words[0], {"amount": float(words[1]), "to": words[3]}, words[5])])
+
+
+def hold(to: str, when: str) -> None:
+    """The first attempt of a `hold-<when>-...` payment waits here, for a test to kill this process."""
+    if not to.startswith(f"hold-{when}-"):
+        return
+    control = Path(os.environ[CONTROL_ENV])
+    marker = control / f"{to}.started"
+    try:
+        with marker.open("x") as out:  # only the first attempt of this call
+            out.write(str(os.getpid()))
+    except FileExistsError:
+        return
+    time.sleep(HOLD_S)
+
+
+def make_tools(effects: Effects) -> list[BaseTool]:
+    def run(tool_name: str, amount: float, to: str, key: str) -> dict[str, Any]:
+        hold(to, "before")
+        row = effects.add(tool_name, {"amount": amount, "to": to}, key)
+        hold(to, "after")
+        return {"payment": row, "amount": amount, "to": to}
+
+    @tool
+    def pay(amount: float, to: str, idempotency_key: Annotated[str, InjectedToolArg]) -> dict[str, Any]:
+        """Pay an amount to someone (a write, reconciled by its key)."""
+        return run("pay", amount, to, idempotency_key)
+
+    @tool
+    def wire(amount: float, to: str, idempotency_key: Annotated[str, InjectedToolArg]) -> dict[str, Any]:
+        """Wire an amount to someone (a write nobody can reconcile)."""
+        return run("wire", amount, to, idempotency_key)
+
+    return [pay, wire]
+
+
+def served_graph() -> Any:
+    effects = Effects(os.environ[EFFECTS_ENV])
+    gated = {"effect": "write", "approval": "always", "approvers": frozenset({"finance"}), "self_approval": True}
+    return build_graph(
+        ScriptedChatModel(responder=responder),
+        make_tools(effects),
+        policies={
+            "pay": ToolPolicy(**gated, reconcile=lambda args, key: effects.find(key)),
+            "wire": ToolPolicy(**gated),
+        },
+        name="payments",
+    )

@@ -1,0 +1,323 @@
+"""gatedloop served by Aegra (issue 31): two real `aegra serve` processes on one Postgres database and one Redis
+queue, driven by the real `langgraph-sdk`, the graph built as docs/server.md says (no checkpointer, no `ledger=`:
+tests/support/aegra_payments.py). Every real payment is a row in an effects file, counted here.
+
+Needs `GATEDLOOP_AEGRA` (the `aegra` executable of a Python 3.12+ venv with gatedloop installed:
+`.ci/aegra_venv.sh` makes one), the test Postgres (`GATEDLOOP_TEST_PG_URL`) and Redis (`GATEDLOOP_TEST_REDIS_URL`:
+`.ci/start_redis.sh`). Without them the module is skipped with the reason, as in the README's test command;
+`.ci/run` then runs it with all three and `GATEDLOOP_AEGRA_REQUIRED=1`, under which a missing one fails instead.
+
+    line=$(.ci/start_redis.sh) && export "$line" && line=$(.ci/aegra_venv.sh) && export "$line"
+    GATEDLOOP_AEGRA_REQUIRED=1 .venv/bin/pytest -n 0 tests/test_aegra.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aegra_servers import (
+    AEGRA_ENV,
+    REDIS_ENV,
+    TOKENS,
+    AegraServer,
+    Deployment,
+    deployment,
+    fresh_database,
+    server_env,
+    wait_until,
+)
+from pg_server import PostgresUnavailable, find_postgres
+from sample_app import Effects
+
+pytestmark = pytest.mark.slow
+GRAPH = "payments"
+HANDED_ON_S = 120.0
+"""How long a killed worker's run may take to finish elsewhere: lease (6 s) + reaper (1 s) + a loaded machine."""
+
+
+REQUIRED_ENV = "GATEDLOOP_AEGRA_REQUIRED"
+
+
+def missing(reason: str) -> None:
+    if os.environ.get(REQUIRED_ENV):
+        pytest.fail(f"{REQUIRED_ENV} is set but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def aegra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    executable = os.environ.get(AEGRA_ENV)
+    if not executable or not Path(executable).is_file():
+        missing(f"Aegra is not installed: set {AEGRA_ENV} to the `aegra` of a Python 3.12 venv (.ci/aegra_venv.sh)")
+    redis_url = os.environ.get(REDIS_ENV)
+    if not redis_url:
+        missing(f'no Redis: set {REDIS_ENV} (line=$(.ci/start_redis.sh) && export "$line")')
+    try:
+        pg_url = find_postgres()
+    except PostgresUnavailable as exc:
+        missing(str(exc))
+    with deployment(str(executable), pg_url, str(redis_url), tmp_path_factory.mktemp("aegra")) as found:
+        yield found
+
+
+@pytest.fixture
+def both(aegra: Deployment) -> Deployment:
+    """Both processes running when a test starts (an earlier test may have stopped or killed one)."""
+    aegra.ensure_running()
+    return aegra
+
+
+def client(server: Any, user: str, header: str = "authorization", token: str | None = None) -> Any:
+    from langgraph_sdk import get_sync_client
+
+    token = token or TOKENS[user]
+    headers = {"Authorization": f"Bearer {token}"} if header == "authorization" else {"X-Api-Key": token}
+    return get_sync_client(url=server.url, headers=headers, timeout=120)
+
+
+def ask(sdk: Any, text: str) -> str:
+    thread_id = sdk.threads.create()["thread_id"]
+    sdk.runs.wait(thread_id, GRAPH, input={"messages": [{"role": "user", "content": text}]})
+    return thread_id
+
+
+def pending(sdk: Any, thread_id: str) -> list[dict[str, Any]]:
+    return [i["value"] for i in sdk.threads.get_state(thread_id).get("interrupts") or []]
+
+
+def answer(sdk: Any, thread_id: str, *decisions: dict[str, Any]) -> Any:
+    return sdk.runs.wait(thread_id, GRAPH, command={"resume": {"decisions": list(decisions)}})
+
+
+def payee(prefix: str) -> str:
+    """A payee no other test pays: the effects of a test are the rows paying it."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def payments(aegra: Deployment, to: str) -> list[tuple[str, dict[str, Any], str | None]]:
+    return [row for row in Effects(aegra.effects).rows() if row[1]["to"] == to]
+
+
+def paid_by(aegra: Deployment, to: str) -> list[int]:
+    """The process ids that made the payments to `to`."""
+    with sqlite3.connect(aegra.effects) as conn:
+        rows = conn.execute("SELECT args, pid FROM effects ORDER BY seq").fetchall()
+    return [pid for args, pid in rows if json.loads(args)["to"] == to]
+
+
+def model_pids(aegra: Deployment) -> list[int]:
+    path = aegra.control / "model-calls"
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def decided(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == "decision"]
+
+
+def audit(aegra: Deployment, thread_id: str) -> list[dict[str, Any]]:
+    from gatedloop.checkpoints.postgres import PostgresLedger
+
+    return PostgresLedger(aegra.database_url).audit(thread_id)
+
+
+def test_an_approval_answered_on_the_other_process_runs_the_write_once(both: Deployment) -> None:
+    """(a) Process A asks, only A running; the approval goes to process B with A stopped, so the approval and the
+    write cannot share a process's memory. Before checkpoints/ledger_for.py gave LangGraph's Postgres saver a
+    ledger, B answered the call "never validated" and the thread ended `completed` with no payment."""
+    a, b = both[0], both[1]
+    b.stop()
+    to = payee("bo")
+    thread_id = ask(client(a, "bo"), f"pay 500 to {to} as a1")
+    [request] = pending(client(a, "bo"), thread_id)
+    assert request["kind"] == "approval" and request["action_requests"][0]["args"] == {"amount": 500.0, "to": to}
+    asked_in = model_pids(both)[-1]
+    b.start()
+    a.stop()
+    out = answer(client(b, "bo", header="x-api-key"), thread_id, {"type": "approve"})  # Agent Chat UI's header
+    assert out["status"] == "completed", out
+    assert [(args["amount"], args["to"]) for _, args, _ in payments(both, to)] == [(500.0, to)]
+    assert paid_by(both, to) == [b.server_pid()] != [asked_in]
+    bo_b = client(b, "bo")
+    assert bo_b.threads.get(thread_id)["status"] == "idle"
+    assert pending(bo_b, thread_id) == []
+
+    a.start()
+    with pytest.raises(httpx.HTTPStatusError) as second:  # a second answer, on the other process
+        answer(client(a, "bo"), thread_id, {"type": "approve"})
+    assert second.value.response.status_code == 400 and "not in interrupted state" in second.value.response.text
+    assert len(payments(both, to)) == 1
+    assert client(a, "bo").threads.get(thread_id)["status"] == "idle"
+
+    events = audit(both, thread_id)
+    decisions = [
+        (e["actor"], e["detail"]["decision"], e["detail"]["roles"]) for e in events if e["event"] == "decision"
+    ]
+    assert decisions == [("bo", "approve", ["finance"])], events  # the token's user and roles
+    assert [e["event"] for e in events if e["event"] == "executed"] == ["executed"]
+
+
+def test_a_reviewer_without_the_role_is_refused_and_nothing_runs(both: Deployment) -> None:
+    a, b = both[0], both[1]
+    to = payee("cy")
+    thread_id = ask(client(a, "ana"), f"pay 300 to {to} as r1")
+    [request] = pending(client(a, "ana"), thread_id)
+    answer(client(b, "ana"), thread_id, {"type": "approve"})  # ana is staff: pay needs finance
+    assert payments(both, to) == []
+    [still] = pending(client(b, "ana"), thread_id)
+    assert still["action_requests"][0]["args"] == request["action_requests"][0]["args"]
+    assert still["error"] == "pay (r1): deciding this call needs one of the roles ['finance']"
+    events = audit(both, thread_id)
+    refused = [(e["actor"], e["detail"]["roles"]) for e in events if e["event"].startswith("answer_refused")]
+    assert refused == [("ana", ["staff"])], events
+    assert not [e for e in events if e["event"] in ("decision", "executed")], events
+
+    # Aegra 0.11 keeps a thread for the user who created it: another user's answer is 404, whatever her roles.
+    with pytest.raises(httpx.HTTPStatusError) as other:
+        answer(client(b, "bo"), thread_id, {"type": "approve"})
+    assert other.value.response.status_code == 404
+    assert payments(both, to) == []
+
+
+def settled(sdk: Any, thread_id: str, run_id: str) -> dict[str, Any]:
+    """Wait until the run is over (done, failed or paused), wherever it ran, and return the thread."""
+    wait_until(
+        lambda: sdk.runs.get(thread_id, run_id)["status"] not in ("pending", "running"),
+        HANDED_ON_S,
+        f"run {run_id} to finish on the surviving process",
+        interval_s=0.5,
+    )
+    return sdk.threads.get(thread_id)
+
+
+def running_it(aegra: Deployment, pid: int) -> AegraServer:
+    [server] = [s for s in aegra.servers if s.alive() and s.server_pid() == pid]
+    return server
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+@pytest.mark.parametrize("tool", ["pay", "wire"])
+def test_a_worker_killed_while_a_write_runs_never_writes_twice(both: Deployment, tool: str, when: str) -> None:
+    """(b) The process running an approved write is SIGKILLed right before or right after its effect. Aegra's
+    reaper hands the run to the surviving process when the lease expires; gatedloop finds the write started by a
+    worker that is gone: `pay` asks its system (reconcile) and runs once or reuses the result; `wire`, which nobody
+    can reconcile, asks a person whether it happened. Never two payments."""
+    to = payee(f"hold-{when}")
+    bo = client(both[0], "bo")
+    thread_id = ask(bo, f"{tool} 70 to {to} as k1")
+    run = bo.runs.create(thread_id, GRAPH, command={"resume": {"decisions": [{"type": "approve"}]}})
+    marker = both.control / f"{to}.started"
+    wait_until(lambda: marker.exists() and marker.read_text(), 60, "the write to start")
+    victim = running_it(both, int(marker.read_text()))
+    survivor = next(s for s in both.servers if s is not victim)
+    assert len(payments(both, to)) == (1 if when == "after" else 0)
+    victim.kill_hard()
+
+    on_survivor = client(survivor, "bo")
+    thread = settled(on_survivor, thread_id, run["run_id"])
+    assert len(payments(both, to)) <= 1
+    if tool == "wire":  # nobody can tell: a person is asked, and her answer settles it
+        assert thread["status"] == "interrupted", thread
+        [question] = pending(on_survivor, thread_id)
+        assert question["kind"] == "unknown_outcome", question
+        settle = {"type": "done", "result": {"confirmed": True}} if when == "after" else {"type": "not_done"}
+        out = answer(on_survivor, thread_id, settle)
+        thread = on_survivor.threads.get(thread_id)
+    else:
+        out = on_survivor.threads.get_state(thread_id)["values"]
+    assert thread["status"] == "idle", thread
+    assert out["status"] == "completed", out
+    assert len(payments(both, to)) == 1
+    assert paid_by(both, to)[0] in ((victim_pid := int(marker.read_text())), survivor.server_pid())
+    if when == "before":
+        assert paid_by(both, to) == [survivor.server_pid()] != [victim_pid]
+
+
+def test_four_concurrent_answers_through_both_processes_make_one_write(both: Deployment) -> None:
+    """(c) One request, four approvals at once, two through each process: one payment, one decision recorded. Aegra
+    refuses an answer that arrives when the thread is no longer interrupted (400) or busy (409), and queues the
+    others: here two of the four usually became runs, and the later one found the request already answered."""
+    to = payee("race")
+    thread_id = ask(client(both[0], "bo"), f"pay 40 to {to} as c1")
+    sdks = [client(both[i % 2], "bo") for i in range(4)]
+
+    def approve(sdk: Any) -> str:
+        try:
+            answer(sdk, thread_id, {"type": "approve"})
+        except httpx.HTTPStatusError as exc:
+            return str(exc.response.status_code)
+        return "ran"
+
+    with ThreadPoolExecutor(4) as pool:
+        outcomes = list(pool.map(approve, sdks))
+    bo = client(both[1], "bo")
+    wait_until(lambda: bo.threads.get(thread_id)["status"] == "idle", HANDED_ON_S, "the thread to settle")
+    assert len(payments(both, to)) == 1, outcomes
+    assert "ran" in outcomes and set(outcomes) <= {"ran", "400", "409"}, outcomes
+    assert len(decided(audit(both, thread_id))) == 1, (outcomes, audit(both, thread_id))
+
+
+DEPLOY = Path(__file__).parent.parent / "deploy" / "aegra"
+EXAMPLE_ANA = "ana-example-token-change-me"
+
+
+def test_the_shipped_deployment_serves_the_demo_and_the_bookings_graphs(aegra: Deployment, tmp_path: Path) -> None:
+    """deploy/aegra/aegra.json as its README starts it (its reviewers file, the demo's offline model): the three
+    graphs are listed; the demo's gated seat is asked for and reserved once the requester approves it on the
+    other process; a booking waits for a `hosts` reviewer (ana's own approval is refused for the role)."""
+    executable, redis_url = str(os.environ[AEGRA_ENV]), str(os.environ[REDIS_ENV])
+    with fresh_database(find_postgres()) as database_url:
+        env = server_env(
+            database_url, redis_url, uuid.uuid4().hex[:10], GATEDLOOP_AUTH_FILE=str(DEPLOY / "reviewers.example.json")
+        )
+        del env["GATEDLOOP_AUTH_TOKENS"], env["PYTHONPATH"]
+        servers = [AegraServer(f"deploy-{n}", executable, DEPLOY / "aegra.json", env, tmp_path) for n in "AB"]
+        try:
+            for server in servers:
+                server.start()
+            ana, on_b = (client(s, "ana", token=EXAMPLE_ANA) for s in servers)
+            assert {a["graph_id"] for a in ana.assistants.search()} == {"gatedloop", "tables", "rooms"}
+
+            thread_id = ana.threads.create()["thread_id"]
+            ana.runs.wait(
+                thread_id,
+                "gatedloop",
+                input={"messages": [{"role": "user", "content": "Reserve a seat in workshop WS-101 for Ana"}]},
+            )
+            [request] = pending(ana, thread_id)
+            assert request["action_requests"][0]["requested_by"] == "ana"
+            out = on_b.runs.wait(thread_id, "gatedloop", command={"resume": {"decisions": [{"type": "approve"}]}})
+            assert out["status"] == "completed" and out["answer"].startswith("Reserved: "), out
+
+            thread_id = ana.threads.create()["thread_id"]
+            ana.runs.wait(
+                thread_id, "tables", input={"messages": [{"role": "user", "content": "a table for 4 at Chez Ana"}]}
+            )
+            [request] = pending(ana, thread_id)
+            assert request["action_requests"][0]["approvers"] == ["hosts"]
+            on_b.runs.wait(thread_id, "tables", command={"resume": {"decisions": [{"type": "approve"}]}})
+            [still] = pending(on_b, thread_id)
+            assert "hosts" in still["error"], still
+            assert not (tmp_path / ".gatedloop" / "bookings.sqlite").exists()
+        finally:
+            for server in servers:
+                server.stop()
+
+
+def test_a_bad_auth_configuration_stops_the_shipped_deployment(aegra: Deployment, tmp_path: Path) -> None:
+    """Aegra alone would log the auth module's error and serve everyone as one anonymous user; the deployment's graph
+    modules import gatedloop's auth, so the server does not start."""
+    env = server_env(aegra.database_url, str(os.environ[REDIS_ENV]), uuid.uuid4().hex[:10])
+    env["GATEDLOOP_AUTH_TOKENS"] = json.dumps({"tokens": {"short": {"user_id": "x"}}})
+    server = AegraServer("bad-auth", str(os.environ[AEGRA_ENV]), DEPLOY / "aegra.json", env, tmp_path)
+    with pytest.raises(RuntimeError, match="exited"):
+        server.start(timeout_s=120)
+    assert "AuthConfigError: gatedloop auth config (GATEDLOOP_AUTH_TOKENS): tokens: entry #1" in server.log.read_text()
