@@ -1,6 +1,7 @@
 """Crash trials at scale: the seeded trials of tests/test_crash.py, N of them, and one summary line.
 
     .venv/bin/python -m bench.crash_trials [--trials 300] [--seed 1] [--jobs 2] [--keep DIR]
+    .venv/bin/python -m bench.crash_trials --answers [--trials 200] [--seed 1] [--jobs 2] [--keep DIR]
 
 Each trial: a real child process starts a thread of 2-4 approved writes and is SIGKILLed at a seeded
 moment (on a marker: a step, a write's start, its committed effect, a checkpoint or task-result write;
@@ -8,6 +9,12 @@ or after a random delay); a fresh process resumes by thread id alone and is kill
 the trials; this process resumes last without a kill. Then the invariants are checked (see
 `tests/support/crash_child.py: inspect_thread`). Prints the summary line, where each kill landed, and every trial
 that broke an invariant. Exit status 1 if any did.
+
+With `--answers`, the answer trials of `tests/support/answer_crash.py` instead (issue 29, finding 2): a child sends
+ana's refused answer (approve of her own call; `not_done` for a paid write of unknown outcome) and is SIGKILLed
+0-8 ms after sending it, 0-8 ms after LangGraph stored it, or on a marker with nothing after it stored; bo
+resumes with no answer (`invoke(None)`). The summary counts writes nobody authorised, doubles and audit rows
+naming bo, and says where each kill landed, per path and kind of kill.
 """
 
 from __future__ import annotations
@@ -26,7 +33,15 @@ TESTS = Path(__file__).resolve().parent.parent / "tests" / "support"
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from crash_child import ChildRun, TrialResult, plan_trial, run_trial  # noqa: E402  (tests/ is not a package)
+from answer_crash import (  # noqa: E402  (tests/ is not a package)
+    LANDINGS,
+    PATHS,
+    AnswerResult,
+    make_template,
+    plan_answer_trial,
+    run_answer_trial,
+)
+from crash_child import ChildRun, TrialResult, plan_trial, run_trial  # noqa: E402
 
 WRITE_MARKERS = ("write_begin", "hold_before", "effect", "hold_after")
 
@@ -63,19 +78,83 @@ def summarize(results: list[TrialResult], elapsed: float) -> tuple[str, Counter[
     return line, moments, failed
 
 
+KILL_LABELS = {
+    "sent": "killed 0-8 ms after sending",
+    "stored": "killed 0-8 ms after it was stored",
+    "held": "killed on hold_resume",
+}
+
+
+def summarize_answers(results: list[AnswerResult], elapsed: float) -> tuple[str, list[str], list[AnswerResult]]:
+    """The summary line, where the kills landed (per path and kind of kill), and the failed trials."""
+    paths = Counter(r.plan.path for r in results)
+    failed = [r for r in results if not r.ok]
+    line = (
+        f"answer trials={len(results)} ({', '.join(f'{p}={paths[p]}' for p in PATHS)}) "
+        f"kills={sum(r.killed for r in results)} "
+        f"unauthorised_writes={sum(r.unauthorised for r in results)} doubles={sum(r.doubles for r in results)} "
+        f"false_audit_rows={sum(len(r.false_audit) for r in results)} "
+        f"completed_after_bos_answer={sum(r.final == 'completed' for r in results)} "
+        f"trials_failing_an_invariant={len(failed)} elapsed={elapsed:.1f}s"
+    )
+    landings = []
+    for path in PATHS:
+        for kill, label in KILL_LABELS.items():
+            group = [r for r in results if r.plan.path == path and r.plan.kill == kill]
+            if not group:
+                continue
+            seen = Counter(r.landed for r in group)
+            bad = Counter(r.landed for r in group if r.unauthorised or r.doubles)
+            where = ", ".join(
+                f"{landing}={seen[landing]}" + (f" (broken: {bad[landing]})" if bad[landing] else "")
+                for landing in LANDINGS
+                if seen[landing]
+            )
+            landings.append(f"{path}, {label} ({len(group)}): {where}")
+    return line, landings, failed
+
+
+def main_answers(args: argparse.Namespace) -> int:
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gatedloop-answers-"))
+    root.mkdir(parents=True, exist_ok=True)
+    plans = [plan_answer_trial(args.seed + i) for i in range(args.trials or 200)]
+    started = time.monotonic()
+    try:
+        templates = {path: make_template(path, root / f"template-{path}") for path in PATHS}
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(lambda p: run_answer_trial(p, templates[p.path], root / f"trial-{p.seed}"), plans))
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    line, landings, failed = summarize_answers(results, time.monotonic() - started)
+    print(line)
+    print("kills landed:")
+    for landing in landings:
+        print("  " + landing)
+    kinds = Counter(f"{r.plan.form}/{r.plan.durability}/bo {r.plan.resumer}" for r in results)
+    shown = ", ".join(f"{k}={n}" for k, n in sorted(kinds.items()))
+    print("trial kinds (answer form/durability/where bo resumes): " + shown)
+    for result in failed:
+        print("\nFAILED " + result.explain())
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=300)
+    parser.add_argument("--trials", type=int, default=None, help="300; with --answers, 200")
+    parser.add_argument("--answers", action="store_true", help="the answer trials (issue 29, finding 2)")
     parser.add_argument("--seed", type=int, default=1, help="first seed; trial i uses seed + i")
     parser.add_argument("--jobs", type=int, default=2, help="trials run at the same time")
     parser.add_argument("--keep", default=None, help="keep each trial's files under this directory")
     args = parser.parse_args(argv)
     # the trials whose reconcile cannot tell log a warning each time; expected here, so kept off the output
     logging.getLogger("gatedloop.reconcile").setLevel(logging.ERROR)
+    if args.answers:
+        return main_answers(args)
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gatedloop-crash-"))
     root.mkdir(parents=True, exist_ok=True)
-    plans = [plan_trial(args.seed + i) for i in range(args.trials)]
+    plans = [plan_trial(args.seed + i) for i in range(args.trials or 300)]
     started = time.monotonic()
     try:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:

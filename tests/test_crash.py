@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from answer_crash import PATHS, STORED_NOT_REFUSED, AnswerPlan, make_template, plan_answer_trial, run_answer_trial
 from backends import Backend
 from crash_child import (
     Child,
@@ -60,6 +61,8 @@ TRIALS = int(os.environ.get("GATEDLOOP_CRASH_TRIALS", "12"))
 PG_TRIALS = int(os.environ.get("GATEDLOOP_PG_CRASH_TRIALS", "4"))
 SEED_BASE = int(os.environ.get("GATEDLOOP_CRASH_SEED", "20240"))
 THREAD = "t1"
+# Seeded answer trials beside the held one of each path (tests/support/answer_crash.py; the bench runs hundreds).
+ANSWER_TRIALS = int(os.environ.get("GATEDLOOP_ANSWER_TRIALS", "1"))
 
 
 # Until the bug pinned by test_rerun_killed_again_then_not_done_runs_the_write is fixed, a trial whose
@@ -344,6 +347,28 @@ def test_a_refused_answer_is_never_handed_back_as_the_next_resumers(tmp_path: Pa
     assert not [e for e in audit if e["event"] == "unknown_outcome_decision"]
     refused = [e["actor"] for e in audit if e["event"].startswith("unknown_answer_refused:")]
     assert refused and set(refused) == {"ana", "dan"}, refused
+
+
+def test_an_answer_whose_sender_is_killed_as_it_is_stored_stays_its_senders(tmp_path: Path):
+    """Issue 29, finding 2. ana (the requester, no finance role) answers in a real child: `approve` of her own
+    call, or `not_done` for the write a killed child already paid. The child is SIGKILLed on the marker right
+    after LangGraph stored her answer, before anything else is (`--hold resume`), and bo (finance) continues with
+    no answer, `graph.invoke(None, cfg, context=bo)`, in this process (which never opened that thread); the seeded
+    trials kill it 0-8 ms after it printed that the answer was stored. Each time ana's answer is judged as hers:
+    nothing is paid that nobody authorised, nothing twice, and the audit names bo for nothing; when bo then
+    answers himself, the thread completes with exactly one payment. (The bench runs hundreds, bo in a fresh
+    process in half of them.)"""
+    plans = [AnswerPlan(SEED_BASE, path, "held") for path in PATHS]
+    plans += [plan_answer_trial(SEED_BASE + 1 + i, kill="stored", resumer="here") for i in range(ANSWER_TRIALS)]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the settle template (a killed child) first: the longest
+        templates = {path: pool.submit(make_template, path, tmp_path / path) for path in sorted(PATHS, reverse=True)}
+        trial = lambda p: run_answer_trial(p, templates[p.path].result(), tmp_path / f"{p.path}-{p.seed}")  # noqa: E731
+        results = list(pool.map(trial, plans))
+    failures = [r.explain() for r in results if not r.ok]
+    assert not failures, "\n\n".join(failures)
+    for held in results[: len(PATHS)]:
+        assert held.killed and held.landed == STORED_NOT_REFUSED, held.explain()
+    assert all(r.final == "completed" for r in results), [r.explain() for r in results]
 
 
 # ------------------------------------------------------------ unknown outcomes from a planted ledger claim

@@ -16,9 +16,18 @@ thread stopped mid-run with `runs.resume(graph, tid)` (no answer), and answers u
     hold_ckpt <step>         waiting on the gate file before the checkpoint of a step (--hold ckpt)
     ckpt <n> / ckpt_done <n> a checkpoint is being written / was written
     writes <n> / writes_done <n>  pending writes (task results) are being written / were written
+    answer_sent <decision>   about to send one answer (--answer), as --reviewer, and do nothing else
+    resume_stored <task>     LangGraph stored an answer (a RESUME write; `null`: a positional answer)
+    hold_resume              with --hold resume: the answer is stored and nothing after it will be (the child
+                             waits on the gate file; every later checkpoint and ledger write waits too)
+    answered <outcome>       the answer's invoke returned: `asked_again` (a request is pending) or the status
     busy                     `ThreadBusy`: another process holds the thread's lease (exit 3)
     waiting <kind>           left for a person (exit 4)
     final <status>           the thread ended (exit 0)
+
+With `--answer DECISION` the child does not drive the thread: it sends that one answer to the pending request
+(`none`: no answer, `invoke(None)`) as `--reviewer`, through `graph.invoke` as a client would, and exits. The
+answer trials of tests/support/answer_crash.py kill it while it does.
 
 Imported, it offers the parent side: `run_child` (spawn, kill on a marker or after a delay), the seeded
 crash trial (`plan_trial`, `run_trial`) and its invariant checks (`inspect_thread`), shared by
@@ -129,6 +138,86 @@ def _mark_checkpoint_writes(saver: Any, args: argparse.Namespace) -> None:
         setattr(saver, name, wrapped)
 
 
+def _mark_resume_writes(saver: Any, args: argparse.Namespace) -> threading.Event:
+    """Say when LangGraph has stored an answer (a put_writes with a RESUME channel), and with `--hold resume`
+    stop the process there: once the returned event is set, every other checkpoint write and every ledger write
+    waits on the gate file, and once the answer is stored the child prints `hold_resume` and waits too. A kill on
+    that marker lands where issue 29's finding 2 did: the answer stored, nothing the node made of it. The event
+    is set when the answer's write begins, or earlier by `answer_once` (see there)."""
+    from langgraph._internal._constants import NULL_TASK_ID, RESUME
+
+    holding = args.hold == "resume" and bool(args.gate)
+    frozen = threading.Event()
+
+    def wait_if_frozen() -> None:
+        if holding and frozen.is_set():
+            _wait_for(args.gate)
+
+    for name in ("put", "put_writes"):
+        original = getattr(saver, name)
+
+        def wrapped(*a: Any, _original: Any = original, _name: str = name, **kw: Any) -> Any:
+            resume = _name == "put_writes" and any(channel == RESUME for channel, _ in a[1])
+            if not resume:
+                wait_if_frozen()
+                return _original(*a, **kw)
+            if holding:
+                frozen.set()
+            result = _original(*a, **kw)
+            mark("resume_stored", "null" if a[2] == NULL_TASK_ID else "task")
+            if holding:
+                mark("hold_resume")
+                _wait_for(args.gate)
+            return result
+
+        setattr(saver, name, wrapped)
+    ledger = getattr(saver, "ledger", None)
+    begin = getattr(ledger, "_begin", None)
+    if holding and begin is not None:  # SQLite: every ledger write transaction starts here
+
+        def held_begin(*a: Any, **kw: Any) -> Any:
+            wait_if_frozen()
+            return begin(*a, **kw)
+
+        ledger._begin = held_begin
+    return frozen
+
+
+def answer_once(graph: Any, args: argparse.Namespace, frozen: threading.Event) -> int:
+    """Send one answer (`--answer`; `none`: `invoke(None)`) to the pending request as `--reviewer`, positional
+    or keyed by the interrupt's id (`--answer-form`), and report what came back.
+
+    With `--hold resume`, a positional answer freezes every write but its own from the moment it is sent:
+    LangGraph stores it before any node runs, so nothing that follows it can land first (a node that reads it
+    runs in this thread while the write is made in another). A keyed answer is stored by the node that reads it,
+    after the ledger writes that node makes before its interrupt, so its own write begins the freeze."""
+    from langgraph.types import Command
+
+    from gatedloop.graph import runs
+
+    config = runs.config_for(args.thread)
+    payload = None
+    if args.answer != "none":
+        value: Any = {"decisions": [{"type": args.answer}]}
+        if args.answer_form == "keyed":
+            [pending] = graph.get_state(config).interrupts
+            value = {pending.id: value}
+        payload = Command(resume=value)
+    if args.hold == "resume" and args.answer_form == "positional" and payload is not None:
+        frozen.set()
+    mark("answer_sent", args.answer)
+    out = graph.invoke(payload, config, context=_reviewer(args), durability=args.durability)
+    mark("answered", "asked_again" if out.get("__interrupt__") else out.get("status"))
+    return EXIT_FINAL
+
+
+def _reviewer(args: argparse.Namespace) -> Any:
+    from gatedloop.tools import CallContext
+
+    name, _, roles = (args.reviewer or "").partition(":")
+    return CallContext(user_id=name or None, roles=frozenset(filter(None, roles.split(","))))
+
+
 def _raise_cannot_tell(args: dict[str, Any], key: str) -> Any:
     raise ConnectionError("the booking system cannot be reached")
 
@@ -155,8 +244,7 @@ def drive(graph: Any, effects: Any, args: argparse.Namespace, emit: Any = mark) 
 
     config = runs.config_for(args.thread)
     requester = CallContext(user_id=args.requester)
-    reviewer_name, _, roles = (args.reviewer or "").partition(":")
-    reviewer = CallContext(user_id=reviewer_name or None, roles=frozenset(filter(None, roles.split(","))))
+    reviewer = _reviewer(args)
 
     def resume(answer: Any = None) -> None:
         if args.bypass_lease:
@@ -214,7 +302,7 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--unknown", choices=["truthful", "done", "not_done", "abandon", "wait"], default="truthful")
     parser.add_argument("--delay-before", type=float, default=0.0, help="seconds inside a write, before the effect")
     parser.add_argument("--delay-after", type=float, default=0.0, help="seconds after the effect, before returning")
-    parser.add_argument("--hold", choices=["none", "before", "after", "ckpt"], default="none")
+    parser.add_argument("--hold", choices=["none", "before", "after", "ckpt", "resume"], default="none")
     parser.add_argument("--hold-step", type=int, default=None, help="with --hold ckpt: the step whose checkpoint waits")
     parser.add_argument("--hold-call", action="append", default=[], help="hold only these call ids (default: all)")
     parser.add_argument("--gate", default=None, help="file whose existence releases a held write")
@@ -224,6 +312,14 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requester", default=None, help="the user id that starts the thread")
     parser.add_argument("--reviewer", default=None, help="USER:ROLE,ROLE: the identity every answer is sent as")
     parser.add_argument("--once", action="store_true", help="do one step only")
+    parser.add_argument(
+        "--answer",
+        choices=["approve", "reject", "not_done", "abandon", "none"],
+        default=None,
+        help="only send this answer to the pending request, as --reviewer (none: invoke(None)), then exit",
+    )
+    parser.add_argument("--answer-form", choices=["positional", "keyed"], default="positional")
+    parser.add_argument("--durability", choices=["async", "sync", "exit"], default="async", help="with --answer")
     parser.add_argument("--max-steps", type=int, default=12)
     return parser
 
@@ -247,11 +343,14 @@ def child_main(argv: list[str] | None = None) -> int:
     overrides = _overrides(args)
     with open_checkpointer(args.db) as saver:
         _mark_checkpoint_writes(saver, args)
+        frozen = _mark_resume_writes(saver, args)
         graph = build(saver, effects, **overrides)
         mark("ready", os.getpid())
         if args.barrier:
             Path(args.barrier, f"ready.{os.getpid()}").touch()
             _wait_for(os.path.join(args.barrier, "go"))
+        if args.answer is not None:
+            return answer_once(graph, args, frozen)
         return drive(graph, effects, args)
 
 
