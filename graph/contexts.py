@@ -15,22 +15,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gatedloop.nodes.gate.identity import declared_fields
 from gatedloop.tools.arguments import argument_problem
 from gatedloop.tools.policy import CallContext
 
 IDENTITY_FIELDS = ("user_id", "roles")
-
-
-def declared_fields(schema: type[Any] | None) -> tuple[str, ...]:
-    """The fields a context schema declares (a dataclass, pydantic model or TypedDict); none for another type."""
-    if schema is None:
-        return ()
-    if dataclasses.is_dataclass(schema):
-        return tuple(f.name for f in dataclasses.fields(schema))
-    model_fields = getattr(schema, "model_fields", None)
-    if isinstance(model_fields, Mapping):
-        return tuple(model_fields)
-    return tuple(getattr(schema, "__annotations__", None) or ())
 
 
 def context_for(schema: type[Any] | None, caller: CallContext, fields: Mapping[str, Any]) -> Any:

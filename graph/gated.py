@@ -27,9 +27,10 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateUpdate
 
 from gatedloop.graph.contexts import kept_fields, missing_fields, reused_fields
-from gatedloop.nodes.gate.identity import authenticated_context, caller_context, identity_from_stored, stored_identity
+from gatedloop.nodes.gate.identity import authenticated_context, caller_context, stored_identity
 from gatedloop.nodes.gate.senders import bind_sender
 from gatedloop.nodes.state import REQUESTER_FIELD
+from gatedloop.tools.policy import CallContext
 
 
 class GatedGraph(CompiledStateGraph):
@@ -74,38 +75,41 @@ class GatedGraph(CompiledStateGraph):
     def _bound(self, input: Any, config: RunnableConfig | None, context: Any) -> tuple[Any, Any]:
         merged = merge_configs(self.config, config)
         context = authenticated_context(context, self.context_schema, merged)
-        requester = {**stored_identity(caller_context(context, merged)), "context": kept_fields(context)}
-        return bound_input(input, requester), context
+        return bound_input(input, caller_context(context, merged), context), context
 
 
-def bound_input(input: Any, requester: dict[str, Any]) -> Any:
-    """`input` with the caller (`requester`: a stored identity and the context fields kept with a request) bound
-    to the messages and answers it carries."""
+def bound_input(input: Any, caller: CallContext, context: Any) -> Any:
+    """`input` with `caller` bound to the messages and answers it carries (`context`: the run's context, whose
+    fields are kept with a new request)."""
     if isinstance(input, Command):
-        sender = identity_from_stored(requester)
-        resume = bind_sender(input.resume, sender) if input.resume is not None else None
-        return dataclasses.replace(input, resume=resume, update=_update_with_requester(input, requester))
+        resume = bind_sender(input.resume, caller) if input.resume is not None else None
+        return dataclasses.replace(input, resume=resume, update=_update_with_requester(input, caller, context))
     if isinstance(input, Mapping):
-        return _with_requester(input, requester)
+        return _with_requester(input, caller, context)
     return input
 
 
-def _with_requester(values: Mapping[str, Any], requester: dict[str, Any]) -> dict[str, Any]:
+def _requester(caller: CallContext, context: Any) -> dict[str, Any]:
+    """What a new message's requester holds: the caller's identity and the context fields answers may reuse."""
+    return {**stored_identity(caller), "context": kept_fields(context)}
+
+
+def _with_requester(values: Mapping[str, Any], caller: CallContext, context: Any) -> dict[str, Any]:
     """Values with the requester set when they carry messages (a request's requester is who sent its message),
     and a client's own `requester` dropped either way."""
     kept = {k: v for k, v in values.items() if k != REQUESTER_FIELD}
-    return {**kept, REQUESTER_FIELD: requester} if kept.get("messages") else kept
+    return {**kept, REQUESTER_FIELD: _requester(caller, context)} if kept.get("messages") else kept
 
 
-def _update_with_requester(command: Command, requester: dict[str, Any]) -> Any:
+def _update_with_requester(command: Command, caller: CallContext, context: Any) -> Any:
     """A command's `update` (a dict, or LangGraph's list of (key, value) pairs) with the requester bound."""
     if command.update is None:
         return None
     if isinstance(command.update, Mapping):
-        return _with_requester(command.update, requester)
+        return _with_requester(command.update, caller, context)
     pairs = [(key, value) for key, value in command._update_as_tuples() if key != REQUESTER_FIELD]
     if any(key == "messages" for key, _ in pairs):
-        pairs.append((REQUESTER_FIELD, requester))
+        pairs.append((REQUESTER_FIELD, _requester(caller, context)))
     return pairs
 
 

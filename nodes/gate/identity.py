@@ -149,12 +149,18 @@ def authenticated_context(context: Any, schema: type[Any] | None, config: Runnab
     )
 
 
-def _identity_fields(schema: type[Any] | None) -> set[str]:
-    """Which of `user_id` and `roles` a context schema declares (a dataclass, pydantic model or TypedDict)."""
+def declared_fields(schema: type[Any] | None) -> tuple[str, ...]:
+    """The fields a context schema declares (a dataclass, pydantic model or TypedDict); none for another type."""
     if schema is None:
-        return set()
+        return ()
     if dataclasses.is_dataclass(schema):
-        names = {f.name for f in dataclasses.fields(schema)}
-    else:
-        names = set(getattr(schema, "model_fields", None) or getattr(schema, "__annotations__", None) or ())
-    return names & {"user_id", "roles"}
+        return tuple(f.name for f in dataclasses.fields(schema))
+    model_fields = getattr(schema, "model_fields", None)
+    if isinstance(model_fields, Mapping):
+        return tuple(model_fields)
+    return tuple(getattr(schema, "__annotations__", None) or ())
+
+
+def _identity_fields(schema: type[Any] | None) -> set[str]:
+    """Which of `user_id` and `roles` a context schema declares."""
+    return set(declared_fields(schema)) & {"user_id", "roles"}
