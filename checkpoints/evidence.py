@@ -155,7 +155,7 @@ class GraphIdentity:
     of, kept to say what changed). The policies live in a table of their own (`gatedloop_thread_policies`) beside
     `gatedloop_thread_graphs`, whose rows and columns stay as they were: a thread recorded before policies were
     reads back with `policy_digest=None`, and is never the same graph as one whose policies are known (see
-    `gatedloop.graph.runs.claim_thread`)."""
+    `gatedloop.graph.thread_graph.claim_thread`)."""
 
     name: str
     digest: str

@@ -58,11 +58,11 @@ from gatedloop.cli.output import Output, configure_logging, wants_json
 from gatedloop.cli.review import ask_reviewer
 from gatedloop.demo import choose_model
 from gatedloop.demo.model import describe_choice
-from gatedloop.graph import runs
-from gatedloop.graph.build import parts_of
+from gatedloop.graph import runs, thread_graph
 from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, Display
 from gatedloop.graph.models import ModelConfigError
+from gatedloop.graph.parts_of import parts_of
 from gatedloop.nodes.gate.hitl import InvalidDecision, pending_summary
 from gatedloop.tools.policy import CallContext
 
@@ -260,7 +260,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         out = Output(args.json, Display.for_graph(graph))
         require_thread(graph, thread_id, args.db)
         if not args.upgrade_graph:
-            runs.check_thread_graph(graph, thread_id)
+            thread_graph.check_thread_graph(graph, thread_id)
         summary = describe_thread(graph, thread_id, saver.ledger)
         request = runs.pending_request(graph, thread_id)
         if answering and (summary.status == "cancelled" or request is None):
@@ -310,7 +310,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     thread_id = validate_thread_id(args.thread)
     with open_app(args.db, named=named_graph(args.graph), with_model=False, read_only=True) as (graph, saver):
         require_thread(graph, thread_id, args.db)
-        runs.check_thread_graph(graph, thread_id)  # another graph's policies would not mask this thread's secrets
+        thread_graph.check_thread_graph(graph, thread_id)  # another graph's secret_args would not mask these
         out = Output(args.json, Display.for_graph(graph))
         summary = describe_thread(graph, thread_id, saver.ledger)
         if args.mermaid:
@@ -339,7 +339,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     thread_id = validate_thread_id(args.thread)
     with open_app(args.db, named=named_graph(args.graph), with_model=False) as (graph, saver):
         require_thread(graph, thread_id, args.db)
-        runs.check_thread_graph(graph, thread_id)
+        thread_graph.check_thread_graph(graph, thread_id)
         summary = describe_thread(graph, thread_id, saver.ledger)
         if summary.status not in ("waiting", "interrupted", "cancelled"):
             out.record("cancel", thread_id=thread_id, cancelled=False, status=summary.status)
@@ -610,7 +610,7 @@ def explain(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
         return str(exc), EXIT_BUSY
     if isinstance(exc, InvalidDecision):
         return f"answer refused: {exc}", EXIT_REFUSED
-    if isinstance(exc, runs.GraphMismatch):
+    if isinstance(exc, thread_graph.GraphMismatch):
         return f"{exc}; name that graph with --graph MODULE:ATTR (or GATEDLOOP_GRAPH)", EXIT_REFUSED
     if isinstance(exc, DatabaseUnavailable):
         return str(exc), EXIT_FAILED

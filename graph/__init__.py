@@ -10,7 +10,7 @@ from gatedloop.checkpoints.sqlite import open_async_sqlite, open_sqlite
 from gatedloop.checkpoints.threads import UnknownThread
 from gatedloop.graph import runs
 from gatedloop.graph.build import build_graph
-from gatedloop.graph.runs import GraphMismatch
+from gatedloop.graph.thread_graph import GraphMismatch
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.state import STATUSES, GatedState

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
@@ -15,11 +14,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from pydantic import BaseModel
 
-from gatedloop.checkpoints.evidence import GraphIdentity
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.ledger_for import ledger_for
 from gatedloop.graph.gated import GatedGraph
 from gatedloop.graph.models import bind_loop_tools
+from gatedloop.graph.parts_of import parts_of, remember_parts
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
 from gatedloop.nodes.approve import make_approve_node
 from gatedloop.nodes.execute import make_execute_node
@@ -30,7 +29,6 @@ from gatedloop.nodes.model import make_model_node
 from gatedloop.nodes.provider.answer_format import AnswerFormat
 from gatedloop.nodes.state import GatedState, InputState, OutputState
 from gatedloop.nodes.validate import make_validate_node
-from gatedloop.tools.arguments import digest
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import ToolRegistry
 
@@ -105,24 +103,11 @@ def _compile(
     builder.add_edge("finalize", END)
     compiled = builder.compile(checkpointer=checkpointer, store=store, name=name)
     graph = GatedGraph(**{k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"})  # as Pregel.copy
-    _PARTS[graph.nodes["model"].bound] = parts
+    remember_parts(graph, parts)
     # max_concurrency sizes LangGraph's task executor: its default (cores + 4) would run a turn's reads in
     # rounds (8 reads of 200 ms took 450 ms on 2 cores instead of about 240).
     limits = parts.limits
     return graph.with_config(recursion_limit=limits.recursion_limit(), max_concurrency=limits.max_concurrency())
-
-
-# What each compiled graph was built from, keyed by its `model` node's runnable: the one object LangGraph's copies
-# of a compiled graph (`with_config`, `copy`) share, so a user's graph can be found again and served over another
-# saver. Hand-written: a compiled graph has no slot for it (`Pregel.copy` passes every attribute to `__init__`).
-_PARTS: WeakKeyDictionary[Any, LoopParts] = WeakKeyDictionary()
-
-
-def parts_of(graph: Any) -> LoopParts | None:
-    """What `build_graph` built `graph` from (its tools, policies, model, limits), or None for another graph."""
-    nodes = getattr(graph, "nodes", None)
-    model = nodes.get("model") if isinstance(nodes, Mapping) else None
-    return _PARTS.get(model.bound) if model is not None else None
 
 
 def with_saver(graph: CompiledStateGraph, checkpointer: BaseCheckpointSaver) -> CompiledStateGraph:
@@ -132,18 +117,3 @@ def with_saver(graph: CompiledStateGraph, checkpointer: BaseCheckpointSaver) -> 
     if parts is None:
         raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")
     return _compile(replace(parts, ledger=ledger_for(checkpointer)), checkpointer, graph.store, graph.name)
-
-
-def graph_identity(graph: Any) -> GraphIdentity:
-    """A graph's name, a digest of its tools' definitions (name, description, argument schema, annotations:
-    `ToolRegistry.definition_digest`) and a digest of their policies (`ToolPolicy.summary`, the default gated
-    write for a tool with none): what a thread it made remembers, so that another graph, or this one with other
-    tools or other rules (approvers dropped, a quorum lowered, ...), never resumes it unnoticed. An approval
-    predicate counts by its qualified name (`gatedloop.tools.policy.described`): code is not digested by value."""
-    parts = parts_of(graph)
-    if parts is None:
-        raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")
-    names = sorted(parts.registry.tools)
-    tools = [parts.registry.definition_digest(name) for name in names]
-    policies = {name: parts.registry.policy(name).summary() for name in names}
-    return GraphIdentity(graph.name, digest(tools)[:16], digest(policies)[:16], policies)

@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Interrupt
 
-from gatedloop.graph.build import parts_of
+from gatedloop.graph.parts_of import parts_of
 from gatedloop.tools.policy import MASK, ToolPolicy
 
 STOP_WORDS = {

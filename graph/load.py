@@ -21,7 +21,7 @@ from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 
-from gatedloop.graph.build import parts_of
+from gatedloop.graph.parts_of import parts_of
 
 GRAPH_ENV = "GATEDLOOP_GRAPH"
 DEMO = "demo"

@@ -27,8 +27,8 @@ from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 from langgraph_sdk.schema import Command
 
-from gatedloop.graph.build import parts_of
 from gatedloop.graph.load import GraphNotFound, load_graph
+from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox.app import InboxBackend
 from gatedloop.inbox.identity import Reviewer
 from gatedloop.inbox.pending import PendingView, pending_view

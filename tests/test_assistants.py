@@ -148,7 +148,7 @@ def test_the_factory_builds_one_graph_per_assistant_settings(monkeypatch: pytest
     from types import SimpleNamespace
 
     from gatedloop.demo import studio
-    from gatedloop.graph.build import parts_of
+    from gatedloop.graph.parts_of import parts_of
 
     built: list[Any] = []
     monkeypatch.setattr(studio, "make_studio_graph", lambda settings: built.append(settings) or object())

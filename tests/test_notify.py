@@ -32,7 +32,7 @@ from gatedloop.checkpoints import idempotency_key, open_sqlite
 from gatedloop.checkpoints.outbox import notification_id
 from gatedloop.cli.main import main
 from gatedloop.graph import build_graph, runs
-from gatedloop.graph.build import parts_of
+from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.scripted import ScriptedChatModel
 from gatedloop.inbox import InboxBackend, create_app
 from gatedloop.inbox.identity import Reviewer, Sessions

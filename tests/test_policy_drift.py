@@ -8,7 +8,7 @@ quorum raised, the approvers' roles changed) is stale: the call is asked again, 
 real graph on a real SQLite file and counts real payments.
 
 Not through a served graph (`langgraph dev`): the server runs its own graph for every run and never claims a
-thread (`runs.claim_thread` is the CLI's and Python's entry), so there is no identity check there to test, and the
+thread (`claim_thread` is the CLI's and Python's entry), so there is no identity check there to test, and the
 admission half would need two server starts with different policies; `execute`'s admission is the same code.
 """
 
@@ -32,8 +32,8 @@ from pg_server import new_thread_id
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.evidence import AuditEvent, GraphIdentity
-from gatedloop.graph import runs
-from gatedloop.graph.build import graph_identity
+from gatedloop.graph import runs, thread_graph
+from gatedloop.graph.parts_of import graph_identity
 from gatedloop.tools import CallContext, ToolPolicy
 from gatedloop.tools.policy import described
 
@@ -118,13 +118,13 @@ def test_a_changed_policy_is_another_graph_and_resuming_with_it_changes_nothing(
         runs.resume(build(saver, effects_for(saver), **STRICT), T, APPROVE, context=BO)  # 1 of 2
         before = (approvals(db), runs.output(build(saver, effects_for(saver), **STRICT), T))
         other = build(saver, effects_for(saver), **{**STRICT, **change})
-        with pytest.raises(runs.GraphMismatch) as refused:
+        with pytest.raises(thread_graph.GraphMismatch) as refused:
             runs.resume(other, T, APPROVE, context=CY)
         message = str(refused.value)
         assert "was made by graph 'gate_app'" in message and "policy of pay:" in message
         assert named in message and "\n" not in message
-        with pytest.raises(runs.GraphMismatch, match="policy of pay:"):
-            runs.check_thread_graph(other, T)  # show, threads, cancel: the same refusal, nothing recorded
+        with pytest.raises(thread_graph.GraphMismatch, match="policy of pay:"):
+            thread_graph.check_thread_graph(other, T)  # show, threads, cancel: the same refusal, nothing recorded
         assert paid(saver) == [] and (approvals(db), runs.output(other, T)) == before
         assert upgrades(saver) == []
 
@@ -135,7 +135,7 @@ def test_approvers_dropped_and_the_quorum_lowered_are_refused_then_an_explicit_u
     with open_sqlite(db) as saver:
         started(saver, **STRICT)
         weaker = build(saver, effects_for(saver), approvers=None, approvals_required=1, approval_ttl_s=3600.0)
-        with pytest.raises(runs.GraphMismatch) as refused:
+        with pytest.raises(thread_graph.GraphMismatch) as refused:
             runs.resume(weaker, T, APPROVE, context=OPS)  # ops is no finance approver: the old rule refuses her
         assert "approvers ['finance'] -> None" in str(refused.value)
         assert "approvals_required 2 -> 1" in str(refused.value)
@@ -149,7 +149,7 @@ def test_approvers_dropped_and_the_quorum_lowered_are_refused_then_an_explicit_u
         assert (change["from"]["approvals_required"], change["to"]["approvals_required"]) == (2, 1)
         assert "pay: approvals_required 2 -> 1" in upgraded["detail"]["changes"]
         assert upgraded["detail"]["from"][0] == upgraded["detail"]["to"][0] == "gate_app"
-        assert runs.check_thread_graph(weaker, T) is None  # the thread is the weaker graph's now
+        assert thread_graph.check_thread_graph(weaker, T) is None  # the thread is the weaker graph's now
 
 
 def test_two_upgrades_of_one_thread_are_both_audited(db: str):
@@ -157,7 +157,7 @@ def test_two_upgrades_of_one_thread_are_both_audited(db: str):
         started(saver, **STRICT)
         for quorum in (3, 2):
             graph = build(saver, effects_for(saver), **{**STRICT, "approvals_required": quorum})
-            runs.claim_thread(graph, T, upgrade=True, context=OPS)
+            thread_graph.claim_thread(graph, T, upgrade=True, context=OPS)
         assert [u["detail"]["policies"]["pay"]["to"]["approvals_required"] for u in upgrades(saver)] == [3, 2]
 
 
@@ -186,7 +186,7 @@ def test_an_approval_the_upgraded_policy_does_not_accept_is_stale_and_the_call_i
         first = started(saver, approvers={"finance"}, approvals_required=1)
         _approved_but_not_run(saver, first, BO)
         stricter = build(saver, effects_for(saver), **{"approvers": {"finance"}, "approvals_required": 1, **then})
-        with pytest.raises(runs.GraphMismatch):
+        with pytest.raises(thread_graph.GraphMismatch):
             runs.resume(stricter, T, None, context=OPS)
         out = runs.resume(stricter, T, None, context=OPS, upgrade=True)
         assert paid(saver) == []
@@ -206,9 +206,9 @@ def test_a_thread_recorded_before_policies_were_is_refused_until_upgraded(db: st
         graph = started(saver, **STRICT)
         with sqlite3.connect(db) as conn:
             conn.execute("DELETE FROM gatedloop_thread_policies WHERE thread_id=?", (T,))
-        with pytest.raises(runs.GraphMismatch, match="policies not recorded"):
+        with pytest.raises(thread_graph.GraphMismatch, match="policies not recorded"):
             runs.resume(graph, T, APPROVE, context=BO)
-        runs.claim_thread(graph, T, upgrade=True, context=OPS)
+        thread_graph.claim_thread(graph, T, upgrade=True, context=OPS)
         [upgraded] = upgrades(saver)
         assert upgraded["actor"] == "ops" and upgraded["detail"]["policies"]["pay"]["from"] is None
         assert upgraded["detail"]["policies"]["pay"]["to"]["approvals_required"] == 2

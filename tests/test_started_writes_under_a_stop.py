@@ -17,7 +17,7 @@ from langchain_core.tools import tool
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import Limits, build_graph, runs
-from gatedloop.graph.build import parts_of
+from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import ToolPolicy
 

@@ -168,7 +168,7 @@ class ToolPolicy:
 
     def summary(self) -> dict[str, Any]:
         """The authority this policy gives, as JSON data: what a thread remembers of its graph's policies
-        (`gatedloop.graph.build.graph_identity`), so that a graph whose rules changed never resumes it unnoticed.
+        (`gatedloop.graph.parts_of.graph_identity`), so that a graph whose rules changed never resumes it unnoticed.
 
         Who may ask (`roles`), whether a person must approve (`effect`, `approval`), who may decide and how many
         (`approvers`, `self_approval` as it applies, `approvals_required`), for how long (`approval_ttl_s`), what
