@@ -123,6 +123,10 @@ class LedgerOfTheRun:
             return self._outside
         if not isinstance(saver, BaseCheckpointSaver):
             return self._outside
+        return self.of(saver)
+
+    def of(self, saver: BaseCheckpointSaver) -> Ledger:
+        """The ledger of runs over `saver`: what `current` finds inside such a run, for a caller about to start one."""
         with self._lock:
             ledger = self._ledgers.get(saver)
             if ledger is None:

@@ -12,21 +12,28 @@ data to what the call carries:
 - the runtime context the tools see: under server auth, its identity fields are the authenticated user's; an
   answer that brings no value for a field of the graph's `context_schema` gets the request's (graph/contexts.py).
 
+And a run is refused (`GraphMismatch`, nothing run) unless this graph, its policies included, is the one that made
+the thread (invariant 11, graph/thread_graph.py): so a served graph, which the server runs without `runs.*`, is held
+to it too.
+
 The nodes never read who is running the graph; they read these.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import merge_configs
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateUpdate
 
 from gatedloop.graph.contexts import kept_fields, missing_fields, reused_fields
+from gatedloop.graph.thread_graph import claim_thread
 from gatedloop.nodes.gate.identity import authenticated_context, caller_context, stored_identity
 from gatedloop.nodes.gate.senders import bind_sender
 from gatedloop.nodes.state import REQUESTER_FIELD
@@ -39,6 +46,9 @@ class GatedGraph(CompiledStateGraph):
     def stream(
         self, input: Any, config: RunnableConfig | None = None, *, context: Any = None, **kwargs: Any
     ) -> Iterator[Any]:
+        thread_id = self._saved_thread(config)
+        if thread_id is not None:
+            claim_thread(self, thread_id)
         if _carries_no_message(input) and missing_fields(context, self.context_schema):
             context = reused_fields(context, self.context_schema, _kept(self._request_values(config)))
         input, context = self._bound(input, config, context)
@@ -47,6 +57,9 @@ class GatedGraph(CompiledStateGraph):
     async def astream(
         self, input: Any, config: RunnableConfig | None = None, *, context: Any = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
+        thread_id = self._saved_thread(config)
+        if thread_id is not None:
+            await asyncio.to_thread(claim_thread, self, thread_id)
         if _carries_no_message(input) and missing_fields(context, self.context_schema):
             context = reused_fields(context, self.context_schema, _kept(await self._arequest_values(config)))
         input, context = self._bound(input, config, context)
@@ -60,6 +73,13 @@ class GatedGraph(CompiledStateGraph):
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
         return await super().abulk_update_state(config, _without_requester(supersteps))
+
+    def _saved_thread(self, config: RunnableConfig | None) -> str | None:
+        """The thread a run over this graph's own checkpointer is for: the one the graph that made it must run."""
+        if not isinstance(self.checkpointer, BaseCheckpointSaver):
+            return None  # a subgraph, or a graph without memory: no thread of its own
+        thread_id = (merge_configs(self.config, config).get("configurable") or {}).get("thread_id")
+        return str(thread_id) if thread_id else None
 
     def _request_values(self, config: RunnableConfig | None) -> Mapping[str, Any]:
         """The thread's state, to reuse its request's context fields; nothing when there is no thread to read."""

@@ -7,9 +7,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
 from gatedloop.checkpoints.evidence import AuditEvent, GraphIdentity
+from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.checkpoints.ledger_for import LedgerOfTheRun
 from gatedloop.graph.parts_of import graph_identity, parts_of
 from gatedloop.tools.policy import CallContext
 
@@ -112,14 +115,14 @@ def claim_thread(
       another graph until upgraded explicitly (the audit then shows every tool's policy from None), rather than
       adopting today's policies on first resume: that would let a weakened graph take over its pending
       approvals unnoticed, the drift this rule exists to stop."""
-    parts = parts_of(graph)
-    if parts is None:  # not a gatedloop graph: nothing to check against
+    ledger = ledger_of(graph)
+    if ledger is None:  # not a gatedloop graph: nothing to check against
         return
-    offered, recorded = graph_identity(graph), parts.ledger.thread_graph(thread_id)
+    offered, recorded = graph_identity(graph), ledger.thread_graph(thread_id)
     if recorded == offered:
         return
     if recorded is None:
-        parts.ledger.record_thread_graph(thread_id, offered)
+        ledger.record_thread_graph(thread_id, offered)
         return
     if not upgrade:
         raise GraphMismatch(thread_id, recorded, offered)
@@ -135,15 +138,26 @@ def claim_thread(
     # the same graph twice (there and back).
     event = f"graph_upgraded:{offered.digest[:8]}.{(offered.policy_digest or '')[:8]}.{uuid.uuid4().hex[:8]}"
     actor = context.user_id if context else None
-    parts.ledger.record_thread_graph(thread_id, offered, replace=True, events=[AuditEvent("", event, detail, actor)])
+    ledger.record_thread_graph(thread_id, offered, replace=True, events=[AuditEvent("", event, detail, actor)])
 
 
 def check_thread_graph(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> None:
     """Raise GraphMismatch if another graph made this thread; records nothing (for reading and flagging)."""
-    parts = parts_of(graph)
-    recorded = parts.ledger.thread_graph(thread_id) if parts is not None else None
+    ledger = ledger_of(graph)
+    recorded = ledger.thread_graph(thread_id) if ledger is not None else None
     if recorded is None:
         return
     offered = graph_identity(graph)
     if recorded != offered:
         raise GraphMismatch(thread_id, recorded, offered)
+
+
+def ledger_of(graph: CompiledStateGraph[Any, Any, Any, Any]) -> Ledger | None:
+    """The ledger a run of `graph` will use, found before the run starts: a served graph's (`LedgerOfTheRun`) is
+    its checkpointer's, which the server sets on the graph it runs; None for a graph not from `build_graph`."""
+    parts = parts_of(graph)
+    if parts is None:
+        return None
+    if isinstance(parts.ledger, LedgerOfTheRun) and isinstance(graph.checkpointer, BaseCheckpointSaver):
+        return parts.ledger.of(graph.checkpointer)
+    return parts.ledger

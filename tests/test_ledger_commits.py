@@ -64,8 +64,11 @@ def test_a_read_round_commits_the_ledger_three_times_with_its_audit_inside(db):
             out = graph.invoke({"messages": [("user", "check the orders")]}, config, durability="sync")
         audit = saver.ledger.audit("commits")
     assert out["answer"] == f"checked {ROUNDS} orders"
-    commits = sum(s.strip().upper() == "COMMIT" for s in statements)
-    assert commits == 3 * ROUNDS, statements  # the request's start commits nothing: no cancel flag to clear
+    # A new thread's first run records the graph that made it (invariant 11), once; the request's start commits
+    # nothing else (no cancel flag to clear); then three commits a round.
+    first, *rounds = transactions(statements)
+    assert first[0].startswith("INSERT INTO GATEDLOOP_THREAD_GRAPHS"), first
+    assert len(rounds) == 3 * ROUNDS, statements
     for n in range(ROUNDS):
         events = [e["event"] for e in audit if e["call_id"] == f"round-{n}"]
         assert events == ["validated", "executed"]

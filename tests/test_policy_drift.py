@@ -7,9 +7,8 @@ tool's policy before and after. And an approval the policy in force when the wri
 quorum raised, the approvers' roles changed) is stale: the call is asked again, never run. Every test drives the
 real graph on a real SQLite file and counts real payments.
 
-Not through a served graph (`langgraph dev`): the server runs its own graph for every run and never claims a
-thread (`claim_thread` is the CLI's and Python's entry), so there is no identity check there to test, and the
-admission half would need two server starts with different policies; `execute`'s admission is the same code.
+Over a served graph (`langgraph dev` runs the graph without `runs.*`; the compiled graph's own entry makes the
+check): `test_a_graph_whose_policies_were_weakened_never_decides_an_old_threads_request` in test_served_identity.py.
 """
 
 from __future__ import annotations

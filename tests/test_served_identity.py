@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "tests" / "support" / "served_identity_app.py"
-GRAPH, TEAM_GRAPH = "served_identity", "served_identity_team"
+GRAPH, TEAM_GRAPH, WEAKENED_GRAPH = "served_identity", "served_identity_team", "served_identity_weakened"
 EFFECTS, CONTEXTS = "effects.jsonl", "contexts.jsonl"  # as in served_identity_app.py, which only the server imports
 
 USERS: dict[str, tuple[str, list[str]]] = {
@@ -91,7 +91,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "GATEDLOOP_AUTH_TOKENS": json.dumps(AUTH),
         "GATEDLOOP_AUTH_FILE": None,
     }
-    overrides = {"env": None, "graphs": {GRAPH: f"{APP}:graph", TEAM_GRAPH: f"{APP}:team_graph"}}
+    overrides = {
+        "env": None,
+        "graphs": {GRAPH: f"{APP}:graph", TEAM_GRAPH: f"{APP}:team_graph", WEAKENED_GRAPH: f"{APP}:weakened_graph"},
+    }
     with run_dev_server(ROOT, env=env, workdir=folder / "server", config_overrides=overrides) as url:
         yield Server(url, folder, db)
 
@@ -251,3 +254,24 @@ def test_a_requesters_refusal_never_shows_her_replacing_request_to_another_revie
     assert server.effects(thread) == [("pay", {"amount": 9000.0, "to": "ana"})]
     decided = [(e["call_id"], e["actor"]) for e in server.audit(thread) if e["event"].startswith("decision")]
     assert decided == [("call_2_pay", "bo")]
+
+
+def test_a_graph_whose_policies_were_weakened_never_decides_an_old_threads_request(server: Server) -> None:
+    """Finding 6 over the server: ana's payment waits for a finance reviewer. The same graph redeployed with pay's
+    approvers dropped (`weakened_graph`: same name, same tools, a weaker rule) is another graph for this thread:
+    dan (ops, no finance role, whom the weaker rule would accept) resuming through it is refused with the reason,
+    nothing is paid or recorded, and the request still waits for the rule it was made under: bo's approval through
+    the graph that made the thread pays, once."""
+    ana, bo, dan = server.client("ana"), server.client("bo"), server.client("dan")
+    thread = ana.threads.create()["thread_id"]
+    out = say(ana, thread, "pay 500 to bo")
+    assert action_of(out)["name"] == "pay"
+    refused = dan.runs.wait(thread, WEAKENED_GRAPH, command={"resume": APPROVE}, raise_error=False)
+    assert refused["__error__"]["error"] == "GraphMismatch", refused
+    assert "policy of pay: approvers ['finance'] -> None" in refused["__error__"]["message"]
+    assert server.effects(thread) == [] and [e for e in server.audit(thread) if e["actor"] == "dan"] == []
+    [waiting] = ana.threads.get_state(thread)["interrupts"]
+    assert waiting["value"]["action_requests"][0]["name"] == "pay"
+    out = answer(bo, thread, APPROVE)
+    assert server.effects(thread) == [("pay", {"amount": 500.0, "to": "bo"})]
+    assert out["status"] == "completed"

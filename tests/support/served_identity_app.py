@@ -16,7 +16,8 @@ messages), then reports the first result as "<status>: <content>":
 - "whoami" -> `whoami` (a read, no approval) that records the `runtime.context` it sees.
 
 `graph` uses gatedloop's default context schema (`CallContext`); `team_graph` a dataclass of the user's own
-(`TeamContext`: `user_id`, `roles` and `tenant`) and only `whoami`.
+(`TeamContext`: `user_id`, `roles` and `tenant`) and only `whoami`; `weakened_graph` is `graph` with `pay`'s
+approvers dropped (anyone but the requester may approve).
 """
 
 from __future__ import annotations
@@ -148,12 +149,12 @@ def responder(messages: list[BaseMessage]) -> AIMessage:
     return reply(calls=[call("whoami", {}, f"call_{turn}_whoami")])
 
 
-def make_graph(name: str, tools: list[Any], **kwargs: Any) -> Any:
+def make_graph(name: str, tools: list[Any], policies: dict[str, ToolPolicy] = POLICIES, **kwargs: Any) -> Any:
     Path(os.environ[FOLDER_ENV]).mkdir(parents=True, exist_ok=True)
     return build_graph(
         ScriptedChatModel(responder=responder),
         tools,
-        policies={t.name: POLICIES[t.name] for t in tools},
+        policies={t.name: policies[t.name] for t in tools},
         ledger=SqliteLedger(studio_db_path()),
         name=name,
         **kwargs,
@@ -162,3 +163,9 @@ def make_graph(name: str, tools: list[Any], **kwargs: Any) -> Any:
 
 graph = make_graph("served_identity", [pay, transfer, refund, send_email, whoami])
 team_graph = make_graph("served_identity_team", [whoami], context_schema=TeamContext)
+# `graph` redeployed with pay's approvers dropped: the same name and tools, a weaker rule (finding 6).
+weakened_graph = make_graph(
+    "served_identity",
+    [pay, transfer, refund, send_email, whoami],
+    {**POLICIES, "pay": ToolPolicy(effect="write", approval="always")},
+)
