@@ -206,6 +206,7 @@ def make_approve_node(parts: LoopParts):
             note = decisions[plan["id"]].get("note")
             justification = decisions[plan["id"]].get("justification")
             detail = {
+                "request_id": request["request_id"],
                 "decision": approval.decision,
                 "args": parts.registry.policy(plan["name"]).masked(new_plan["args"]),
                 "proposed": parts.registry.policy(plan["name"]).masked(plan["args"]),

@@ -24,6 +24,7 @@ from backends import Backend
 from cli_in_process import run_cli
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.types import Command
 
 from gatedloop.checkpoints import chain as chain_mod
 from gatedloop.checkpoints.chain import CHAINED, Signer, chain_hash, content_hash, row_key
@@ -77,11 +78,11 @@ def approved_refund(saver: Any, thread_id: str, justification: str | None = None
         policies={"refund": ToolPolicy(effect="write", approval="always")},
         checkpointer=saver,
     )
-    runs.start(graph, thread_id, "refund A-1", context=REQUESTER)
+    asked = runs.start(graph, thread_id, "refund A-1", context=REQUESTER)["__interrupt__"][0].value
     decision: dict[str, Any] = {"type": "approve"}
     if justification:
         decision["justification"] = justification
-    return runs.resume(graph, thread_id, {"decisions": [decision]}, context=REVIEWER)
+    return {**runs.resume(graph, thread_id, {"decisions": [decision]}, context=REVIEWER), "asked": asked}
 
 
 def sql(saver: Any, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -277,7 +278,7 @@ def test_an_export_verifies_offline_and_fails_after_any_byte_changes(db: str, tm
 
         with open_sqlite(db) as saver:
             assert saver.ledger.signer is not None
-            approved_refund(saver, "t", justification="customer called; order A-1 was damaged")
+            asked = approved_refund(saver, "t", justification="customer called; order A-1 was damaged")["asked"]
     finally:
         del os.environ["GATEDLOOP_SIGNING_KEY"]
     out = tmp_path / "receipts.jsonl"
@@ -289,6 +290,7 @@ def test_an_export_verifies_offline_and_fails_after_any_byte_changes(db: str, tm
     decision, write = (r["summary"] for r in receipts)
     assert decision["verdict"] == "approve" and decision["decider"] == "rev" and decision["requester"] == "ann"
     assert decision["justification"] == "customer called; order A-1 was damaged"
+    assert decision["request_id"] == asked["request_id"]  # the request the reviewer was shown
     assert decision["tool"] == "refund" and len(decision["args_digest"]) >= 32 and decision["policy_digest"]
     assert write["verdict"] == "done" and write["outcome_digest"] and write["args_digest"] == decision["args_digest"]
     assert all(r["signed"] for r in receipts)
@@ -377,6 +379,14 @@ def test_a_policy_that_requires_a_justification_refuses_a_decision_without_one(d
             runs.resume(graph, "t", {"decisions": [{"type": "approve", "justification": "  "}]}, context=REVIEWER)
         with pytest.raises(InvalidDecision, match="justification must be a string"):
             runs.resume(graph, "t", {"decisions": [{"type": "approve", "justification": 7}]}, context=REVIEWER)
+        assert [e for e in saver.ledger.audit("t") if e["event"].startswith("answer_refused")] == []  # checked first
+        # The same answer straight into the graph (no runs.* check first) is refused by the gate, and audited.
+        config = {"configurable": {"thread_id": "t"}}
+        bare = Command(resume={"decisions": [{"type": "approve"}]})
+        out = graph.invoke(bare, config, context=REVIEWER, durability="sync")
+        assert "'approve' needs a justification" in out["__interrupt__"][0].value["error"]
+        [refused] = [e for e in saver.ledger.audit("t") if e["event"].startswith("answer_refused")]
+        assert (refused["actor"], refused["detail"]["request_id"]) == ("rev", request["request_id"])
         out = runs.resume(
             graph, "t", {"decisions": [{"type": "approve", "justification": " ticket 4711 "}]}, context=REVIEWER
         )
@@ -384,6 +394,7 @@ def test_a_policy_that_requires_a_justification_refuses_a_decision_without_one(d
         audit = saver.ledger.audit("t")
     [decision] = [e for e in audit if e["event"] == "decision"]
     assert decision["detail"]["justification"] == "ticket 4711" and decision["actor"] == "rev"
+    assert decision["detail"]["request_id"] == request["request_id"]
 
 
 def test_a_justification_is_optional_unless_required_and_part_of_the_policy_only_when_set():
