@@ -33,7 +33,6 @@ from gatedloop.graph.display import STOP_WORDS
 from gatedloop.inbox.identity import Reviewer
 from gatedloop.inbox.slack import ACTION_PREFIX, DECISIONS, TOKEN_ENV, Click, decided_message, utc, web_client
 from gatedloop.nodes.gate.hitl import InvalidDecision
-from gatedloop.tools.policy import CallContext
 
 log = logging.getLogger("gatedloop.slack")
 
@@ -50,7 +49,7 @@ class SlackConfigError(ValueError):
     """Slack settings that cannot work; one line saying what to fix."""
 
 
-def parse_users(text: str) -> dict[str, CallContext]:
+def parse_users(text: str) -> dict[str, Reviewer]:
     """`GATEDLOOP_SLACK_USERS`: Slack user id -> `{"user_id": ..., "roles": [...]}`."""
     try:
         raw = json.loads(text or "{}")
@@ -58,14 +57,14 @@ def parse_users(text: str) -> dict[str, CallContext]:
         raise SlackConfigError(f"{USERS_ENV} is not JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise SlackConfigError(f'{USERS_ENV} must be a JSON object: {{"U123": {{"user_id": ..., "roles": [...]}}}}')
-    users: dict[str, CallContext] = {}
+    users: dict[str, Reviewer] = {}
     for slack_id, entry in raw.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("user_id"), str) or not entry["user_id"]:
             raise SlackConfigError(f"{USERS_ENV}: {slack_id!r} needs a user_id")
         roles = entry.get("roles") or []
         if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
             raise SlackConfigError(f"{USERS_ENV}: the roles of {slack_id!r} must be a list of strings")
-        users[str(slack_id)] = CallContext(user_id=entry["user_id"], roles=frozenset(roles))
+        users[str(slack_id)] = Reviewer(entry["user_id"], frozenset(roles), "slack")
     return users
 
 
@@ -74,7 +73,7 @@ class SlackActions:
     """The click endpoint's settings and the trigger ids it has seen."""
 
     signing_secret: str
-    users: Mapping[str, CallContext]
+    users: Mapping[str, Reviewer]
     client: Any  # slack_sdk.WebClient
     inbox_url: str | None = None
     clock: Any = time.time
@@ -140,11 +139,10 @@ class SlackActions:
         click = Click.parse(str(action.get("value") or ""))
         if decision not in DECISIONS or click is None:
             return
-        who = self.users.get(slack_user)
-        if who is None:
+        reviewer = self.users.get(slack_user)
+        if reviewer is None:
             self._tell(channel, slack_user, UNMAPPED)
             return
-        reviewer = Reviewer(who.user_id, frozenset(who.roles), "slack")
         view = backend.requests(reviewer, origin).get(click.thread_id)
         shown = [(a.tool_call_id, a.args_digest) for a in view.actions] if view is not None else []
         if view is None or view.request_id != click.request_id or tuple(shown) != click.calls:
