@@ -15,10 +15,13 @@ configured. Each pass:
    meanwhile is `skipped` instead of sent.
 
 At least once: a deliverer killed after the POST and before recording it leaves the delivery pending, and the next
-one posts it again, under the same `X-Gatedloop-Id`, which receivers de-duplicate by. Every body is signed:
-`X-Gatedloop-Signature: sha256=<hex HMAC-SHA256(secret, f"{timestamp}.{body}")>` with the `X-Gatedloop-Timestamp`
-sent beside it. httpx (already installed with langgraph-sdk) makes the requests; the queue is hand-written because
-the outbox must live in gatedloop's own database, in the transaction the graph writes.
+one posts it again, under the same `webhook-id`, which receivers de-duplicate by. Every body is signed by the
+Standard Webhooks specification (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of
+"{id}.{timestamp}.{body}">`, with the `standardwebhooks` package), so the id a receiver de-duplicates by is signed
+and receivers verify with a library in their language. The old `X-Gatedloop-*` headers (the id outside the
+signature) are still sent in this release only, for receivers moving over. httpx (already installed with
+langgraph-sdk) makes the requests; the queue is hand-written because the outbox must live in gatedloop's own
+database, in the transaction the graph writes.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
 import httpx
+from standardwebhooks import Webhook as Webhook_
 
 from gatedloop.checkpoints.ledger import SqlLedger
 from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification
@@ -55,6 +60,8 @@ DEFAULT_INBOX_URL = "http://127.0.0.1:8765/inbox"
 ID_HEADER = "X-Gatedloop-Id"
 TIMESTAMP_HEADER = "X-Gatedloop-Timestamp"
 SIGNATURE_HEADER = "X-Gatedloop-Signature"
+"""The old recipe's headers, deprecated: sent beside the Standard Webhooks headers in this release, then dropped."""
+SECRET_PREFIX = "whsec_"
 
 EVENT_TYPES = {"request": "approval_requested", "expiring": "approval_expiring", "unknown": "outcome_unknown"}
 HEADLINES = {"request": "Approval requested", "expiring": "Approval expiring soon", "unknown": "Outcome unknown"}
@@ -158,8 +165,29 @@ def notify_config(
     return NotifyConfig(webhooks_, secret.encode(), inbox.rstrip("/"), slack_token=token, **tuning)
 
 
+def signer(secret: bytes) -> Webhook_:
+    """The Standard Webhooks signer of `GATEDLOOP_NOTIFY_SECRET`: a `whsec_<base64>` secret as the specification
+    has it, any other text as its UTF-8 bytes (receivers then pass `secret.encode()` to `Webhook`)."""
+    text = secret.decode()
+    return Webhook_(text) if text.startswith(SECRET_PREFIX) else Webhook_(secret)
+
+
+def signed_headers(secret: bytes, notice_id: str, body: bytes, now: float) -> dict[str, str]:
+    """`webhook-id`, `webhook-timestamp`, `webhook-signature` (and, for one release, the old headers)."""
+    at = datetime.fromtimestamp(int(now), tz=UTC)
+    timestamp = str(int(now))
+    return {
+        "webhook-id": notice_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": signer(secret).sign(notice_id, at, body.decode()),
+        ID_HEADER: notice_id,
+        TIMESTAMP_HEADER: timestamp,
+        SIGNATURE_HEADER: sign(secret, timestamp, body),
+    }
+
+
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:
-    """The signature header's value: HMAC-SHA256 over `{timestamp}.{body}`."""
+    """The old signature header's value (deprecated): HMAC-SHA256 over `{timestamp}.{body}`."""
     return "sha256=" + hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
@@ -392,13 +420,10 @@ class Deliverer:
         if webhook.format == "slack_channel":
             return self._post_slack(webhook.url, notice)
         body = body_bytes(webhook, notice, self.config)
-        timestamp = str(int(time.time()))
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "gatedloop-notify",
-            ID_HEADER: notice.id,
-            TIMESTAMP_HEADER: timestamp,
-            SIGNATURE_HEADER: sign(self.config.secret, timestamp, body),
+            **signed_headers(self.config.secret, notice.id, body, time.time()),
         }
         try:
             response = self.client.post(webhook.url, content=body, headers=headers, timeout=self.config.timeout_s)
