@@ -412,6 +412,8 @@ def _slack_actions() -> Any:
         return SlackActions.from_env(os.environ)
     except SlackConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
+    except ImportError as exc:
+        raise CliError(f"Slack needs: pip install 'gatedloop[slack]' ({exc.name} is missing)", EXIT_USAGE) from exc
 
 
 def _notify_config(args: argparse.Namespace, **defaults: Any) -> Any:
