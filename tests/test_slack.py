@@ -15,11 +15,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+import httpx
 import pytest
+from devserver import gated_project, run_dev_server
 from gate_app import build, effects_for
+from langgraph_sdk import get_sync_client
+from sample_app import Effects
 from starlette.testclient import TestClient
 
 from gatedloop.checkpoints import open_sqlite
@@ -50,17 +55,25 @@ class FakeSlack:
 
     url: str = ""
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Condition = field(default_factory=threading.Condition)
     count: int = 0
 
     def of(self, method: str) -> list[dict[str, Any]]:
-        return [args for name, args in self.calls if name == method]
+        with self.lock:
+            return [args for name, args in self.calls if name == method]
+
+    def wait_for(self, method: str, count: int = 1) -> list[dict[str, Any]]:
+        """The calls of `method` once there are `count` (a click under a server is decided after Slack's ack)."""
+        with self.lock:
+            assert self.lock.wait_for(lambda: len(self.of(method)) >= count, 120), self.calls
+        return self.of(method)
 
     def answer(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             self.calls.append((method, args))
             self.count += 1
             ts = f"1700000000.{self.count:06d}"
+            self.lock.notify_all()
         if method == "chat.postMessage":
             message = {"type": "message", "text": args["text"], "blocks": args.get("blocks"), "ts": ts, "bot_id": "B1"}
             return {"ok": True, "channel": args["channel"], "ts": ts, "message": message}
@@ -336,3 +349,44 @@ def test_notify_refuses_a_slack_channel_without_a_bot_token(db, capsys, monkeypa
     assert main(["--db", db, "notify", "--once", "--slack-channel", CHANNEL]) == 2
     assert "SLACK_BOT_TOKEN is not set" in capsys.readouterr().err
     assert notify_config([], [], [CHANNEL], env={"SLACK_BOT_TOKEN": TOKEN}) is not None
+
+
+SUPPORT = Path(__file__).resolve().parent / "support"
+
+
+@pytest.mark.slow
+def test_under_langgraph_dev_a_click_at_inbox_slack_actions_decides_through_the_server(tmp_path, slack):
+    """The inbox as `langgraph dev`'s `http.app`: the click endpoint is `/inbox/slack/actions`, and the decision is a
+    run through the server's API (no auth configured: the run's context names the mapped reviewer)."""
+    project = gated_project(tmp_path, {"gate_app": str(SUPPORT / "gate_server_app.py:graph")})
+    config = json.loads((project / "langgraph.json").read_text())
+    (project / "langgraph.json").write_text(json.dumps({**config, "http": {"app": "gatedloop.inbox.server:app"}}))
+    db = tmp_path / "gate.sqlite"
+    env = {
+        "GATEDLOOP_DB": str(db),
+        "GATEDLOOP_LEDGER": None,
+        "GATEDLOOP_AUTH_TOKENS": None,
+        "GATEDLOOP_AUTH_FILE": None,
+        "PYTHONPATH": os.pathsep.join(p for p in [str(SUPPORT), os.environ.get("PYTHONPATH")] if p),
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_BOT_TOKEN": TOKEN,
+        "GATEDLOOP_SLACK_USERS": json.dumps(USERS),
+        "GATEDLOOP_SLACK_API_URL": slack.url,
+    }
+    with run_dev_server(project, env=env, workdir=tmp_path / "server") as url:
+        client = get_sync_client(url=url, api_key=None, timeout=60)
+        thread_id = client.threads.create()["thread_id"]
+        ask = {"messages": [{"role": "user", "content": "pay 500 to bo as c1"}]}
+        assert client.runs.wait(thread_id, "gate_app", input=ask, context={"user_id": "ana", "roles": ["staff"]})
+        assert main(["--db", str(db), "notify", "--once", "--slack-channel", CHANNEL]) == 0
+        [posted] = slack.of("chat.postMessage")
+        with httpx.Client(timeout=60) as http:
+            body, endpoint = click_body(posted, "1.2", "UBO"), f"{url}/inbox/slack/actions"
+            assert http.post(endpoint, content=body, headers=signed(body, secret="x")).status_code == 401
+            assert http.post(endpoint, content=body, headers=signed(body)).status_code == 200
+            [update] = slack.wait_for("chat.update")
+        thread = client.threads.get(thread_id)
+    assert thread["status"] == "idle" and thread["values"]["status"] == "completed"
+    assert "Approved by bo" in update["text"] and update["text"].endswith("the thread ended: completed")
+    paid = Effects(db.with_name("effects.sqlite")).rows("pay")
+    assert [args for _, args, _ in paid] == [{"amount": 500.0, "to": "bo"}]
