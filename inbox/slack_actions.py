@@ -42,6 +42,7 @@ INBOX_URL_ENV = "GATEDLOOP_INBOX_URL"
 WINDOW_S = 300
 """Slack's (and `SignatureVerifier`'s) timestamp window; a trigger id is remembered this long."""
 UNMAPPED = "You are not a gatedloop reviewer (your Slack id is not in GATEDLOOP_SLACK_USERS): nothing was decided."
+FAILED = "This click could not be handled (see the inbox's log); open the request in the inbox to see where it stands."
 PAST_WORDS = {"approve": "Approved", "reject": "Rejected"}
 
 
@@ -125,15 +126,20 @@ class SlackActions:
         return Response(status_code=200, background=task)
 
     def decide(self, backend: Any, payload: dict[str, Any], origin: str) -> None:
-        """Decide the click's request as its reviewer, then tell Slack (errors are logged: Slack has its answer)."""
-        try:
-            self._decide(backend, payload, origin)
-        except Exception:
-            log.exception("slack click could not be handled")
-
-    def _decide(self, backend: Any, payload: dict[str, Any], origin: str) -> None:
+        """Decide the click's request as its reviewer, then tell Slack. Slack has had its answer, so a failure (the
+        server's API refusing us, Slack unreachable) is logged and, if Slack can still be reached, told privately."""
         slack_user = str((payload.get("user") or {}).get("id") or "")
         channel = str((payload.get("container") or {}).get("channel_id") or (payload.get("channel") or {}).get("id"))
+        try:
+            self._decide(backend, payload, origin, slack_user, channel)
+        except Exception:
+            log.exception("slack click could not be handled")
+            try:
+                self._tell(channel, slack_user, FAILED)
+            except Exception:
+                log.exception("slack: could not tell %s", slack_user)
+
+    def _decide(self, backend: Any, payload: dict[str, Any], origin: str, slack_user: str, channel: str) -> None:
         action = (payload.get("actions") or [{}])[0]
         decision = str(action.get("action_id") or "").removeprefix(ACTION_PREFIX)
         click = Click.parse(str(action.get("value") or ""))

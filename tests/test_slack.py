@@ -35,7 +35,7 @@ from gatedloop.inbox import InboxBackend, create_app
 from gatedloop.inbox.identity import Sessions
 from gatedloop.inbox.notify import notify_config
 from gatedloop.inbox.pending import PendingRequests
-from gatedloop.inbox.slack_actions import UNMAPPED, SlackActions
+from gatedloop.inbox.slack_actions import FAILED, UNMAPPED, SlackActions
 from gatedloop.tools import CallContext
 
 TOKEN = "xoxb-test-token"
@@ -57,6 +57,8 @@ class FakeSlack:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     lock: threading.Condition = field(default_factory=threading.Condition)
     count: int = 0
+    failing: set[str] = field(default_factory=set)
+    """Methods answered with Slack's error shape (`{"ok": false, "error": ...}`)."""
 
     def of(self, method: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -74,6 +76,8 @@ class FakeSlack:
             self.count += 1
             ts = f"1700000000.{self.count:06d}"
             self.lock.notify_all()
+        if method in self.failing:
+            return {"ok": False, "error": "message_not_found"}
         if method == "chat.postMessage":
             message = {"type": "message", "text": args["text"], "blocks": args.get("blocks"), "ts": ts, "bot_id": "B1"}
             return {"ok": True, "channel": args["channel"], "ts": ts, "message": message}
@@ -342,6 +346,30 @@ def test_a_click_on_a_decided_or_replaced_request_is_refused_with_the_current_on
     assert "already decided" in decided["text"]
     [update] = slack.of("chat.update")
     assert "Rejected by bo" in update["text"]
+
+
+def test_a_message_that_cannot_be_updated_is_told_privately_and_the_decision_stands(db, slack):
+    slack.failing.add("chat.update")
+    with open_sqlite(db) as saver:
+        graph, _ = start(saver)
+        posted = post_request(saver, slack)
+        with inbox(graph, saver) as client:
+            assert click(client, click_body(posted, "1.2", "UBO")) == 200
+        assert payments(saver) == [{"amount": 250.0, "to": "bo"}]
+    [told] = slack.of("chat.postEphemeral")
+    assert told["text"] == FAILED and told["user"] == "UBO"
+
+
+def test_a_post_slack_refuses_is_retried_and_status_shows_slacks_error(db, slack, capsys):
+    slack.failing.add("chat.postMessage")
+    with open_sqlite(db) as saver:
+        start(saver)
+        assert main(["--db", db, "notify", "--once", "--slack-channel", CHANNEL]) == 1
+        capsys.readouterr()
+        assert main(["--db", db, "notify", "--status", "--json"]) == 0
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (row["url"], row["state"], row["attempts"]) == (f"slack channel {CHANNEL}", "pending", 1)
+    assert row["last_error"] == "Slack: message_not_found"
 
 
 def test_notify_refuses_a_slack_channel_without_a_bot_token(db, capsys, monkeypatch):
