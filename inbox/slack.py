@@ -22,6 +22,10 @@ SLACK_API_URL = "https://slack.com/api/"
 ACTION_PREFIX = "gatedloop_"
 DECISIONS = ("approve", "reject")
 BUTTON_WORDS = {"approve": "Approve", "reject": "Reject"}
+MAX_VALUE = 2000
+"""Slack's limit on a button's value: a request too large for it gets only the link to its card."""
+MAX_ARGS_TEXT = 2500
+"""Of a section's 3000 characters, what a call's arguments may take (longer ones are cut, the card has them all)."""
 
 
 def web_client(token: str, env: Mapping[str, str] = os.environ) -> Any:
@@ -76,6 +80,7 @@ def approval_message(payload: Mapping[str, Any], link: str) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(head)}}]
     for action in actions:
         args = json.dumps(action["args"], ensure_ascii=False)
+        args = args if len(args) <= MAX_ARGS_TEXT else args[:MAX_ARGS_TEXT] + "… (cut: see the card)"
         quorum = action.get("approvals_required") or 1
         needs = f" (needs {quorum} approvals)" if quorum > 1 else ""
         text = f"`{escape(action['tool'])}`{needs} ```{escape(args)}```"
@@ -84,15 +89,17 @@ def approval_message(payload: Mapping[str, Any], link: str) -> dict[str, Any]:
         payload["thread_id"], payload["request_id"], tuple((a["tool_call_id"], a["args_digest"]) for a in actions)
     )
     every = " all" if len(actions) > 1 else ""
+    value = click.value()
     buttons: list[dict[str, Any]] = [
         {
             "type": "button",
             "action_id": ACTION_PREFIX + decision,
             "text": {"type": "plain_text", "text": BUTTON_WORDS[decision] + every},
-            "value": click.value(),
+            "value": value,
             **({"style": "primary"} if decision == "approve" else {"style": "danger"}),
         }
         for decision in DECISIONS
+        if len(value) <= MAX_VALUE
     ]
     buttons.append(
         {

@@ -418,3 +418,18 @@ def test_under_langgraph_dev_a_click_at_inbox_slack_actions_decides_through_the_
     assert "Approved by bo" in update["text"] and update["text"].endswith("the thread ended: completed")
     paid = Effects(db.with_name("effects.sqlite")).rows("pay")
     assert [args for _, args, _ in paid] == [{"amount": 500.0, "to": "bo"}]
+
+
+def test_a_request_too_large_for_slacks_limits_keeps_its_link_and_cuts_its_arguments():
+    from gatedloop.inbox.slack import MAX_VALUE, approval_message
+
+    calls = [
+        {"tool": "pay", "tool_call_id": f"call-{i:040d}", "args": {"note": "x" * 4000}, "args_digest": "d" * 64}
+        for i in range(30)
+    ]
+    payload = {"thread_id": "t1", "request_id": "req-1", "requested_by": "ana", "expires_at": None, "actions": calls}
+    message = approval_message(payload, "https://review.example/inbox/requests/req-1?thread=t1")
+    [buttons] = [b["elements"] for b in message["blocks"] if b["type"] == "actions"]
+    assert [b["text"]["text"] for b in buttons] == ["Edit in inbox"]  # the buttons' value would pass MAX_VALUE
+    assert all(len(b["text"]["text"]) <= 3000 for b in message["blocks"] if b["type"] == "section")
+    assert len(json.dumps([[c["tool_call_id"], c["args_digest"]] for c in calls])) > MAX_VALUE
