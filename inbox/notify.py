@@ -21,7 +21,8 @@ Standard Webhooks specification (`webhook-id`, `webhook-timestamp`, `webhook-sig
 and receivers verify with a library in their language. The old `X-Gatedloop-*` headers (the id outside the
 signature) are still sent in this release only, for receivers moving over. httpx (already installed with
 langgraph-sdk) makes the requests; the queue is hand-written because the outbox must live in gatedloop's own
-database, in the transaction the graph writes.
+database, in the transaction the graph writes. A Slack channel (`--slack-channel`) is an endpoint like the others,
+posted to with `chat.postMessage` (`gatedloop.inbox.slack`: an approval request gets its Approve / Reject buttons).
 """
 
 from __future__ import annotations
@@ -155,6 +156,11 @@ def notify_config(
     secret = env.get(SECRET_ENV, "")
     if given and not secret:
         raise NotifyConfigError(f"webhooks are configured but {SECRET_ENV} is not set: the bodies are signed with it")
+    if secret.startswith(SECRET_PREFIX):
+        try:
+            signer(secret.encode())
+        except ValueError:  # binascii.Error: not base64
+            raise NotifyConfigError(f"{SECRET_ENV} starts with {SECRET_PREFIX} but the rest is not base64") from None
     token = env.get(TOKEN_ENV, "")
     if channels and not token:
         raise NotifyConfigError(f"a Slack channel is given but {TOKEN_ENV} is not set: messages are posted with it")

@@ -338,6 +338,11 @@ def test_a_deliverer_killed_mid_delivery_is_followed_by_one_that_delivers_the_sa
         ([], {"GATEDLOOP_NOTIFY_URLS": "https://a.example/x, https:///nohost"}, "is not an http(s) URL with a host"),
         ([], {}, "no webhook configured"),
         (
+            ["--webhook", "https://a.example/x"],
+            {"GATEDLOOP_NOTIFY_SECRET": "whsec_not*base64!"},
+            "starts with whsec_ but the rest is not base64",
+        ),
+        (
             ["--webhook", "https://a.example/x", "--inbox-url", "inbox"],
             {"GATEDLOOP_NOTIFY_SECRET": SECRET},
             "inbox URL",
