@@ -394,7 +394,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 
     if named is None:
         choose_model()  # a model that is not configured is a one-line error now, not at the first answer
-    app = create_app(open_backend, Sessions(config, fixed))
+    app = create_app(open_backend, Sessions(config, fixed), slack=_slack_actions())
     url = f"http://{args.host}:{args.port}/inbox"
     if args.json:
         Output(True).record("inbox", url=url, db=shown_db(args.db))
@@ -402,6 +402,18 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         print(f"gatedloop inbox on {url}  (db: {shown_db(args.db)})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="debug" if args.debug else "warning")
     return EXIT_COMPLETED
+
+
+def _slack_actions() -> Any:
+    """Slack's click endpoint when `SLACK_SIGNING_SECRET` is set (None otherwise)."""
+    from gatedloop.inbox.slack_actions import SlackActions, SlackConfigError
+
+    try:
+        return SlackActions.from_env(os.environ)
+    except SlackConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+    except ImportError as exc:
+        raise CliError(f"Slack needs: pip install 'gatedloop[slack]' ({exc.name} is missing)", EXIT_USAGE) from exc
 
 
 def _notify_config(args: argparse.Namespace, **defaults: Any) -> Any:
@@ -412,6 +424,7 @@ def _notify_config(args: argparse.Namespace, **defaults: Any) -> Any:
         return notify_config(
             args.webhook,
             args.slack_webhook,
+            args.slack_channel,
             inbox_url=args.inbox_url,
             **defaults,
         )
@@ -438,7 +451,10 @@ def cmd_notify(args: argparse.Namespace) -> int:
         return EXIT_COMPLETED
     config = _notify_config(args)
     if config is None:
-        raise CliError("no webhook configured: --webhook URL, --slack-webhook URL or GATEDLOOP_NOTIFY_URLS", EXIT_USAGE)
+        raise CliError(
+            "no webhook configured: --webhook URL, --slack-webhook URL, --slack-channel C or GATEDLOOP_NOTIFY_URLS",
+            EXIT_USAGE,
+        )
     with open_saver(args.db) as saver:
         deliverer = Deliverer(saver.ledger, config)
         if args.once:
@@ -462,6 +478,13 @@ def _notify_options(command: argparse.ArgumentParser) -> None:
         "GATEDLOOP_NOTIFY_SECRET",
     )
     command.add_argument("--slack-webhook", action="append", default=[], metavar="URL", help="a Slack webhook")
+    command.add_argument(
+        "--slack-channel",
+        action="append",
+        default=[],
+        metavar="CHANNEL",
+        help="post approval requests with Approve / Reject buttons to this Slack channel (SLACK_BOT_TOKEN)",
+    )
     command.add_argument("--inbox-url", metavar="URL", help="the inbox page's URL in links (GATEDLOOP_INBOX_URL)")
 
 

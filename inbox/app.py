@@ -37,6 +37,7 @@ from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
 from gatedloop.inbox.masking import thread_redactor
 from gatedloop.inbox.pending import PendingRequests, PendingView, age_text, pending_view
 from gatedloop.inbox.review import answers_by_call, call_story, find_request, thread_story
+from gatedloop.inbox.slack_actions import SlackActions
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools.policy import MASK, CallContext, ToolPolicy
 
@@ -44,6 +45,8 @@ TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 POLL_MS = 2000
 ANSWER_WAIT_S = 10.0
 """How long an answer waits for the thread's lease (another reviewer's answer in flight) before giving up."""
+SLACK_PATHS = ("/slack/actions", "/inbox/slack/actions")
+"""Slack's interactivity URL: the first standalone, the second under a server (which serves the inbox's paths)."""
 
 
 class RequestSource(Protocol):
@@ -125,8 +128,10 @@ def create_app(
     sessions: Sessions,
     *,
     title: str = "gatedloop inbox",
+    slack: SlackActions | None = None,
 ) -> Starlette:
-    """The inbox; `open_backend` is entered once for the app's lifetime (its lifespan)."""
+    """The inbox; `open_backend` is entered once for the app's lifetime (its lifespan). With `slack`, Slack's
+    click endpoint is served too."""
     flashes: dict[str, list[Flash]] = {}
     drafts: dict[str, dict[str, Draft]] = {}  # session -> thread -> what she typed into a refused answer
 
@@ -282,8 +287,10 @@ def create_app(
         query = f"?{request.url.query}" if request.url.query else ""
         return RedirectResponse(f"/inbox/requests/{quote(request.path_params['request_id'])}{query}", 307)
 
+    slack_routes = [Route(path, slack.endpoint, methods=["POST"]) for path in SLACK_PATHS] if slack else []
     return Starlette(
         routes=[
+            *slack_routes,
             Route("/inbox", page, methods=["GET"]),
             Route("/inbox/cards", cards, methods=["GET"]),
             Route("/inbox/answer", answer, methods=["POST"]),

@@ -15,10 +15,14 @@ configured. Each pass:
    meanwhile is `skipped` instead of sent.
 
 At least once: a deliverer killed after the POST and before recording it leaves the delivery pending, and the next
-one posts it again, under the same `X-Gatedloop-Id`, which receivers de-duplicate by. Every body is signed:
-`X-Gatedloop-Signature: sha256=<hex HMAC-SHA256(secret, f"{timestamp}.{body}")>` with the `X-Gatedloop-Timestamp`
-sent beside it. httpx (already installed with langgraph-sdk) makes the requests; the queue is hand-written because
-the outbox must live in gatedloop's own database, in the transaction the graph writes.
+one posts it again, under the same `webhook-id`, which receivers de-duplicate by. Every body is signed by the
+Standard Webhooks specification (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of
+"{id}.{timestamp}.{body}">`, with the `standardwebhooks` package), so the id a receiver de-duplicates by is signed
+and receivers verify with a library in their language. The old `X-Gatedloop-*` headers (the id outside the
+signature) are still sent in this release only, for receivers moving over. httpx (already installed with
+langgraph-sdk) makes the requests; the queue is hand-written because the outbox must live in gatedloop's own
+database, in the transaction the graph writes. A Slack channel (`--slack-channel`) is an endpoint like the others,
+posted to with `chat.postMessage` (`gatedloop.inbox.slack`: an approval request gets its Approve / Reject buttons).
 """
 
 from __future__ import annotations
@@ -35,13 +39,16 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
 import httpx
+from standardwebhooks import Webhook as Webhook_
 
 from gatedloop.checkpoints.ledger import SqlLedger
 from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification
+from gatedloop.inbox.slack import TOKEN_ENV, approval_message, web_client
 
 log = logging.getLogger("gatedloop.notify")
 
@@ -54,6 +61,8 @@ DEFAULT_INBOX_URL = "http://127.0.0.1:8765/inbox"
 ID_HEADER = "X-Gatedloop-Id"
 TIMESTAMP_HEADER = "X-Gatedloop-Timestamp"
 SIGNATURE_HEADER = "X-Gatedloop-Signature"
+"""The old recipe's headers, deprecated: sent beside the Standard Webhooks headers in this release, then dropped."""
+SECRET_PREFIX = "whsec_"
 
 EVENT_TYPES = {"request": "approval_requested", "expiring": "approval_expiring", "unknown": "outcome_unknown"}
 HEADLINES = {"request": "Approval requested", "expiring": "Approval expiring soon", "unknown": "Outcome unknown"}
@@ -65,7 +74,8 @@ ACTION_KEYS = {
 """Each action's keys in the generic body, per kind (an unknown outcome has no approvals and no expiry)."""
 ERROR_CHARS = 300
 
-WebhookFormat = Literal["generic", "slack"]
+WebhookFormat = Literal["generic", "slack", "slack_channel"]
+"""`slack_channel`: posted with `chat.postMessage` (approval requests get Approve / Reject buttons)."""
 
 
 class NotifyConfigError(ValueError):
@@ -85,6 +95,8 @@ class Webhook:
     @property
     def shown(self) -> str:
         """The URL as `--status` shows it: scheme, host and the start of the path (no query, no token)."""
+        if self.format == "slack_channel":
+            return f"slack channel {self.url}"
         parts = urlsplit(self.url)
         path = parts.path if len(parts.path) <= 16 else parts.path[:16] + "…"
         return f"{SLACK_PREFIX if self.format == 'slack' else ''}{parts.scheme}://{parts.netloc}{path}"
@@ -105,6 +117,8 @@ class NotifyConfig:
     """Longer than `timeout_s`: a deliverer still waiting on a slow receiver keeps its claim."""
     poll_s: float = 1.0
     expiry_warning_s: float = 600.0
+    slack_token: str = field(default="", repr=False)
+    """`SLACK_BOT_TOKEN`, for the Slack channels among `webhooks`."""
 
 
 def parse_webhook(text: str, *, slack: bool = False) -> Webhook:
@@ -123,6 +137,7 @@ def parse_webhook(text: str, *, slack: bool = False) -> Webhook:
 def notify_config(
     webhooks: Sequence[str] = (),
     slack_webhooks: Sequence[str] = (),
+    slack_channels: Sequence[str] = (),
     *,
     inbox_url: str | None = None,
     default_inbox_url: str = DEFAULT_INBOX_URL,
@@ -130,23 +145,55 @@ def notify_config(
     **tuning: Any,
 ) -> NotifyConfig | None:
     """The configuration from options, else `GATEDLOOP_NOTIFY_URLS` (comma or space separated); None when no
-    webhook is configured. The secret is `GATEDLOOP_NOTIFY_SECRET`, never an option (a command line is public)."""
+    webhook is configured. The secret is `GATEDLOOP_NOTIFY_SECRET`, never an option (a command line is public); a
+    Slack channel is posted to with `SLACK_BOT_TOKEN`."""
     given = [parse_webhook(u) for u in webhooks] + [parse_webhook(u, slack=True) for u in slack_webhooks]
     if not given:
         given = [parse_webhook(u) for u in re.split(r"[\s,]+", env.get(URLS_ENV, "")) if u]
-    if not given:
+    channels = [Webhook(c.strip(), "slack_channel") for c in slack_channels if c.strip()]
+    if not given and not channels:
         return None
     secret = env.get(SECRET_ENV, "")
-    if not secret:
+    if given and not secret:
         raise NotifyConfigError(f"webhooks are configured but {SECRET_ENV} is not set: the bodies are signed with it")
+    if secret.startswith(SECRET_PREFIX):
+        try:
+            signer(secret.encode())
+        except ValueError:  # binascii.Error: not base64
+            raise NotifyConfigError(f"{SECRET_ENV} starts with {SECRET_PREFIX} but the rest is not base64") from None
+    token = env.get(TOKEN_ENV, "")
+    if channels and not token:
+        raise NotifyConfigError(f"a Slack channel is given but {TOKEN_ENV} is not set: messages are posted with it")
     inbox = inbox_url or env.get(INBOX_URL_ENV) or default_inbox_url
     if urlsplit(inbox).scheme not in ("http", "https") or not urlsplit(inbox).hostname:
         raise NotifyConfigError(f"inbox URL {inbox!r} is not an http(s) URL with a host")
-    return NotifyConfig(tuple(dict.fromkeys(given)), secret.encode(), inbox.rstrip("/"), **tuning)
+    webhooks_ = tuple(dict.fromkeys([*given, *channels]))
+    return NotifyConfig(webhooks_, secret.encode(), inbox.rstrip("/"), slack_token=token, **tuning)
+
+
+def signer(secret: bytes) -> Webhook_:
+    """The Standard Webhooks signer of `GATEDLOOP_NOTIFY_SECRET`: a `whsec_<base64>` secret as the specification
+    has it, any other text as its UTF-8 bytes (receivers then pass `secret.encode()` to `Webhook`)."""
+    text = secret.decode()
+    return Webhook_(text) if text.startswith(SECRET_PREFIX) else Webhook_(secret)
+
+
+def signed_headers(secret: bytes, notice_id: str, body: bytes, now: float) -> dict[str, str]:
+    """`webhook-id`, `webhook-timestamp`, `webhook-signature` (and, for one release, the old headers)."""
+    at = datetime.fromtimestamp(int(now), tz=UTC)
+    timestamp = str(int(now))
+    return {
+        "webhook-id": notice_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": signer(secret).sign(notice_id, at, body.decode()),
+        ID_HEADER: notice_id,
+        TIMESTAMP_HEADER: timestamp,
+        SIGNATURE_HEADER: sign(secret, timestamp, body),
+    }
 
 
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:
-    """The signature header's value: HMAC-SHA256 over `{timestamp}.{body}`."""
+    """The old signature header's value (deprecated): HMAC-SHA256 over `{timestamp}.{body}`."""
     return "sha256=" + hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
@@ -274,6 +321,7 @@ class Deliverer:
     clock: Callable[[], float] = time.time
     client: httpx.Client = field(default_factory=lambda: httpx.Client())
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    _slack: Any = field(default=None, repr=False)
 
     @property
     def claimant(self) -> str:
@@ -375,14 +423,13 @@ class Deliverer:
 
     def _post(self, webhook: Webhook, notice: Notification) -> str | None:
         """POST the signed body; None on a 2xx, else what went wrong (one line, no secret)."""
+        if webhook.format == "slack_channel":
+            return self._post_slack(webhook.url, notice)
         body = body_bytes(webhook, notice, self.config)
-        timestamp = str(int(time.time()))
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "gatedloop-notify",
-            ID_HEADER: notice.id,
-            TIMESTAMP_HEADER: timestamp,
-            SIGNATURE_HEADER: sign(self.config.secret, timestamp, body),
+            **signed_headers(self.config.secret, notice.id, body, time.time()),
         }
         try:
             response = self.client.post(webhook.url, content=body, headers=headers, timeout=self.config.timeout_s)
@@ -392,6 +439,24 @@ class Deliverer:
             return None
         text = " ".join(response.text.split())
         return f"HTTP {response.status_code}" + (f": {text}"[:ERROR_CHARS] if text else "")
+
+    def _post_slack(self, channel: str, notice: Notification) -> str | None:
+        """`chat.postMessage` to the channel: an approval request with its buttons, other notices as the Slack
+        webhook's body; None when Slack said ok, else its error."""
+        from slack_sdk.errors import SlackApiError, SlackClientError
+
+        link = request_link(self.config, notice)
+        body = approval_message(notice.payload, link) if notice.kind == "request" else slack_body(notice, link)
+        if self._slack is None:
+            self._slack = web_client(self.config.slack_token)
+            self._slack.timeout = int(self.config.timeout_s)
+        try:
+            self._slack.chat_postMessage(channel=channel, text=body["text"], blocks=body["blocks"])
+        except SlackApiError as exc:
+            return f"Slack: {exc.response.get('error')}"[:ERROR_CHARS]
+        except (SlackClientError, OSError) as exc:
+            return f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+        return None
 
 
 @contextmanager

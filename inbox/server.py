@@ -26,6 +26,7 @@ from gatedloop.inbox.app import InboxBackend, create_app
 from gatedloop.inbox.identity import Sessions
 from gatedloop.inbox.pending import PendingRequests
 from gatedloop.inbox.served import ServedBackend
+from gatedloop.inbox.slack_actions import SlackActions
 
 
 @contextmanager
@@ -54,4 +55,6 @@ def open_served_backend() -> Iterator[InboxBackend]:
         yield ServedBackend(reader, saver.ledger, pending)
 
 
-app = create_app(open_served_backend, Sessions.local_fallback(load_auth_config(os.environ)))
+app = create_app(
+    open_served_backend, Sessions.local_fallback(load_auth_config(os.environ)), slack=SlackActions.from_env(os.environ)
+)

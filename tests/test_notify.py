@@ -1,6 +1,7 @@
 """Notifications through the outbox (issue 23): the approve node queues each approval request once, in the ledger's
-database; a deliverer POSTs it, signed, to a real HTTP receiver on 127.0.0.1 that verifies the signature and
-de-duplicates by id. Failures, restarts and a SIGKILLed deliverer still give exactly one delivery per id."""
+database; a deliverer POSTs it, signed by the Standard Webhooks specification (issue 32), to a real HTTP receiver on
+127.0.0.1 that verifies the signature with the `standardwebhooks` package and de-duplicates by the signed id.
+Failures, restarts and a SIGKILLed deliverer still give exactly one delivery per id."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ import pytest
 import uvicorn
 from gate_app import build, effects_for, responder
 from langchain_core.tools import InjectedToolArg, tool
+from standardwebhooks import Webhook as StandardWebhook
+from standardwebhooks.webhooks import WebhookVerificationError
 
 from gatedloop.checkpoints import idempotency_key, open_sqlite
 from gatedloop.checkpoints.outbox import notification_id
@@ -55,6 +58,7 @@ class Receiver:
     url: str = ""
     posts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     bad_signatures: int = 0
+    raw: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
     fail: int = 0
     hold: bool = False
     held: threading.Event = field(default_factory=threading.Event)
@@ -62,7 +66,7 @@ class Receiver:
     arrived: threading.Condition = field(default_factory=threading.Condition)
 
     def unique(self) -> dict[str, dict[str, Any]]:
-        """What a receiver that de-duplicates by `X-Gatedloop-Id` keeps."""
+        """What a receiver that de-duplicates by `webhook-id` keeps."""
         return {notice_id: body for notice_id, body in self.posts}
 
     def wait_for(self, count: int, timeout: float = 30) -> None:
@@ -71,11 +75,21 @@ class Receiver:
 
 
 def verified(headers: Any, raw: bytes) -> bool:
-    """The receiver's check, as the docs show it: HMAC-SHA256 over `{timestamp}.{body}`, and a recent timestamp."""
-    timestamp = headers["X-Gatedloop-Timestamp"]
+    """The receiver's check, as the docs show it: `standardwebhooks` over id, timestamp and body (five minutes)."""
+    try:
+        StandardWebhook(SECRET.encode()).verify(raw, dict(headers.items()))
+    except WebhookVerificationError:
+        return False
+    return True
+
+
+def verified_the_old_way(headers: Any, raw: bytes) -> bool:
+    """The deprecated recipe (still sent for one release): HMAC-SHA256 over `{timestamp}.{body}`."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    timestamp = lowered["x-gatedloop-timestamp"]
     expected = "sha256=" + hmac.new(SECRET.encode(), f"{timestamp}.".encode() + raw, hashlib.sha256).hexdigest()
     fresh = abs(time.time() - int(timestamp)) < 300
-    return fresh and hmac.compare_digest(expected, headers["X-Gatedloop-Signature"])
+    return fresh and hmac.compare_digest(expected, lowered["x-gatedloop-signature"])
 
 
 @pytest.fixture
@@ -91,7 +105,8 @@ def receiver() -> Iterator[Receiver]:
                 self.end_headers()
                 return
             with state.arrived:
-                state.posts.append((self.headers["X-Gatedloop-Id"], json.loads(raw)))
+                state.posts.append((self.headers["webhook-id"], json.loads(raw)))
+                state.raw.append((dict(self.headers.items()), raw))
                 state.arrived.notify_all()
             if state.hold and not state.held.is_set():
                 state.held.set()
@@ -167,6 +182,37 @@ def test_a_request_is_queued_once_and_delivered_once_signed_with_its_secret_mask
     ]
     assert body["url"] == f"http://inbox.example:8765/inbox/requests/{request['request_id']}?thread=t1"
     assert HIDDEN not in json.dumps(body)
+
+
+def test_a_captured_post_replayed_with_a_new_id_fails_the_signature(db, receiver):
+    """The hole of the old recipe (its id outside the signature): a replay inside the window under a fresh id passed
+    the verifier and the de-duplication. Standard Webhooks signs the id."""
+    with open_sqlite(db) as saver:
+        pause(saver, "t1")
+        assert deliverer(saver, Webhook(receiver.url)).run_once().delivered == 1
+    [(received, raw)] = receiver.raw
+    headers = {k.lower(): v for k, v in received.items() if k.lower().startswith(("webhook-", "x-gatedloop-"))}
+    assert headers["webhook-signature"].startswith("v1,")
+    new_id = "ntf-replayed-under-a-new-id"
+    replayed = {**headers, "webhook-id": new_id, "x-gatedloop-id": new_id}
+    with httpx.Client() as client:
+        assert client.post(receiver.url, content=raw, headers=replayed).status_code == 401
+        assert client.post(receiver.url, content=raw, headers=headers).status_code == 204  # the same id: de-duplicated
+    assert receiver.bad_signatures == 1 and len(receiver.unique()) == 1
+    assert verified_the_old_way(headers, raw)  # the deprecated headers, kept for one release
+    assert verified_the_old_way(replayed, raw)  # ... which is why they go: the old recipe accepts the replay
+
+
+def test_a_whsec_secret_is_used_as_the_specification_has_it():
+    from base64 import b64encode
+
+    from gatedloop.inbox.notify import signed_headers
+
+    secret = "whsec_" + b64encode(b"0123456789abcdef0123456789abcdef").decode()
+    headers = signed_headers(secret.encode(), "ntf-1", b'{"a":1}', time.time())
+    assert StandardWebhook(secret).verify(b'{"a":1}', headers) == {"a": 1}
+    with pytest.raises(WebhookVerificationError):
+        StandardWebhook(secret.encode()).verify(b'{"a":1}', headers)  # not the secret's text as bytes
 
 
 def test_a_failing_receiver_is_retried_with_backoff_and_status_shows_the_error(db, receiver, capsys):
@@ -291,6 +337,11 @@ def test_a_deliverer_killed_mid_delivery_is_followed_by_one_that_delivers_the_sa
         (["--webhook", "https://hooks.example/x"], {}, "GATEDLOOP_NOTIFY_SECRET is not set"),
         ([], {"GATEDLOOP_NOTIFY_URLS": "https://a.example/x, https:///nohost"}, "is not an http(s) URL with a host"),
         ([], {}, "no webhook configured"),
+        (
+            ["--webhook", "https://a.example/x"],
+            {"GATEDLOOP_NOTIFY_SECRET": "whsec_not*base64!"},
+            "starts with whsec_ but the rest is not base64",
+        ),
         (
             ["--webhook", "https://a.example/x", "--inbox-url", "inbox"],
             {"GATEDLOOP_NOTIFY_SECRET": SECRET},

@@ -1,0 +1,123 @@
+"""Slack as a place to decide: the approval message (Block Kit) and what its buttons carry.
+
+`gatedloop notify --slack-channel C` posts one message per pending request with `chat.postMessage`
+(`SLACK_BOT_TOKEN`); its Approve / Reject buttons carry the thread, the request id and each call's argument digest,
+so a click decides exactly the request and arguments that were shown (`gatedloop.inbox.slack_actions` refuses
+anything else). Edits need the form, so the message links the request's inbox card. `GATEDLOOP_SLACK_API_URL`
+replaces Slack's API address (a local fake in tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+TOKEN_ENV = "SLACK_BOT_TOKEN"
+API_URL_ENV = "GATEDLOOP_SLACK_API_URL"
+SLACK_API_URL = "https://slack.com/api/"
+ACTION_PREFIX = "gatedloop_"
+DECISIONS = ("approve", "reject")
+BUTTON_WORDS = {"approve": "Approve", "reject": "Reject"}
+MAX_VALUE = 2000
+"""Slack's limit on a button's value: a request too large for it gets only the link to its card."""
+MAX_ARGS_TEXT = 2500
+"""Of a section's 3000 characters, what a call's arguments may take (longer ones are cut, the card has them all)."""
+
+
+def web_client(token: str, env: Mapping[str, str] = os.environ) -> Any:
+    """A `slack_sdk.WebClient` for the bot token, at `GATEDLOOP_SLACK_API_URL` when set."""
+    from slack_sdk import WebClient
+
+    base = env.get(API_URL_ENV) or SLACK_API_URL
+    return WebClient(token=token, base_url=base.rstrip("/") + "/")
+
+
+@dataclass(frozen=True)
+class Click:
+    """What a button carries: the request it was shown for and each call's (id, argument digest)."""
+
+    thread_id: str
+    request_id: str
+    calls: tuple[tuple[str, str], ...]
+
+    def value(self) -> str:
+        return json.dumps({"t": self.thread_id, "r": self.request_id, "c": [list(c) for c in self.calls]})
+
+    @classmethod
+    def parse(cls, value: str) -> Click | None:
+        """None for a value gatedloop did not make (the click then decides nothing)."""
+        try:
+            raw = json.loads(value)
+            calls = tuple((str(c), str(d)) for c, d in raw["c"])
+            return cls(str(raw["t"]), str(raw["r"]), calls)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def escape(text: str) -> str:
+    """Slack's mrkdwn escapes (&, <, >)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
+
+
+def approval_message(payload: Mapping[str, Any], link: str) -> dict[str, Any]:
+    """The message for one approval request (an outbox `request` payload, arguments already masked): a section per
+    call, then Approve / Reject for the request as shown and a link to its card (for edits and justifications).
+    The buttons decide every call of the request at once: the gate takes one decision per call."""
+    actions: Sequence[Mapping[str, Any]] = payload["actions"]
+    tools = ", ".join(a["tool"] for a in actions)
+    head = [f"*Approval requested: {escape(tools)}*", f"Thread `{escape(payload['thread_id'])}`"]
+    head.append(f"Requested by {escape(payload.get('requested_by') or 'unknown')}")
+    if payload.get("expires_at") is not None:
+        head.append(f"Expires {utc(payload['expires_at'])}")
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(head)}}]
+    for action in actions:
+        args = json.dumps(action["args"], ensure_ascii=False)
+        args = args if len(args) <= MAX_ARGS_TEXT else args[:MAX_ARGS_TEXT] + "… (cut: see the card)"
+        quorum = action.get("approvals_required") or 1
+        needs = f" (needs {quorum} approvals)" if quorum > 1 else ""
+        text = f"`{escape(action['tool'])}`{needs} ```{escape(args)}```"
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
+    click = Click(
+        payload["thread_id"], payload["request_id"], tuple((a["tool_call_id"], a["args_digest"]) for a in actions)
+    )
+    every = " all" if len(actions) > 1 else ""
+    value = click.value()
+    buttons: list[dict[str, Any]] = [
+        {
+            "type": "button",
+            "action_id": ACTION_PREFIX + decision,
+            "text": {"type": "plain_text", "text": BUTTON_WORDS[decision] + every},
+            "value": value,
+            **({"style": "primary"} if decision == "approve" else {"style": "danger"}),
+        }
+        for decision in DECISIONS
+        if len(value) <= MAX_VALUE
+    ]
+    buttons.append(
+        {
+            "type": "button",
+            "action_id": ACTION_PREFIX + "open",
+            "text": {"type": "plain_text", "text": "Edit in inbox"},
+            "url": link,
+        }
+    )
+    blocks.append({"type": "actions", "block_id": "gatedloop_decide", "elements": buttons})
+    return {"text": f"Approval requested: {tools} (thread {payload['thread_id']}): {link}", "blocks": blocks}
+
+
+def decided_message(blocks: Sequence[Mapping[str, Any]], line: str, *, keep_buttons: bool) -> list[dict[str, Any]]:
+    """The message after a decision: its blocks with `line` added (who decided what, when, and what then happened),
+    the buttons kept while the request still waits (a quorum), dropped once it is decided."""
+    kept = [dict(b) for b in blocks if keep_buttons or b.get("type") != "actions"]
+    note = {"type": "context", "elements": [{"type": "mrkdwn", "text": escape(line)}]}
+    if keep_buttons and kept and kept[-1].get("type") == "actions":
+        return [*kept[:-1], note, kept[-1]]
+    return [*kept, note]

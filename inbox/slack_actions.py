@@ -1,0 +1,212 @@
+"""Clicks on the approval message's buttons: `POST /slack/actions` of the inbox app (`/inbox/slack/actions` under
+a server), Slack's interactivity request URL.
+
+A click counts only when Slack's signature verifies (`SLACK_SIGNING_SECRET`, `slack_sdk`'s verifier: HMAC of
+`v0:timestamp:body`, the timestamp within five minutes) and it was not seen before (Slack's `trigger_id`: a
+captured request replayed inside the window is dropped). The Slack user is a reviewer only through
+`GATEDLOOP_SLACK_USERS` (`{"U123": {"user_id": "ana", "roles": ["finance"]}}`); anyone else decides nothing and is
+told so, privately. The click must name the request still pending and the exact arguments shown (else it is
+refused with the current one). Then the answer takes the inbox's own path (`InboxBackend.send`: `runs.resume` with
+the reviewer's identity, or a run through the server), so the gate judges roles, self-approval, quorum, expiry and
+replaced requests as for any answer. Slack wants an answer within three seconds: the click is acknowledged at once
+and decided right after, and the message is then updated with who decided what, when, and what happened next.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gatedloop.checkpoints.lease import ThreadBusy
+from gatedloop.graph.display import STOP_WORDS
+from gatedloop.inbox.identity import Reviewer
+from gatedloop.inbox.slack import ACTION_PREFIX, DECISIONS, TOKEN_ENV, Click, decided_message, utc, web_client
+from gatedloop.nodes.gate.hitl import InvalidDecision
+
+log = logging.getLogger("gatedloop.slack")
+
+SIGNING_SECRET_ENV = "SLACK_SIGNING_SECRET"
+USERS_ENV = "GATEDLOOP_SLACK_USERS"
+INBOX_URL_ENV = "GATEDLOOP_INBOX_URL"
+WINDOW_S = 300
+"""Slack's (and `SignatureVerifier`'s) timestamp window; a trigger id is remembered this long."""
+UNMAPPED = "You are not a gatedloop reviewer (your Slack id is not in GATEDLOOP_SLACK_USERS): nothing was decided."
+FAILED = "This click could not be handled (see the inbox's log); open the request in the inbox to see where it stands."
+PAST_WORDS = {"approve": "Approved", "reject": "Rejected"}
+
+
+class SlackConfigError(ValueError):
+    """Slack settings that cannot work; one line saying what to fix."""
+
+
+def parse_users(text: str) -> dict[str, Reviewer]:
+    """`GATEDLOOP_SLACK_USERS`: Slack user id -> `{"user_id": ..., "roles": [...]}`."""
+    try:
+        raw = json.loads(text or "{}")
+    except ValueError as exc:
+        raise SlackConfigError(f"{USERS_ENV} is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SlackConfigError(f'{USERS_ENV} must be a JSON object: {{"U123": {{"user_id": ..., "roles": [...]}}}}')
+    users: dict[str, Reviewer] = {}
+    for slack_id, entry in raw.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("user_id"), str) or not entry["user_id"]:
+            raise SlackConfigError(f"{USERS_ENV}: {slack_id!r} needs a user_id")
+        roles = entry.get("roles") or []
+        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+            raise SlackConfigError(f"{USERS_ENV}: the roles of {slack_id!r} must be a list of strings")
+        users[str(slack_id)] = Reviewer(entry["user_id"], frozenset(roles), "slack")
+    return users
+
+
+@dataclass
+class SlackActions:
+    """The click endpoint's settings and the trigger ids it has seen."""
+
+    signing_secret: str
+    users: Mapping[str, Reviewer]
+    client: Any  # slack_sdk.WebClient
+    inbox_url: str | None = None
+    clock: Any = time.time
+    _seen: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> SlackActions | None:
+        """None when `SLACK_SIGNING_SECRET` is not set (no click endpoint)."""
+        secret = env.get(SIGNING_SECRET_ENV, "").strip()
+        if not secret:
+            return None
+        token = env.get(TOKEN_ENV, "")
+        if not token:
+            raise SlackConfigError(f"{SIGNING_SECRET_ENV} is set but {TOKEN_ENV} is not: messages are updated with it")
+        return cls(secret, parse_users(env.get(USERS_ENV, "")), web_client(token, env), env.get(INBOX_URL_ENV))
+
+    def first_time(self, trigger: str) -> bool:
+        """Whether this trigger id is new (and now seen); ids older than the window are forgotten."""
+        now = self.clock()
+        with self._lock:
+            for old in [t for t, at in self._seen.items() if at < now - WINDOW_S]:
+                del self._seen[old]
+            if trigger in self._seen:
+                return False
+            self._seen[trigger] = now
+            return True
+
+    async def endpoint(self, request: Request) -> Response:
+        # Slack's interactivity request. (A comment, not a docstring: LangGraph Server reads route docstrings as
+        # OpenAPI YAML.)
+        from slack_sdk.signature import SignatureVerifier
+
+        body = await request.body()
+        try:
+            valid = SignatureVerifier(self.signing_secret).is_valid_request(body, dict(request.headers))
+        except ValueError:  # a timestamp that is not a number
+            valid = False
+        if not valid:
+            return Response("invalid signature", status_code=401)
+        try:
+            payload = json.loads(parse_qs(body.decode())["payload"][0])
+        except (KeyError, ValueError, UnicodeDecodeError):
+            return Response("no payload", status_code=400)
+        if payload.get("type") != "block_actions" or not self.first_time(str(payload.get("trigger_id") or "")):
+            return Response(status_code=200)
+        origin = str(request.base_url).rstrip("/")
+        task = BackgroundTask(self.decide, request.app.state.backend, payload, origin)
+        return Response(status_code=200, background=task)
+
+    def decide(self, backend: Any, payload: dict[str, Any], origin: str) -> None:
+        """Decide the click's request as its reviewer, then tell Slack. Slack has had its answer, so a failure (the
+        server's API refusing us, Slack unreachable) is logged and, if Slack can still be reached, told privately."""
+        slack_user = str((payload.get("user") or {}).get("id") or "")
+        channel = str((payload.get("container") or {}).get("channel_id") or (payload.get("channel") or {}).get("id"))
+        try:
+            self._decide(backend, payload, origin, slack_user, channel)
+        except Exception:
+            log.exception("slack click could not be handled")
+            try:
+                self._tell(channel, slack_user, FAILED)
+            except Exception:
+                log.exception("slack: could not tell %s", slack_user)
+
+    def _decide(self, backend: Any, payload: dict[str, Any], origin: str, slack_user: str, channel: str) -> None:
+        action = (payload.get("actions") or [{}])[0]
+        decision = str(action.get("action_id") or "").removeprefix(ACTION_PREFIX)
+        click = Click.parse(str(action.get("value") or ""))
+        if decision not in DECISIONS or click is None:
+            return
+        reviewer = self.users.get(slack_user)
+        if reviewer is None:
+            self._tell(channel, slack_user, UNMAPPED)
+            return
+        view = backend.requests(reviewer, origin).get(click.thread_id)
+        shown = [(a.tool_call_id, a.args_digest) for a in view.actions] if view is not None else []
+        if view is None or view.request_id != click.request_id or tuple(shown) != click.calls:
+            self._tell(channel, slack_user, self._stale(view, click))
+            return
+        answer = _answer(view, decision, reviewer)
+        try:
+            result = backend.send(reviewer, origin, view, answer)
+        except InvalidDecision as exc:
+            self._tell(channel, slack_user, f"Not accepted: {exc}")
+            return
+        except ThreadBusy:
+            self._tell(channel, slack_user, "Another answer is being applied to this thread; try again in a moment.")
+            return
+        waiting = bool(result.get("__interrupt__"))
+        line = f"{PAST_WORDS[decision]} by {reviewer.user_id} at {utc(self.clock())}"
+        if waiting:
+            line += "; the request still waits (more approvals needed, or a new request)"
+        else:
+            status = str(result.get("status") or "unknown")
+            line += f"; the thread ended: {STOP_WORDS.get(status, status)}"
+        message = payload.get("message") or {}
+        ts = str((payload.get("container") or {}).get("message_ts") or message.get("ts") or "")
+        still_this = waiting and self._still_pending(backend, reviewer, origin, click)
+        blocks = decided_message(message.get("blocks") or [], line, keep_buttons=still_this)
+        self.client.chat_update(channel=channel, ts=ts, text=line, blocks=blocks)
+
+    def _still_pending(self, backend: Any, reviewer: Reviewer, origin: str, click: Click) -> bool:
+        view = backend.requests(reviewer, origin).get(click.thread_id)
+        return view is not None and view.request_id == click.request_id
+
+    def _stale(self, view: Any, click: Click) -> str:
+        if view is None:
+            return f"Thread {click.thread_id}: this request was already decided or cancelled; nothing was changed."
+        calls = ", ".join(f"{a.name} ({a.tool_call_id})" for a in view.actions)
+        link = ""
+        if self.inbox_url:
+            thread = quote(view.thread_id, safe="")
+            link = f" <{self.inbox_url.rstrip('/')}/requests/{quote(view.request_id, safe='')}?thread={thread}>"
+        return (
+            f"Thread {click.thread_id}: this request changed since it was shown; nothing was changed. The current"
+            f" request is {view.request_id}: {calls}.{link}"
+        )
+
+    def _tell(self, channel: str, slack_user: str, text: str) -> None:
+        self.client.chat_postEphemeral(channel=channel, user=slack_user, text=text)
+
+
+def _answer(view: Any, decision: str, reviewer: Reviewer) -> dict[str, Any]:
+    """The inbox's answer for "decide every call as shown", bound to each call's id and argument digest."""
+    decisions: list[dict[str, Any]] = []
+    for action in view.actions:
+        bound = {"tool_call_id": action.tool_call_id, "args_digest": action.args_digest}
+        if decision == "approve":
+            decisions.append({"type": "approve", **bound})
+        else:
+            decisions.append({"type": "reject", "message": f"Rejected in Slack by {reviewer.user_id}.", **bound})
+    answer: dict[str, Any] = {"decisions": decisions, "reviewer": reviewer.user_id}
+    if view.request_id != view.interrupt_id:
+        answer["request_id"] = view.request_id
+    return answer

@@ -1,0 +1,435 @@
+"""Deciding in Slack (issue 32): `gatedloop notify --slack-channel` posts an approval message with the real
+`slack_sdk` client to a fake Slack Web API on 127.0.0.1, and clicks reach the inbox's `/slack/actions` in Slack's
+own `block_actions` shape, signed as Slack signs them. Each decision goes through the gate: payments are counted in
+the payments app's effects file, and every message Slack is asked to post or update is asserted."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+import httpx
+import pytest
+from devserver import gated_project, run_dev_server
+from gate_app import build, effects_for
+from langgraph_sdk import get_sync_client
+from sample_app import Effects
+from starlette.testclient import TestClient
+
+from gatedloop.checkpoints import open_sqlite
+from gatedloop.cli.main import main
+from gatedloop.graph import runs
+from gatedloop.graph.build import parts_of
+from gatedloop.inbox import InboxBackend, create_app
+from gatedloop.inbox.identity import Sessions
+from gatedloop.inbox.notify import notify_config
+from gatedloop.inbox.pending import PendingRequests
+from gatedloop.inbox.slack_actions import FAILED, UNMAPPED, SlackActions
+from gatedloop.tools import CallContext
+
+TOKEN = "xoxb-test-token"
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+CHANNEL = "C0APPROVALS"
+ANA = CallContext(user_id="ana", roles={"staff"})
+USERS = {
+    "UBO": {"user_id": "bo", "roles": ["finance"]},
+    "UDEE": {"user_id": "dee", "roles": ["finance"]},
+    "UCY": {"user_id": "cy", "roles": ["staff"]},
+}
+
+
+@dataclass
+class FakeSlack:
+    """Slack's Web API as far as gatedloop uses it; every call recorded as (method, arguments)."""
+
+    url: str = ""
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    lock: threading.Condition = field(default_factory=threading.Condition)
+    count: int = 0
+    failing: set[str] = field(default_factory=set)
+    """Methods answered with Slack's error shape (`{"ok": false, "error": ...}`)."""
+
+    def of(self, method: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [args for name, args in self.calls if name == method]
+
+    def wait_for(self, method: str, count: int = 1) -> list[dict[str, Any]]:
+        """The calls of `method` once there are `count` (a click under a server is decided after Slack's ack)."""
+        with self.lock:
+            assert self.lock.wait_for(lambda: len(self.of(method)) >= count, 120), self.calls
+        return self.of(method)
+
+    def answer(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self.calls.append((method, args))
+            self.count += 1
+            ts = f"1700000000.{self.count:06d}"
+            self.lock.notify_all()
+        if method in self.failing:
+            return {"ok": False, "error": "message_not_found"}
+        if method == "chat.postMessage":
+            message = {"type": "message", "text": args["text"], "blocks": args.get("blocks"), "ts": ts, "bot_id": "B1"}
+            return {"ok": True, "channel": args["channel"], "ts": ts, "message": message}
+        if method == "chat.update":
+            message = {"type": "message", "text": args["text"], "blocks": args.get("blocks")}
+            return {"ok": True, "channel": args["channel"], "ts": args["ts"], "text": args["text"], "message": message}
+        if method == "chat.postEphemeral":
+            return {"ok": True, "message_ts": ts}
+        return {"ok": False, "error": "unknown_method"}
+
+
+@pytest.fixture
+def slack(monkeypatch) -> Iterator[FakeSlack]:
+    state = FakeSlack()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            if self.headers.get("Content-Type", "").startswith("application/json"):
+                args = json.loads(raw or "{}")
+            else:
+                args = {k: v[0] for k, v in parse_qs(raw).items()}
+            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                body = {"ok": False, "error": "not_authed"}
+            else:
+                body = state.answer(self.path.rsplit("/", 1)[-1], args)
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/api/"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    monkeypatch.setenv("GATEDLOOP_SLACK_API_URL", state.url)
+    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def graph_of(saver: Any, **policy: Any) -> Any:
+    return build(saver, effects_for(saver), approval="always", approvers=frozenset({"finance"}), **policy)
+
+
+def payments(saver: Any) -> list[dict[str, Any]]:
+    return [args for _, args, _ in effects_for(saver).rows("pay")]
+
+
+def post_request(saver: Any, slack: FakeSlack) -> dict[str, Any]:
+    """`gatedloop notify --slack-channel` for one pass; the message Slack was asked to post."""
+    before = len(slack.of("chat.postMessage"))
+    assert main(["--db", saver.path, "notify", "--once", "--slack-channel", CHANNEL]) == 0
+    posted = slack.of("chat.postMessage")
+    assert len(posted) == before + 1
+    return posted[-1]
+
+
+@contextmanager
+def inbox(graph: Any, saver: Any, **env: str) -> Iterator[TestClient]:
+    """The inbox app with its Slack endpoint, as `gatedloop inbox` builds it from the environment."""
+    parts = parts_of(graph)
+    assert parts is not None
+    tools, policies = list(parts.registry.tools.values()), parts.registry.policies
+
+    @contextmanager
+    def backend() -> Iterator[InboxBackend]:
+        yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, saver.thread_ids, tools, policies))
+
+    settings = {
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_BOT_TOKEN": TOKEN,
+        "GATEDLOOP_SLACK_USERS": json.dumps(USERS),
+        "GATEDLOOP_INBOX_URL": "https://review.example/inbox",
+        **env,
+    }
+    actions = SlackActions.from_env({**os.environ, **settings})
+    assert actions is not None
+    with TestClient(create_app(backend, Sessions(None), slack=actions)) as client:
+        yield client
+
+
+clicks = iter(range(10**6))
+
+
+def click_body(message: dict[str, Any], ts: str, slack_user: str, decision: str = "approve") -> bytes:
+    """Slack's `block_actions` payload for a click on a button of `message`, form-encoded as Slack sends it."""
+    [button] = [
+        e
+        for b in message["blocks"]
+        if b["type"] == "actions"
+        for e in b["elements"]
+        if e["action_id"] == f"gatedloop_{decision}"
+    ]
+    n = next(clicks)
+    payload = {
+        "type": "block_actions",
+        "user": {"id": slack_user, "username": slack_user.lower(), "name": slack_user.lower(), "team_id": "T1"},
+        "api_app_id": "A1",
+        "token": "verification-token-unused",
+        "container": {"type": "message", "message_ts": ts, "channel_id": CHANNEL, "is_ephemeral": False},
+        "trigger_id": f"1234567890.{n}.abcdef",
+        "team": {"id": "T1", "domain": "example"},
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "channel": {"id": CHANNEL, "name": "approvals"},
+        "message": {**message, "ts": ts, "type": "message"},
+        "state": {"values": {}},
+        "response_url": "https://hooks.slack.com/actions/T1/1/abc",
+        "actions": [
+            {
+                "action_id": button["action_id"],
+                "block_id": "gatedloop_decide",
+                "text": button["text"],
+                "value": button["value"],
+                "style": button.get("style"),
+                "type": "button",
+                "action_ts": f"1700000100.{n:06d}",
+            }
+        ],
+    }
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def signed(body: bytes, *, at: float | None = None, secret: str = SIGNING_SECRET) -> dict[str, str]:
+    """Slack's headers: `v0=` HMAC-SHA256 of `v0:{timestamp}:{body}` under the signing secret."""
+    timestamp = str(int(time.time() if at is None else at))
+    mac = hmac.new(secret.encode(), f"v0:{timestamp}:".encode() + body, hashlib.sha256).hexdigest()
+    return {
+        "X-Slack-Request-Timestamp": timestamp,
+        "X-Slack-Signature": f"v0={mac}",
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+
+
+def click(client: TestClient, body: bytes, headers: dict[str, str] | None = None) -> int:
+    return client.post("/slack/actions", content=body, headers=headers or signed(body)).status_code
+
+
+def start(saver: Any, thread_id: str = "t1", text: str = "pay 250 to bo as c1", **policy: Any) -> tuple[Any, Any]:
+    graph = graph_of(saver, **policy)
+    out = runs.start(graph, thread_id, text, context=ANA)
+    return graph, out["__interrupt__"][0].value
+
+
+def test_the_message_carries_the_request_the_digest_and_a_link_to_the_card(db, slack):
+    with open_sqlite(db) as saver:
+        _, request = start(saver)
+        posted = post_request(saver, slack)
+    assert posted["channel"] == CHANNEL
+    [button] = [e for b in posted["blocks"] if b["type"] == "actions" for e in b["elements"] if "value" in e][:1]
+    value = json.loads(button["value"])
+    action = request["action_requests"][0]
+    assert value == {"t": "t1", "r": request["request_id"], "c": [["c1", action["args_digest"]]]}
+    [link] = [e["url"] for b in posted["blocks"] if b["type"] == "actions" for e in b["elements"] if "url" in e]
+    assert link.endswith(f"/inbox/requests/{request['request_id']}?thread=t1")
+
+
+def test_a_signed_approve_click_runs_the_write_once_and_updates_the_message(db, slack):
+    with open_sqlite(db) as saver:
+        graph, _ = start(saver)
+        posted = post_request(saver, slack)
+        ts = "1700000000.000001"
+        with inbox(graph, saver) as client:
+            body = click_body(posted, ts, "UBO")
+            assert click(client, body) == 200
+            assert payments(saver) == [{"amount": 250.0, "to": "bo"}]
+            assert click(client, body) == 200  # the same request again (same trigger id): dropped
+            assert payments(saver) == [{"amount": 250.0, "to": "bo"}]
+        assert runs.output(graph, "t1")["status"] == "completed"
+    [update] = slack.of("chat.update")
+    assert (update["channel"], update["ts"]) == (CHANNEL, ts)
+    assert "Approved by bo at " in update["text"] and update["text"].endswith("the thread ended: completed")
+    assert [b["type"] for b in update["blocks"]][-1] == "context"
+    assert "actions" not in [b["type"] for b in update["blocks"]]  # decided: no buttons left
+    assert slack.of("chat.postEphemeral") == []
+
+
+def test_a_forged_or_replayed_click_is_refused_and_changes_nothing(db, slack):
+    with open_sqlite(db) as saver:
+        graph, request = start(saver)
+        posted = post_request(saver, slack)
+        with inbox(graph, saver) as client:
+            body = click_body(posted, "1.2", "UBO")
+            assert click(client, body, signed(body, secret="not-the-signing-secret")) == 401
+            old = signed(body, at=time.time() - 600)  # a captured click replayed after Slack's window
+            assert click(client, body, old) == 401
+            tampered = body.replace(b"UBO", b"UDEE")
+            assert click(client, tampered, signed(body)) == 401  # the signature of another body
+        assert payments(saver) == []
+        assert (runs.pending_request(graph, "t1") or {})["request_id"] == request["request_id"]
+    assert slack.of("chat.update") == [] and slack.of("chat.postEphemeral") == []
+
+
+def test_a_user_without_the_role_and_an_unmapped_user_decide_nothing(db, slack):
+    with open_sqlite(db) as saver:
+        graph, request = start(saver)
+        posted = post_request(saver, slack)
+        with inbox(graph, saver) as client:
+            assert click(client, click_body(posted, "1.2", "UCY")) == 200
+            assert click(client, click_body(posted, "1.2", "USTRANGER")) == 200
+            assert click(client, click_body(posted, "1.2", "UCY", "reject")) == 200
+        assert payments(saver) == []
+        assert (runs.pending_request(graph, "t1") or {})["request_id"] == request["request_id"]
+        refused = [e for e in saver.ledger.audit("t1") if e["event"].startswith("answer_refused")]
+        assert {e["actor"] for e in refused} == {"cy"}  # judged by the gate, as cy
+    no_role, unmapped, no_role_reject = slack.of("chat.postEphemeral")
+    assert (no_role["user"], no_role["channel"]) == ("UCY", CHANNEL)
+    assert no_role["text"].startswith("Not accepted:") and "finance" in no_role["text"]
+    assert no_role_reject["text"].startswith("Not accepted:")
+    assert (unmapped["user"], unmapped["text"]) == ("USTRANGER", UNMAPPED)
+    assert slack.of("chat.update") == []
+
+
+def test_two_approvers_of_a_quorum_run_the_write_after_the_second(db, slack):
+    with open_sqlite(db) as saver:
+        graph, _ = start(saver, approvals_required=2)
+        posted = post_request(saver, slack)
+        with inbox(graph, saver) as client:
+            assert click(client, click_body(posted, "1.2", "UBO")) == 200
+            assert payments(saver) == []
+            first = slack.of("chat.update")[-1]
+            assert click(client, click_body(posted, "1.2", "UBO")) == 200  # bo again: counts once
+            assert payments(saver) == []
+            assert click(client, click_body({**posted, "blocks": first["blocks"]}, "1.2", "UDEE")) == 200
+            assert payments(saver) == [{"amount": 250.0, "to": "bo"}]
+    first_update, *_, last = slack.of("chat.update")
+    assert "Approved by bo" in first_update["text"] and "still waits" in first_update["text"]
+    assert "actions" in [b["type"] for b in first_update["blocks"]]  # still waiting for a second approver
+    assert "Approved by dee" in last["text"] and last["text"].endswith("the thread ended: completed")
+    assert "actions" not in [b["type"] for b in last["blocks"]]
+    assert "Approved by bo" in json.dumps(last["blocks"])  # the first approval is still told
+
+
+def test_a_click_on_a_decided_or_replaced_request_is_refused_with_the_current_one(db, slack):
+    with open_sqlite(db) as saver:
+        graph, first = start(saver)
+        posted = post_request(saver, slack)
+        out = graph.invoke(
+            {"messages": [("user", "pay 900 to cy as c2")]},
+            {"configurable": {"thread_id": "t1"}},
+            context=ANA,
+            durability="sync",
+        )
+        current = out["__interrupt__"][0].value
+        assert current["request_id"] != first["request_id"]
+        with inbox(graph, saver) as client:
+            assert click(client, click_body(posted, "1.2", "UBO")) == 200
+            assert payments(saver) == []
+            replaced = slack.of("chat.postEphemeral")[-1]
+            newer = post_request(saver, slack)
+            assert click(client, click_body(newer, "1.3", "UBO", "reject")) == 200
+            assert click(client, click_body(newer, "1.3", "UBO")) == 200  # decided: rejected already
+        assert payments(saver) == []
+        assert runs.output(graph, "t1")["status"] == "completed"
+    assert "changed since it was shown" in replaced["text"] and current["request_id"] in replaced["text"]
+    assert "review.example/inbox/requests/" in replaced["text"]
+    decided = slack.of("chat.postEphemeral")[-1]
+    assert "already decided" in decided["text"]
+    [update] = slack.of("chat.update")
+    assert "Rejected by bo" in update["text"]
+
+
+def test_a_message_that_cannot_be_updated_is_told_privately_and_the_decision_stands(db, slack):
+    slack.failing.add("chat.update")
+    with open_sqlite(db) as saver:
+        graph, _ = start(saver)
+        posted = post_request(saver, slack)
+        with inbox(graph, saver) as client:
+            assert click(client, click_body(posted, "1.2", "UBO")) == 200
+        assert payments(saver) == [{"amount": 250.0, "to": "bo"}]
+    [told] = slack.of("chat.postEphemeral")
+    assert told["text"] == FAILED and told["user"] == "UBO"
+
+
+def test_a_post_slack_refuses_is_retried_and_status_shows_slacks_error(db, slack, capsys):
+    slack.failing.add("chat.postMessage")
+    with open_sqlite(db) as saver:
+        start(saver)
+        assert main(["--db", db, "notify", "--once", "--slack-channel", CHANNEL]) == 1
+        capsys.readouterr()
+        assert main(["--db", db, "notify", "--status", "--json"]) == 0
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (row["url"], row["state"], row["attempts"]) == (f"slack channel {CHANNEL}", "pending", 1)
+    assert row["last_error"] == "Slack: message_not_found"
+
+
+def test_notify_refuses_a_slack_channel_without_a_bot_token(db, capsys, monkeypatch):
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    assert main(["--db", db, "notify", "--once", "--slack-channel", CHANNEL]) == 2
+    assert "SLACK_BOT_TOKEN is not set" in capsys.readouterr().err
+    assert notify_config([], [], [CHANNEL], env={"SLACK_BOT_TOKEN": TOKEN}) is not None
+
+
+SUPPORT = Path(__file__).resolve().parent / "support"
+
+
+@pytest.mark.slow
+def test_under_langgraph_dev_a_click_at_inbox_slack_actions_decides_through_the_server(tmp_path, slack):
+    """The inbox as `langgraph dev`'s `http.app`: the click endpoint is `/inbox/slack/actions`, and the decision is a
+    run through the server's API (no auth configured: the run's context names the mapped reviewer)."""
+    project = gated_project(tmp_path, {"gate_app": str(SUPPORT / "gate_server_app.py:graph")})
+    config = json.loads((project / "langgraph.json").read_text())
+    (project / "langgraph.json").write_text(json.dumps({**config, "http": {"app": "gatedloop.inbox.server:app"}}))
+    db = tmp_path / "gate.sqlite"
+    env = {
+        "GATEDLOOP_DB": str(db),
+        "GATEDLOOP_LEDGER": None,
+        "GATEDLOOP_AUTH_TOKENS": None,
+        "GATEDLOOP_AUTH_FILE": None,
+        "PYTHONPATH": os.pathsep.join(p for p in [str(SUPPORT), os.environ.get("PYTHONPATH")] if p),
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_BOT_TOKEN": TOKEN,
+        "GATEDLOOP_SLACK_USERS": json.dumps(USERS),
+        "GATEDLOOP_SLACK_API_URL": slack.url,
+    }
+    with run_dev_server(project, env=env, workdir=tmp_path / "server") as url:
+        client = get_sync_client(url=url, api_key=None, timeout=60)
+        thread_id = client.threads.create()["thread_id"]
+        ask = {"messages": [{"role": "user", "content": "pay 500 to bo as c1"}]}
+        assert client.runs.wait(thread_id, "gate_app", input=ask, context={"user_id": "ana", "roles": ["staff"]})
+        assert main(["--db", str(db), "notify", "--once", "--slack-channel", CHANNEL]) == 0
+        [posted] = slack.of("chat.postMessage")
+        with httpx.Client(timeout=60) as http:
+            body, endpoint = click_body(posted, "1.2", "UBO"), f"{url}/inbox/slack/actions"
+            assert http.post(endpoint, content=body, headers=signed(body, secret="x")).status_code == 401
+            assert http.post(endpoint, content=body, headers=signed(body)).status_code == 200
+            [update] = slack.wait_for("chat.update")
+        thread = client.threads.get(thread_id)
+    assert thread["status"] == "idle" and thread["values"]["status"] == "completed"
+    assert "Approved by bo" in update["text"] and update["text"].endswith("the thread ended: completed")
+    paid = Effects(db.with_name("effects.sqlite")).rows("pay")
+    assert [args for _, args, _ in paid] == [{"amount": 500.0, "to": "bo"}]
+
+
+def test_a_request_too_large_for_slacks_limits_keeps_its_link_and_cuts_its_arguments():
+    from gatedloop.inbox.slack import MAX_VALUE, approval_message
+
+    calls = [
+        {"tool": "pay", "tool_call_id": f"call-{i:040d}", "args": {"note": "x" * 4000}, "args_digest": "d" * 64}
+        for i in range(30)
+    ]
+    payload = {"thread_id": "t1", "request_id": "req-1", "requested_by": "ana", "expires_at": None, "actions": calls}
+    message = approval_message(payload, "https://review.example/inbox/requests/req-1?thread=t1")
+    [buttons] = [b["elements"] for b in message["blocks"] if b["type"] == "actions"]
+    assert [b["text"]["text"] for b in buttons] == ["Edit in inbox"]  # the buttons' value would pass MAX_VALUE
+    assert all(len(b["text"]["text"]) <= 3000 for b in message["blocks"] if b["type"] == "section")
+    assert len(json.dumps([[c["tool_call_id"], c["args_digest"]] for c in calls])) > MAX_VALUE
