@@ -608,7 +608,7 @@ def verify_chain(
         return report
     before = json.loads(genesis.key).get("before", {})
     report.begins = f"chain row 1, at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(genesis.at))}" + (
-        f", after {sum(v['rows'] for v in before.values())} earlier rows" if before else ""
+        f", after {sum(v['rows'] for v in before.values())} earlier rows (not in it: not verified)" if before else ""
     )
     problems: list[tuple[int, str]] = []
     links = Report()

@@ -110,11 +110,11 @@ def claim_thread(
     - no graph recorded at all (new, or written before graphs were recorded, as tests/data/threads_2077b07.sqlite):
       this graph's from now on, policies included. For an old thread there is nothing to compare with; refusing
       would strand every thread of such a file (tests/test_stored_formats.py resumes them as they are);
-    - a graph recorded without policies (written after graphs were recorded, before policies were): its name
-      and tools are known but not the rules it was made under, which may have been stricter than today's. It is
-      another graph until upgraded explicitly (the audit then shows every tool's policy from None), rather than
-      adopting today's policies on first resume: that would let a weakened graph take over its pending
-      approvals unnoticed, the drift this rule exists to stop."""
+    - a graph recorded without policies (written after graphs were recorded, before policies were, as
+      tests/data/threads_1ee2d3b.sqlite): its name and tools are known but not the rules it was made under, which
+      may have been stricter than today's. It is another graph until upgraded explicitly (the audit then shows
+      every tool's policy from None), rather than adopting today's policies on first resume: that would let a
+      weakened graph take over its pending approvals unnoticed, the drift this rule exists to stop."""
     ledger = ledger_of(graph)
     if ledger is None:  # not a gatedloop graph: nothing to check against
         return

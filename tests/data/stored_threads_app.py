@@ -1,10 +1,10 @@
-"""The graph that wrote tests/data/threads_2077b07.sqlite (with the code of commit 2077b07), and that resumes its
-threads with today's code (tests/test_stored_formats.py).
+"""The graph that wrote tests/data/threads_COMMIT.sqlite (with the code of each commit of COMMITS), and that resumes
+their threads with today's code (tests/test_stored_formats.py).
 
 It uses only the public API both commits have (`gatedloop.graph.build_graph`, `Limits`, `gatedloop.graph.scripted`,
 `gatedloop.tools.ToolPolicy`, `CallContext`), and the scripted model's reply is a function of the conversation, so
 a thread resumed today gets the replies it would have got then. Do not change the tools, their policies or the
-replies: the stored threads were made by them (regenerate the file if you must, see make_threads_2077b07.py).
+replies: the stored threads were made by them (regenerate the files if you must, see make_threads.py).
 
 Every real execution of a tool lands as a row in `app_effects`, a table in the same SQLite file as the threads
 (the tools' "authoritative system"), so a test counts how often each call really ran.
@@ -27,6 +27,9 @@ from gatedloop.graph import Limits, build_graph
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import CallContext, ToolPolicy
 
+COMMITS = ("2077b07", "1ee2d3b")
+"""The commits whose files tests/test_stored_formats.py resumes: 2077b07 (before graphs were recorded) and 1ee2d3b
+(the last before the evidence chain)."""
 EFFECTS_TABLE = "app_effects"
 LIMITS = Limits(max_model_calls=3)
 LOSSY = "lossy"

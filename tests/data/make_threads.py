@@ -1,13 +1,13 @@
-"""Writes tests/data/threads_2077b07.sqlite and threads_2077b07.expected.json with the code of commit 2077b07:
-threads in every stored situation a user can have mid-flight, for tests/test_stored_formats.py to resume with
-today's code. Run from the repository root, with the old code in its own worktree and venv:
+"""Writes tests/data/threads_COMMIT.sqlite and threads_COMMIT.expected.json with the code of commit COMMIT (one
+of COMMITS): threads in every stored situation a user can have mid-flight, for tests/test_stored_formats.py to
+resume with today's code. Run from the repository root, with the old code in its own worktree and venv:
 
-    git worktree add /tmp/old2077 2077b07
-    python3 -m venv /tmp/old2077/.venv && /tmp/old2077/.venv/bin/pip install -q -e '/tmp/old2077[test]'
-    /tmp/old2077/.venv/bin/python tests/data/make_threads_2077b07.py
-    git worktree remove --force /tmp/old2077
+    git worktree add /tmp/old 1ee2d3b
+    python3 -m venv /tmp/old/.venv && /tmp/old/.venv/bin/pip install -q -e '/tmp/old[test]'
+    /tmp/old/.venv/bin/python tests/data/make_threads.py 1ee2d3b
+    git worktree remove --force /tmp/old
 
-It refuses to run with any other gatedloop than commit 2077b07's.
+It refuses to run with any other gatedloop than that commit's.
 """
 
 from __future__ import annotations
@@ -21,24 +21,22 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from stored_threads_app import FINANCE_ALICE, LOSSY, REQUESTER, REVIEWER, Effects, build
+from stored_threads_app import COMMITS, FINANCE_ALICE, LOSSY, REQUESTER, REVIEWER, Effects, build
 
 import gatedloop.graph.build
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import runs
 
-COMMIT = "2077b07"
 HERE = Path(__file__).parent
-DB = HERE / f"threads_{COMMIT}.sqlite"
-EXPECTED = HERE / f"threads_{COMMIT}.expected.json"
-LEASES = HERE / f"threads_{COMMIT}.sqlite.leases"
 
 
-def require_commit() -> None:
+def require_commit(commit: str) -> None:
+    if commit not in COMMITS:
+        sys.exit(f"usage: make_threads.py COMMIT, one of {', '.join(COMMITS)}")
     source = Path(gatedloop.graph.build.__file__).resolve().parent
     head = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    if not head.startswith(COMMIT):
-        sys.exit(f"gatedloop here is {source} at {head.strip() or 'no commit'}, not {COMMIT}: see this file's top")
+    if not head.startswith(commit):
+        sys.exit(f"gatedloop here is {source} at {head.strip() or 'no commit'}, not {commit}: see this file's top")
 
 
 def pending(graph: Any, thread_id: str) -> dict[str, Any]:
@@ -77,7 +75,7 @@ def make_threads(graph: Any) -> None:
     assert runs.output(graph, "limit")["status"] == "step_limit"
 
 
-def expected(graph: Any, saver: Any, thread_ids: list[str]) -> dict[str, Any]:
+def expected(commit: str, graph: Any, saver: Any, thread_ids: list[str]) -> dict[str, Any]:
     """What each thread holds as this commit wrote it: status, pending request, ledger rows, audit events."""
     threads = {}
     for thread_id in thread_ids:
@@ -89,26 +87,27 @@ def expected(graph: Any, saver: Any, thread_ids: list[str]) -> dict[str, Any]:
             "ledger": [[e.call_id, e.tool, e.state, e.attempts] for e in saver.ledger.entries(thread_id)],
             "audit_events": [e["event"] for e in saver.ledger.audit(thread_id)],
         }
-    return {"commit": COMMIT, "threads": threads}
+    return {"commit": commit, "threads": threads}
 
 
-def main() -> None:
-    require_commit()
-    DB.unlink(missing_ok=True)
-    Effects(DB)
+def main(commit: str) -> None:
+    require_commit(commit)
+    db, expected_json = HERE / f"threads_{commit}.sqlite", HERE / f"threads_{commit}.expected.json"
+    db.unlink(missing_ok=True)
+    Effects(db)
     thread_ids = ["approval-pending", "quorum-partial", "edit-pending", "unknown-outcome", "completed", "limit"]
-    with open_sqlite(DB) as saver:
-        graph = build(saver, DB)
+    with open_sqlite(db) as saver:
+        graph = build(saver, db)
         make_threads(graph)
-        facts = expected(graph, saver, thread_ids)
-    facts["effects"] = Effects(DB).rows()
-    with closing(sqlite3.connect(DB, isolation_level=None)) as conn:  # one self-contained file, small
+        facts = expected(commit, graph, saver, thread_ids)
+    facts["effects"] = Effects(db).rows()
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:  # one self-contained file, small
         conn.execute("PRAGMA journal_mode=DELETE")
         conn.execute("VACUUM")
-    shutil.rmtree(LEASES, ignore_errors=True)
-    EXPECTED.write_text(json.dumps(facts, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    print(f"wrote {DB} ({DB.stat().st_size} bytes) and {EXPECTED}")
+    shutil.rmtree(f"{db}.leases", ignore_errors=True)
+    expected_json.write_text(json.dumps(facts, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    print(f"wrote {db} ({db.stat().st_size} bytes) and {expected_json}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1] if len(sys.argv) == 2 else "")
