@@ -5,7 +5,7 @@ nothing a hook does lets a call past validate, the gate, or the write's at-most-
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NotRequired
 
 import pytest
 from hypothesis import given, settings
@@ -25,7 +25,6 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from typing_extensions import NotRequired
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import build_graph
