@@ -198,7 +198,7 @@ class ModelCall:
         system = prompt[0] if prompt and isinstance(prompt[0], SystemMessage) else None
         return ModelRequest(
             model=self.model,
-            messages=list(messages),
+            messages=cast(Any, list(messages)),
             system_message=system,
             tools=list(tools),
             state=cast(Any, hooks.state),
@@ -214,7 +214,9 @@ class ModelCall:
         elif request.tool_choice is not None:
             kwargs["tool_choice"] = request.tool_choice
         bound = request.model.bind_tools(tools, **kwargs) if tools else request.model.bind(**kwargs)
-        messages = [request.system_message, *request.messages] if request.system_message else list(request.messages)
+        messages: list[BaseMessage] = [*request.messages]
+        if request.system_message is not None:
+            messages.insert(0, request.system_message)
         return bound, messages
 
     def _execute(self, request: ModelRequest) -> ModelResponse:

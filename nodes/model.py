@@ -143,13 +143,14 @@ def initial_plans(message: AIMessage, registry: ToolRegistry) -> list[CallPlan]:
 def make_model_node(parts: LoopParts) -> RunnableCallable:
     """Sync and async twins: under `ainvoke`/`astream` the model is awaited (`ainvoke`), never run in a thread."""
     settle_task = make_settle_task(parts)
+    mw = parts.middleware
 
     def model(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         turn = _ModelTurn(parts, settle_task, state, runtime)
-        if turn.hooks is not None and turn.result is None:
+        if mw is not None and turn.hooks is not None and turn.result is None:
             if turn.fresh:
-                turn.hooks.run(turn.mw.before_agent, "before_agent", runtime)
-            turn.hooks.run(turn.mw.before_model, "before_model", runtime)
+                turn.hooks.run(mw.before_agent, "before_agent", runtime)
+            turn.hooks.run(mw.before_model, "before_model", runtime)
             turn.hooked()
         while (request := turn.next_request()) is not None:
             try:
@@ -160,9 +161,9 @@ def make_model_node(parts: LoopParts) -> RunnableCallable:
                 turn.failed(exc)
                 continue
             response = turn.checked(raw)
-            if response is not None and turn.hooks is not None:
+            if response is not None and mw is not None and turn.hooks is not None:
                 turn.hooks.state["messages"] = [*turn.hooks.messages, response]
-                turn.hooks.run(turn.mw.after_model, "after_model", runtime)
+                turn.hooks.run(mw.after_model, "after_model", runtime)
                 response = turn.rewritten(response)
             if response is not None:
                 turn.accept(response)
@@ -171,10 +172,10 @@ def make_model_node(parts: LoopParts) -> RunnableCallable:
     async def amodel(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         # Closing open calls and the cancel flag use the ledger (blocking SQLite): off the event loop.
         turn = await asyncio.to_thread(_ModelTurn, parts, settle_task, state, runtime)
-        if turn.hooks is not None and turn.result is None:
+        if mw is not None and turn.hooks is not None and turn.result is None:
             if turn.fresh:
-                await turn.hooks.arun(turn.mw.before_agent, "before_agent", runtime)
-            await turn.hooks.arun(turn.mw.before_model, "before_model", runtime)
+                await turn.hooks.arun(mw.before_agent, "before_agent", runtime)
+            await turn.hooks.arun(mw.before_model, "before_model", runtime)
             turn.hooked()
         while (request := turn.next_request()) is not None:
             try:
@@ -188,9 +189,9 @@ def make_model_node(parts: LoopParts) -> RunnableCallable:
                 turn.failed(exc)
                 continue
             response = turn.checked(raw)
-            if response is not None and turn.hooks is not None:
+            if response is not None and mw is not None and turn.hooks is not None:
                 turn.hooks.state["messages"] = [*turn.hooks.messages, response]
-                await turn.hooks.arun(turn.mw.after_model, "after_model", runtime)
+                await turn.hooks.arun(mw.after_model, "after_model", runtime)
                 response = turn.rewritten(response)
             if response is not None:
                 await asyncio.to_thread(turn.accept, response)  # records proposals/answers: blocking SQLite
@@ -214,7 +215,7 @@ class _ModelTurn:
         counters: RequestCounters | None = state.get("counters")
         self.reset: dict[str, Any] = {"messages": self.closed.update} if self.closed.update else {}
         fresh = counters is None or bool(messages and isinstance(messages[-1], HumanMessage))
-        if fresh:
+        if counters is None or fresh:
             counters = fresh_counters(parts.clock())
             parts.ledger.clear_cancel(self.thread_id)
             self.reset.update(status=None, answer=None, stop_detail=None, review_error=None, structured_response=None)
@@ -238,9 +239,9 @@ class _ModelTurn:
         else:
             self.prompt = parts.prompt(state, runtime.context)
         self.fresh = fresh
-        self.mw = parts.middleware
         self.runtime = runtime
-        self.hooks = self.mw.hook_state(state, messages, PROTECTED_KEYS) if self.mw is not None else None
+        mw = parts.middleware
+        self.hooks = mw.hook_state(state, messages, PROTECTED_KEYS) if mw is not None else None
         self.call = parts.model_call
 
     def hooked(self) -> None:
