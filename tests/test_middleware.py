@@ -14,10 +14,15 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import (
     AgentMiddleware,
     AgentState,
+    ClearToolUsesEdit,
+    ContextEditingMiddleware,
     HumanInTheLoopMiddleware,
     ModelCallLimitMiddleware,
     ModelFallbackMiddleware,
+    PIIDetectionError,
+    PIIMiddleware,
     SummarizationMiddleware,
+    TodoListMiddleware,
     ToolRetryMiddleware,
     hook_config,
 )
@@ -477,3 +482,70 @@ def test_summarization_never_separates_a_call_from_its_answer(shape, keep):
     assert all(m.tool_call_id in kept_calls for m in kept if isinstance(m, ToolMessage))
     summarized_calls = {c["id"] for m in messages[:cut] if isinstance(m, AIMessage) for c in m.tool_calls}
     assert all(m.tool_call_id in summarized_calls for m in messages[:cut] if isinstance(m, ToolMessage))
+
+
+def _first_sent(middleware_for: Any, history: list[BaseMessage], turns: int = 1) -> dict[str, Any]:
+    """The first conversation each loop's model was sent for `history`, and each loop's stored thread."""
+    results: dict[str, Any] = {}
+    for loop in ("create_agent", "gatedloop"):
+        SENT.clear()
+        model = Recorder(script=long_script(turns))
+        look = make_look([])
+        if loop == "create_agent":
+            graph = create_agent(model, [look], middleware=middleware_for(), checkpointer=InMemorySaver())
+        else:
+            graph = build_graph(
+                model, [look], policies={"look": READ}, middleware=middleware_for(), checkpointer=InMemorySaver()
+            )
+        out = graph.invoke({"messages": history}, CFG)
+        results[loop] = {"sent": [seen(s) for s in SENT], "out": out}
+    return results
+
+
+def test_pii_redaction_redacts_what_the_model_is_sent_as_in_create_agent():
+    results = _first_sent(
+        lambda: [PIIMiddleware("email", strategy="redact", apply_to_input=True)], [HumanMessage("mail a@b.com", id="h")]
+    )
+    agent, ours = results["create_agent"], results["gatedloop"]
+    assert ours["sent"] == agent["sent"]
+    assert ours["sent"][0][0] == ("human", "mail [REDACTED_EMAIL]")
+    assert ours["out"]["messages"][0].text == "mail a@b.com"  # the stored thread keeps what was sent to the graph
+
+
+def test_pii_block_stops_the_run_before_any_model_call_as_in_create_agent():
+    for loop in ("create_agent", "gatedloop"):
+        SENT.clear()
+        middleware = [PIIMiddleware("email", strategy="block", apply_to_input=True)]
+        model = Recorder(script=script())
+        if loop == "create_agent":
+            graph = create_agent(model, [], middleware=middleware)
+        else:
+            graph = build_graph(model, [], middleware=middleware)
+        with pytest.raises(PIIDetectionError):
+            graph.invoke({"messages": [HumanMessage("mail a@b.com")]}, CFG)
+        assert SENT == []
+
+
+def test_context_editing_clears_old_tool_results_as_in_create_agent():
+    history: list[BaseMessage] = []
+    for i in range(4):
+        history += [
+            HumanMessage(f"turn {i}", id=f"h{i}"),
+            AIMessage("", tool_calls=[{"name": "look", "args": {"q": "old"}, "id": f"old{i}"}], id=f"a{i}"),
+            ToolMessage("found old " * 50, tool_call_id=f"old{i}", id=f"t{i}"),
+            AIMessage(f"old answer {i}", id=f"b{i}"),
+        ]
+    history.append(HumanMessage("now", id="hn"))
+    edit = lambda: [ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=50, keep=1)])]  # noqa: E731
+    results = _first_sent(edit, history)
+    agent, ours = results["create_agent"], results["gatedloop"]
+    assert ours["sent"] == agent["sent"]
+    sent_results = {m.tool_call_id: m.text for m in SENT[0] if isinstance(m, ToolMessage)}  # gatedloop's request
+    assert "found old" not in sent_results["old0"] and "found old" in sent_results["old3"]
+    stored = [m for m in ours["out"]["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "old0"]
+    assert "found old" in stored[0].text  # cleared in the request only; the thread keeps the result
+
+
+def test_a_middleware_whose_tool_answers_with_commands_is_refused():
+    with pytest.raises(ValueError, match=r"write_todos.*only langgraph Commands"):
+        build_graph(ScriptedChatModel(), [], middleware=[TodoListMiddleware()])
