@@ -187,6 +187,10 @@ class Everything(AgentMiddleware):
         self.log.append("wrap_model_call")
         return handler(request.override(system_message=SystemMessage("be brief")))
 
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        self.log.append("wrap_model_call")
+        return await handler(request.override(system_message=SystemMessage("be brief")))
+
     def after_model(self, state: Any, runtime: Any) -> None:
         self.log.append("after_model")
 
@@ -549,3 +553,37 @@ def test_context_editing_clears_old_tool_results_as_in_create_agent():
 def test_a_middleware_whose_tool_answers_with_commands_is_refused():
     with pytest.raises(ValueError, match=r"write_todos.*only langgraph Commands"):
         build_graph(ScriptedChatModel(), [], middleware=[TodoListMiddleware()])
+
+
+def test_under_ainvoke_the_async_hooks_run_and_a_retried_write_still_runs_once(db):
+    import asyncio
+
+    effects: list[float] = []
+    log: list[str] = []
+
+    @tool
+    def pay(amount: float) -> str:
+        """Pay (write)."""
+        effects.append(amount)
+        raise ValueError("declined")
+
+    fallback = ScriptedChatModel(script=[reply(calls=[call("pay", {"amount": 5}, "c1")]), reply("sorry")])
+    middleware = [
+        Everything(log),
+        ModelFallbackMiddleware(fallback),
+        ToolRetryMiddleware(max_retries=3, initial_delay=0, jitter=False),
+    ]
+    policies = {"pay": ToolPolicy(effect="write", approval="never"), "note": READ}
+
+    async def run() -> dict[str, Any]:
+        from gatedloop.checkpoints import open_async_sqlite
+
+        async with open_async_sqlite(db) as saver:
+            graph = build_graph(Down(), [pay], policies=policies, middleware=middleware, checkpointer=saver)
+            return await graph.ainvoke({"messages": [("user", "pay 5")]}, CFG)
+
+    out = asyncio.run(run())
+    assert out["status"] == "completed" and out["answer"] == "sorry"
+    assert effects == [5]
+    assert log[:4] == ["before_agent", "before_model:1", "wrap_model_call", "after_model"]
+    assert log[-1] == "after_agent"
