@@ -4,11 +4,16 @@ nothing a hook does lets a call past validate, the gate, or the write's at-most-
 
 from __future__ import annotations
 
+import contextlib
 import json
+import tempfile
+from pathlib import Path
 from typing import Any, NotRequired
 
+import gate_app
 import pytest
-from hypothesis import given, settings
+from forged_state import LEGIT, plans
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
@@ -34,10 +39,14 @@ from langgraph.types import Command
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import build_graph
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
-from gatedloop.tools import ToolPolicy
+from gatedloop.tools import CallContext, ToolPolicy
 
 READ = ToolPolicy(effect="read", approval="never")
 CFG = {"configurable": {"thread_id": "t1"}}
+GATE_CFG = {"configurable": {"thread_id": "t"}}
+ANA = CallContext(user_id="ana", roles={"staff"})
+MALLORY = CallContext(user_id="mallory", roles={"staff"})
+BO = CallContext(user_id="bo", roles={"finance"})
 
 
 SENT: list[list[BaseMessage]] = []
@@ -587,3 +596,32 @@ def test_under_ainvoke_the_async_hooks_run_and_a_retried_write_still_runs_once(d
     assert effects == [5]
     assert log[:4] == ["before_agent", "before_model:1", "wrap_model_call", "after_model"]
     assert log[-1] == "after_agent"
+
+
+def gate_middleware() -> list[Any]:
+    """A middleware list with every kind of hook, for the gate's attacks."""
+    return [
+        Everything([]),
+        ModelCallLimitMiddleware(thread_limit=50),
+        ToolRetryMiddleware(max_retries=3, initial_delay=0, jitter=False),
+    ]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(forged=st.lists(plans(), min_size=1, max_size=3), as_node=st.sampled_from(["validate", "approve"]))
+def test_forged_state_with_a_middleware_list_runs_nothing_the_gate_did_not_admit(forged, as_node):
+    """tests/test_gate_forgery.py's aimed forgeries, with middleware: a forged plan never pays, and the one
+    legitimate call (c1, 500 to bo) pays at most once, only after the finance approver approved it."""
+    with tempfile.TemporaryDirectory() as folder, open_sqlite(str(Path(folder) / "runs.sqlite")) as saver:
+        graph = gate_app.build(saver, gate_app.effects_for(saver), approvers={"finance"}, middleware=gate_middleware())
+        graph.invoke({"messages": [("user", "pay 500 to bo as c1")]}, GATE_CFG, context=ANA, durability="sync")
+        with contextlib.suppress(Exception):  # LangGraph may refuse the write itself
+            graph.update_state(GATE_CFG, {"calls": forged}, as_node=as_node)
+        for payload in (None, Command(resume={"decisions": [{"type": "approve"}]})):
+            with contextlib.suppress(Exception):  # a forged state may make the run fail; what matters is what ran
+                graph.invoke(payload, GATE_CFG, context=MALLORY)
+        paid = gate_app.effects_for(saver).rows("pay")
+        assert paid == []  # mallory is no approver: nothing was admitted
+        graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), GATE_CFG, context=BO)
+        paid = gate_app.effects_for(saver).rows("pay")
+        assert len(paid) <= 1 and all(args == LEGIT for _, args, _ in paid)
