@@ -15,6 +15,7 @@ import pytest
 from forged_state import LEGIT, plans
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from invariants import assert_each_call_answered_once
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -625,3 +626,56 @@ def test_forged_state_with_a_middleware_list_runs_nothing_the_gate_did_not_admit
         graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), GATE_CFG, context=BO)
         paid = gate_app.effects_for(saver).rows("pay")
         assert len(paid) <= 1 and all(args == LEGIT for _, args, _ in paid)
+
+
+def test_a_long_thread_with_approvals_under_summarization_keeps_every_invariant(db):
+    """40 requests, each a gated write approved and answered, under SummarizationMiddleware: each write ran once,
+    the stored thread is whole with every call answered once, and every conversation the model was sent pairs each
+    answer with its call."""
+    turns = 40
+    effects: list[int] = []
+    summaries: list[int] = []
+
+    @tool
+    def pay(n: int) -> str:
+        """Pay (write)."""
+        effects.append(n)
+        return f"paid {n}"
+
+    def responder(messages: list[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            return reply(f"done {last.tool_call_id}")
+        n = int(last.text.split()[1])
+        return reply(calls=[call("pay", {"n": n}, f"c{n}")])
+
+    def summarize(messages: list[BaseMessage]) -> AIMessage:
+        summaries.append(len(messages))
+        return reply("SUMMARY")
+
+    model = Recorder(responder=responder)
+    summarization = SummarizationMiddleware(
+        ScriptedChatModel(responder=summarize), trigger=("messages", 12), keep=("messages", 5)
+    )
+    with open_sqlite(db) as saver:
+        graph = build_graph(
+            model,
+            [pay],
+            policies={"pay": ToolPolicy(effect="write", approval="always")},
+            middleware=[summarization],
+            checkpointer=saver,
+        )
+        for n in range(turns):
+            out = graph.invoke({"messages": [("user", f"pay {n}")]}, CFG)
+            assert out["__interrupt__"]
+            out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CFG)
+            assert out["status"] == "completed"
+        stored = graph.get_state(CFG).values["messages"]
+    assert effects == list(range(turns))
+    assert len(stored) == turns * 4
+    assert_each_call_answered_once(stored)
+    assert summaries  # the summarizer did run
+    for sent in SENT:
+        calls = {c["id"] for m in sent if isinstance(m, AIMessage) for c in m.tool_calls}
+        assert all(m.tool_call_id in calls for m in sent if isinstance(m, ToolMessage))
+    assert max(len(sent) for sent in SENT) < 12  # each request was summarized: the model never saw the whole thread
