@@ -23,6 +23,7 @@ from langchain.agents.middleware import (
     ClearToolUsesEdit,
     ContextEditingMiddleware,
     HumanInTheLoopMiddleware,
+    LLMToolSelectorMiddleware,
     ModelCallLimitMiddleware,
     ModelFallbackMiddleware,
     PIIDetectionError,
@@ -679,3 +680,48 @@ def test_a_long_thread_with_approvals_under_summarization_keeps_every_invariant(
         calls = {c["id"] for m in sent if isinstance(m, AIMessage) for c in m.tool_calls}
         assert all(m.tool_call_id in calls for m in sent if isinstance(m, ToolMessage))
     assert max(len(sent) for sent in SENT) < 12  # each request was summarized: the model never saw the whole thread
+
+
+BOUND: list[list[str]] = []
+"""The tool names each `Binder` was bound with, in order."""
+
+
+class Binder(Recorder):
+    """A recorder that also keeps which tools each model call was bound with."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        BOUND.append(sorted(t.name if hasattr(t, "name") else t["function"]["name"] for t in tools))
+        return self
+
+
+def test_llm_tool_selector_narrows_the_bound_tools_as_in_create_agent():
+    @tool
+    def other(q: str) -> str:
+        """Another tool (read)."""
+        return "other"
+
+    results: dict[str, Any] = {}
+    for loop in ("create_agent", "gatedloop"):
+        SENT.clear()
+        BOUND.clear()
+        selection = [reply(calls=[call("ToolSelectionResponse", {"tools": ["look"]}, f"s{i}")]) for i in (1, 2)]
+        selector = LLMToolSelectorMiddleware(model=ScriptedChatModel(script=selection))
+        model = Binder(script=script())
+        tools = [make_look([]), other]
+        if loop == "create_agent":
+            graph = create_agent(model, tools, middleware=[selector], checkpointer=InMemorySaver())
+        else:
+            graph = build_graph(
+                model,
+                tools,
+                policies={"look": READ, "other": READ},
+                middleware=[selector],
+                checkpointer=InMemorySaver(),
+            )
+        BOUND.clear()  # build_graph binds every tool once (the path without middleware); the requests bind below
+        out = graph.invoke({"messages": [HumanMessage("hi", id="h1")]}, CFG)
+        results[loop] = {"bound": list(BOUND), "sent": [seen(s) for s in SENT], "out": out}
+    agent, ours = results["create_agent"], results["gatedloop"]
+    assert ours["bound"] == agent["bound"] == [["look"], ["look"]]
+    assert ours["sent"] == agent["sent"]
+    assert ours["out"]["answer"] == "the answer"
