@@ -725,3 +725,20 @@ def test_llm_tool_selector_narrows_the_bound_tools_as_in_create_agent():
     assert ours["bound"] == agent["bound"] == [["look"], ["look"]]
     assert ours["sent"] == agent["sent"]
     assert ours["out"]["answer"] == "the answer"
+
+
+def test_a_new_message_while_an_approval_waits_supersedes_the_call_with_a_middleware_list(db):
+    with open_sqlite(db) as saver:
+        graph = gate_app.build(saver, gate_app.effects_for(saver), approvers={"finance"}, middleware=gate_middleware())
+        out = graph.invoke({"messages": [("user", "pay 500 to bo as c1")]}, GATE_CFG, context=ANA)
+        assert out["__interrupt__"]
+        out = graph.invoke({"messages": [("user", "hello")]}, GATE_CFG, context=ANA)
+        assert gate_app.effects_for(saver).rows("pay") == []
+        [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "c1"]
+        assert json.loads(answer.text)["error"]["type"] == "superseded"
+        assert out["status"] == "completed"
+        assert_each_call_answered_once(out["messages"])
+        last_sent = gate_app.SEEN[-1]
+        calls = {c["id"] for m in last_sent if isinstance(m, AIMessage) for c in m.tool_calls}
+        assert all(m.tool_call_id in calls for m in last_sent if isinstance(m, ToolMessage))
+        assert any(isinstance(m, ToolMessage) and m.tool_call_id == "c1" for m in last_sent)
