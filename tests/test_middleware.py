@@ -12,6 +12,7 @@ from typing import Any, NotRequired
 
 import gate_app
 import pytest
+from crash_child import KillPlan, assert_completed_once, child_command, effects_per_call, run_child
 from forged_state import LEGIT, plans
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -742,3 +743,20 @@ def test_a_new_message_while_an_approval_waits_supersedes_the_call_with_a_middle
         calls = {c["id"] for m in last_sent if isinstance(m, AIMessage) for c in m.tool_calls}
         assert all(m.tool_call_id in calls for m in last_sent if isinstance(m, ToolMessage))
         assert any(isinstance(m, ToolMessage) and m.tool_call_id == "c1" for m in last_sent)
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_write_killed_under_a_retrying_middleware_happens_once(tmp_path: Path, where: str):
+    """tests/test_crash.py's kill inside a write, both processes built with ToolRetryMiddleware: the fresh
+    process reconciles (after: the recorded booking is reused; before: the write runs once more), never twice."""
+    db, effects = str(tmp_path / "runs.sqlite"), str(tmp_path / "effects.sqlite")
+    thread_id, calls = "killed", ["c1_0", "c1_1"]
+    held = ["--hold", where, "--hold-call", "c1_0", "--gate", str(tmp_path / "never"), "--middleware"]
+    cmd = child_command(db, effects, thread_id, "--text", "book 2 seat, 1 lunch", *held)
+    killed = run_child(cmd, tmp_path / "killed.stderr", KillPlan(f"hold_{where}"))
+    assert killed.killed, (killed.lines, killed.stderr[-2000:])
+    assert effects_per_call(effects, thread_id, calls) == {"c1_0": int(where == "after"), "c1_1": 0}
+    resumed = run_child(child_command(db, effects, thread_id, "--middleware"), tmp_path / "resumed.stderr")
+    assert resumed.returncode == 0, (resumed.lines, resumed.stderr[-2000:])
+    assert_completed_once(db, effects, thread_id, calls)
+    assert effects_per_call(effects, thread_id, calls) == {"c1_0": 1, "c1_1": 1}
