@@ -6,16 +6,18 @@ redaction), never the stored thread: the thread is the gate's evidence (every ca
 answer), so `show` and the checkpoints keep it whole. The one exception is the response itself: an `after_model`
 hook may rewrite it (same id), and what it proposes then is what `validate` and the gate judge. Other state keys a
 hook writes (`state_schema` extensions) are stored. Tool side (`wrap_tool_call`) runs under the gate, in
-nodes/gate/running.py. What would walk around the gate is refused at `build_graph` (`refusal`).
+nodes/gate/wrapped_run.py. What would walk around the gate is refused at `build_graph` (`refusal`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
+# create_agent's own composition and schema merging, reused so the order rules are LangChain's (private names:
+# pinned by `langchain>=1.2,<2`, and tests/test_middleware.py compares every behaviour with create_agent).
 from langchain.agents.factory import (
     _chain_async_model_call_handlers,
     _chain_model_call_handlers,
@@ -48,7 +50,8 @@ ASYNC_ONLY_TOOL_WRAP = (
 
 
 def _overrides(middleware: AgentMiddleware, hook: str) -> bool:
-    """Whether the middleware implements `hook` (sync or async), as `create_agent` tells it."""
+    """Whether the middleware implements `hook` (sync or async), as `create_agent` tells it (hand-written: there
+    the test is inlined in `create_agent`'s body)."""
     cls = type(middleware)
     return getattr(cls, hook) is not getattr(AgentMiddleware, hook) or getattr(cls, f"a{hook}") is not getattr(
         AgentMiddleware, f"a{hook}"
@@ -111,8 +114,9 @@ class Middlewares:
 
 class HookState:
     """The state the hooks of one node see, as they would in `create_agent`'s separate nodes: each hook's update
-    applied before the next runs. `messages` changes stay here (the model's view); other keys are also kept in
-    `stored`, the node's update."""
+    applied before the next runs (hand-written: create_agent makes each hook a graph node, which would put hooks
+    between `model` and `validate`; here they run inside the node, so LangGraph's channels do not apply them).
+    `messages` changes stay here (the model's view); other keys are also kept in `stored`, the node's update."""
 
     def __init__(self, state: Any, messages: list[BaseMessage], protected: frozenset[str]):
         self.protected = protected
@@ -173,9 +177,6 @@ def _messages_after(messages: list[BaseMessage], written: Any) -> list[BaseMessa
     if not items:
         return messages
     return cast(list[BaseMessage], add_messages(cast(Any, messages), cast(Any, items)))
-
-
-ToolWrapper = Callable[[Any, Callable[[Any], Any]], Any]
 
 
 class ModelCall:
