@@ -162,7 +162,7 @@ def make_model_node(parts: LoopParts) -> RunnableCallable:
                 continue
             response = turn.checked(raw)
             if response is not None and mw is not None and turn.hooks is not None:
-                turn.hooks.state["messages"] = [*turn.hooks.messages, response]
+                turn.hooks.state["messages"] = [*turn.messages, response]  # this attempt's response only
                 turn.hooks.run(mw.after_model, "after_model", runtime)
                 response = turn.rewritten(response)
             if response is not None:
@@ -190,7 +190,7 @@ def make_model_node(parts: LoopParts) -> RunnableCallable:
                 continue
             response = turn.checked(raw)
             if response is not None and mw is not None and turn.hooks is not None:
-                turn.hooks.state["messages"] = [*turn.hooks.messages, response]
+                turn.hooks.state["messages"] = [*turn.messages, response]  # this attempt's response only
                 await turn.hooks.arun(mw.after_model, "after_model", runtime)
                 response = turn.rewritten(response)
             if response is not None:

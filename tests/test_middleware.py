@@ -760,3 +760,32 @@ def test_a_write_killed_under_a_retrying_middleware_happens_once(tmp_path: Path,
     assert resumed.returncode == 0, (resumed.lines, resumed.stderr[-2000:])
     assert_completed_once(db, effects, thread_id, calls)
     assert effects_per_call(effects, thread_id, calls) == {"c1_0": 1, "c1_1": 1}
+
+
+class BreaksFirstResponse(AgentMiddleware):
+    """An after_model hook whose first rewrite is unusable (a call id used twice): that response is discarded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[int] = []
+
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        self.seen.append(len(state["messages"]))
+        last = state["messages"][-1]
+        if len(self.seen) > 1 or not last.tool_calls:
+            return None
+        return {"messages": [last.model_copy(update={"tool_calls": [*last.tool_calls, *last.tool_calls]})]}
+
+
+def test_a_response_a_hook_made_unusable_is_asked_again_and_never_runs():
+    ran: list[str] = []
+    model = ScriptedChatModel(script=[*script()[:1], *script()])
+    hook = BreaksFirstResponse()
+    graph = build_graph(
+        model, [make_look(ran)], policies={"look": READ}, middleware=[hook], checkpointer=InMemorySaver()
+    )
+    out = graph.invoke({"messages": [("user", "hi")]}, CFG)
+    assert out["status"] == "completed" and ran == ["x"]  # the doubled call never ran; the retry's call ran once
+    assert hook.seen[:2] == [2, 2]  # the retry's hook saw its own response only, not the discarded one
+    assert_each_call_answered_once(out["messages"])
+    model.assert_complete()
