@@ -155,9 +155,10 @@ def test_tool_retry_retries_a_read_as_in_create_agent():
     assert "found x" in answer.text and answer.status == "success"
 
 
-def test_model_call_limit_per_thread_ends_as_in_create_agent():
+@pytest.mark.parametrize("limit", ["thread_limit", "run_limit"])
+def test_model_call_limit_ends_as_in_create_agent(limit: str):
     def middleware() -> list[Any]:
-        return [ModelCallLimitMiddleware(thread_limit=1, exit_behavior="end")]
+        return [ModelCallLimitMiddleware(**{limit: 1}, exit_behavior="end")]
 
     results = both(middleware, lambda: Recorder(script=script()))
     agent, ours = results["create_agent"], results["gatedloop"]
@@ -789,3 +790,23 @@ def test_a_response_a_hook_made_unusable_is_asked_again_and_never_runs():
     assert hook.seen[:2] == [2, 2]  # the retry's hook saw its own response only, not the discarded one
     assert_each_call_answered_once(out["messages"])
     model.assert_complete()
+
+
+def test_a_per_thread_model_call_limit_counts_across_requests_as_in_create_agent():
+    answers: dict[str, list[str]] = {}
+    for loop in ("create_agent", "gatedloop"):
+        model = ScriptedChatModel(script=[*script(), reply(calls=[call("look", {"q": "y"}, "c2")])])
+        middleware = [ModelCallLimitMiddleware(thread_limit=3, exit_behavior="end")]
+        look = make_look([])
+        if loop == "create_agent":
+            graph = create_agent(model, [look], middleware=middleware, checkpointer=InMemorySaver())
+        else:
+            graph = build_graph(
+                model, [look], policies={"look": READ}, middleware=middleware, checkpointer=InMemorySaver()
+            )
+        first = graph.invoke({"messages": [HumanMessage("one", id="h1")]}, CFG)
+        second = graph.invoke({"messages": [HumanMessage("two", id="h2")]}, CFG)
+        answers[loop] = [first["messages"][-1].text, second["messages"][-1].text]
+        model.assert_complete()  # the third call was the last: the limit ended the second request after it
+    assert answers["gatedloop"] == answers["create_agent"]
+    assert answers["gatedloop"][0] == "the answer" and "limit" in answers["gatedloop"][1].lower()
