@@ -249,6 +249,10 @@ class _ModelTurn:
         the hook left (`ModelCallLimitMiddleware`'s message) or as a step limit."""
         assert self.hooks is not None
         self.messages = self.hooks.messages
+        if not _pairs_intact(self.messages):
+            detail = "a middleware separated a tool call from its answer in what the model would be sent"
+            self.result = {**self.reset, **_stop(self.counters, "error", detail)}
+            return
         if not self.hooks.jumped_to_end:
             return
         reply = self.hooks.final_reply({m.id for m in self.closed.view})
@@ -382,6 +386,22 @@ def _never_connected(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _pairs_intact(messages: list[BaseMessage]) -> bool:
+    """Every call in `messages` answered after it, every answer after its call: what a hook (a summarization, a
+    context edit) left the model is still a history a provider accepts and the gate's pairing holds in."""
+    open_ids: set[str] = set()
+    for message in messages:
+        if isinstance(message, AIMessage):
+            if open_ids:
+                return False
+            open_ids = {c["id"] for c in [*message.tool_calls, *message.invalid_tool_calls] if c.get("id")}
+        elif isinstance(message, ToolMessage):
+            if message.tool_call_id not in open_ids:
+                return False
+            open_ids.discard(message.tool_call_id)
+    return not open_ids
 
 
 def _tokens(message: BaseMessage) -> int:

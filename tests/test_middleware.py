@@ -34,7 +34,7 @@ from langchain.agents.middleware import (
     ToolRetryMiddleware,
     hook_config,
 )
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
@@ -810,3 +810,24 @@ def test_a_per_thread_model_call_limit_counts_across_requests_as_in_create_agent
         model.assert_complete()  # the third call was the last: the limit ended the second request after it
     assert answers["gatedloop"] == answers["create_agent"]
     assert answers["gatedloop"][0] == "the answer" and "limit" in answers["gatedloop"][1].lower()
+
+
+class DropsAnAnswer(AgentMiddleware):
+    """A before_model hook that removes one tool answer from the model's view (a bad summarization)."""
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        answers = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+        return {"messages": [RemoveMessage(id=answers[0].id)]} if answers else None
+
+
+def test_a_hook_that_separates_a_call_from_its_answer_stops_the_request_before_the_model_sees_it():
+    ran: list[str] = []
+    SENT.clear()
+    model = Recorder(script=script())
+    graph = build_graph(
+        model, [make_look(ran)], policies={"look": READ}, middleware=[DropsAnAnswer()], checkpointer=InMemorySaver()
+    )
+    out = graph.invoke({"messages": [("user", "hi")]}, CFG)
+    assert len(SENT) == 1 and ran == ["x"]  # the second model call, whose view lost c1's answer, was never made
+    assert out["status"] == "error" and "separated a tool call from its answer" in out["stop_detail"]
+    assert_each_call_answered_once(out["messages"])  # the stored thread still has the answer
