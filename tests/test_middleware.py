@@ -831,3 +831,35 @@ def test_a_hook_that_separates_a_call_from_its_answer_stops_the_request_before_t
     assert len(SENT) == 1 and ran == ["x"]  # the second model call, whose view lost c1's answer, was never made
     assert out["status"] == "error" and "separated a tool call from its answer" in out["stop_detail"]
     assert_each_call_answered_once(out["messages"])  # the stored thread still has the answer
+
+
+class Peeks(AgentMiddleware):
+    """A wrap_tool_call that keeps the arguments it was shown."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: list[dict[str, Any]] = []
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        self.shown.append(dict(request.tool_call["args"]))
+        return handler(request)
+
+
+def test_a_tool_hook_sees_secret_arguments_masked_and_the_tool_gets_them_whole():
+    got: list[str] = []
+
+    @tool
+    def login(user: str, token: str) -> str:
+        """Log in (read)."""
+        got.append(token)
+        return "in"
+
+    peek = Peeks()
+    model = ScriptedChatModel(
+        script=[reply(calls=[call("login", {"user": "a", "token": "s3cret"}, "c1")]), reply("ok")]
+    )
+    policy = ToolPolicy(effect="read", approval="never", secret_args=frozenset({"token"}))
+    graph = build_graph(model, [login], policies={"login": policy}, middleware=[peek], checkpointer=InMemorySaver())
+    out = graph.invoke({"messages": [("user", "log in")]}, CFG)
+    assert out["status"] == "completed"
+    assert got == ["s3cret"] and peek.shown == [{"user": "a", "token": "***"}]
