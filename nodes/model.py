@@ -314,11 +314,6 @@ class _ModelTurn:
             self.problem = ResponseProblem(kind, f"the model call failed ({type(exc).__name__})")
         self.counters["retries"] += 1
 
-    def received(self, raw: BaseMessage) -> None:
-        response = self.checked(raw)
-        if response is not None:
-            self.accept(response)
-
     def checked(self, raw: BaseMessage) -> AIMessage | None:
         """The response if it may be acted on (with an id, so an `after_model` hook can replace it); else None."""
         self.counters["tokens"] += _tokens(raw)
