@@ -391,7 +391,7 @@ def _pairs_intact(messages: list[BaseMessage]) -> bool:
         if isinstance(message, AIMessage):
             if open_ids:
                 return False
-            open_ids = {c["id"] for c in [*message.tool_calls, *message.invalid_tool_calls] if c.get("id")}
+            open_ids = {str(c.get("id")) for c in [*message.tool_calls, *message.invalid_tool_calls] if c.get("id")}
         elif isinstance(message, ToolMessage):
             if message.tool_call_id not in open_ids:
                 return False
