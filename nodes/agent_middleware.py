@@ -116,7 +116,8 @@ class HookState:
     """The state the hooks of one node see, as they would in `create_agent`'s separate nodes: each hook's update
     applied before the next runs (hand-written: create_agent makes each hook a graph node, which would put hooks
     between `model` and `validate`; here they run inside the node, so LangGraph's channels do not apply them).
-    `messages` changes stay here (the model's view); other keys are also kept in `stored`, the node's update."""
+    `messages` changes stay here (the model's view); other keys are also kept in `stored`, the node's update
+    (a key with a reducer receives the node's last write, once)."""
 
     def __init__(self, state: Any, messages: list[BaseMessage], protected: frozenset[str]):
         self.protected = protected
