@@ -8,7 +8,7 @@ import contextlib
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, NotRequired
+from typing import Annotated, Any, NotRequired
 
 import gate_app
 import pytest
@@ -35,7 +35,7 @@ from langchain.agents.middleware import (
     hook_config,
 )
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolArg, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
@@ -863,3 +863,31 @@ def test_a_tool_hook_sees_secret_arguments_masked_and_the_tool_gets_them_whole()
     out = graph.invoke({"messages": [("user", "log in")]}, CFG)
     assert out["status"] == "completed"
     assert got == ["s3cret"] and peek.shown == [{"user": "a", "token": "***"}]
+
+
+def test_a_retried_write_that_lost_its_connection_stays_an_unknown_outcome_and_is_reconciled(db):
+    """The write's one run lost its connection after paying: ToolRetryMiddleware does not turn that into a plain
+    failure or a second run; the outcome is unknown, reconcile finds the payment, and it is reused."""
+    effects: list[str] = []
+
+    @tool
+    def pay(amount: float, idempotency_key: Annotated[str, InjectedToolArg]) -> str:
+        """Pay (write)."""
+        effects.append(idempotency_key)
+        raise ConnectionError("connection reset after the bank booked it")
+
+    def reconcile(args: dict[str, Any], key: str) -> Any:
+        return {"paid": True} if key in effects else None
+
+    model = ScriptedChatModel(script=[reply(calls=[call("pay", {"amount": 5}, "c1")]), reply("paid")])
+    policy = ToolPolicy(effect="write", approval="never", reconcile=reconcile)
+    retry = ToolRetryMiddleware(max_retries=3, initial_delay=0, jitter=False)
+    with open_sqlite(db) as saver:
+        graph = build_graph(model, [pay], policies={"pay": policy}, middleware=[retry], checkpointer=saver)
+        out = graph.invoke({"messages": [("user", "pay 5")]}, CFG)
+        events = [e["event"] for e in saver.ledger.audit("t1") if e["call_id"] == "c1"]
+    assert len(effects) == 1
+    assert out["status"] == "completed"
+    [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answer.status == "success" and "paid" in answer.text
+    assert "reconciled" in events
