@@ -46,6 +46,7 @@ def build_graph(
     response_format: type[BaseModel] | Mapping[str, Any] | None = None,
     name: str = "gatedloop",
     context_schema: type[Any] = CallContext,
+    middleware: Sequence[Any] = (),
 ) -> CompiledStateGraph:
     """Compile the gated loop.
 
@@ -57,9 +58,15 @@ def build_graph(
     `store` is compiled into the graph and handed to tools (`ToolRuntime.store`, `InjectedStore`).
     `context_schema` is the runtime context's type, as in `create_agent` (Studio's context form, `Runtime.context`);
     whatever it is, the caller's identity is read from its `user_id` and `roles` (gatedloop.nodes.gate.identity).
+    `middleware` is a list of LangChain v1 `AgentMiddleware`, run where `create_agent` runs them, inside the gate
+    (gatedloop.nodes.agent_middleware): model hooks in `model` (after_agent in `finalize`), `wrap_tool_call` in
+    the tool run after a write's claim; their `state_schema` fields join the state, their `tools` are ordinary
+    tools under `policies`. What would walk around the gate (HumanInTheLoopMiddleware, a jump to 'tools') is
+    refused here with the reason.
     """
     limits = limits or Limits()
-    registry = ToolRegistry(tools, policies)
+    stack = _middlewares(middleware)
+    registry = ToolRegistry([*tools, *(stack.tools if stack else [])], policies)
     if ledger is None:
         ledger = ledger_for(checkpointer)
     if system_prompt is not None and not (isinstance(system_prompt, str) or callable(system_prompt)):
@@ -80,15 +87,30 @@ def build_graph(
         system_prompt=system_prompt,
         answer_format=answer,
         context_schema=context_schema,
+        middleware=stack,
+        model_call=stack.model_call(model, answer.tool if answer else None) if stack else None,
     )
     return _compile(parts, checkpointer, store, name)
+
+
+def _middlewares(middleware: Sequence[Any]) -> Any:
+    """The checked middleware list, or None. LangChain's agents package is imported only when there is one."""
+    if not middleware:
+        return None
+    from gatedloop.nodes.agent_middleware import Middlewares, refusal
+
+    why = refusal(middleware)
+    if why is not None:
+        raise (TypeError if why.startswith("middleware must be") else ValueError)(why)
+    return Middlewares(middleware)
 
 
 def _compile(
     parts: LoopParts, checkpointer: BaseCheckpointSaver | None, store: BaseStore | None, name: str
 ) -> CompiledStateGraph:
+    schema = parts.middleware.state_schema(GatedState) if parts.middleware else GatedState
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(
-        GatedState, context_schema=parts.context_schema, input_schema=InputState, output_schema=OutputState
+        schema, context_schema=parts.context_schema, input_schema=InputState, output_schema=OutputState
     )
     builder.add_node("model", make_model_node(parts))
     builder.add_node("validate", make_validate_node(parts))

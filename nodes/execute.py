@@ -76,7 +76,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         turn = _Turn(parts, state, runtime)
         if turn.early is not None:
             return turn.early
-        env = ToolEnv.of(state, runtime, parts.registry.bindable())
+        env = ToolEnv.of(state, runtime, parts.registry.bindable(), parts.middleware)
         for step in turn.steps():
             if isinstance(step, list):  # reads, at once
                 if turn.lone_read(step):
@@ -96,7 +96,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         turn = await asyncio.to_thread(_Turn, parts, state, runtime)
         if turn.early is not None:
             return turn.early
-        env = ToolEnv.of(state, runtime, parts.registry.bindable())
+        env = ToolEnv.of(state, runtime, parts.registry.bindable(), parts.middleware)
         for step in turn.steps():
             if isinstance(step, list):  # reads, at once
                 if turn.lone_read(step):

@@ -9,6 +9,7 @@ so the history stays valid for the provider.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -19,8 +20,10 @@ from gatedloop.nodes.gate.open_calls import recorded_answer
 from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.running import UnknownReason, unknown
 from gatedloop.nodes.running_step import current_thread_id
-from gatedloop.nodes.state import GatedState
+from gatedloop.nodes.state import PROTECTED_KEYS, GatedState
 from gatedloop.tools import errors
+
+log = logging.getLogger("gatedloop.finalize")
 
 
 def answer_text(message: AIMessage) -> str:
@@ -69,6 +72,19 @@ def make_finalize_node(parts: LoopParts):
         update: dict[str, Any] = {"status": status, "answer": answer, "stop_detail": detail, "calls": []}
         if removals or answered:
             update["messages"] = [*removals, *answered]
+        if parts.middleware is not None and parts.middleware.after_agent:
+            update.update(_after_agent(parts, {**state, **update}, messages, runtime))
         return update
 
     return finalize
+
+
+def _after_agent(parts: LoopParts, state: dict[str, Any], messages: list[Any], runtime: Runtime) -> dict[str, Any]:
+    """The middleware's `after_agent` hooks, last first as `create_agent` chains them. Their state keys are
+    stored; a change to `messages` is not (the finished thread is evidence), and is logged."""
+    assert parts.middleware is not None
+    hooks = parts.middleware.hook_state(state, messages, PROTECTED_KEYS)
+    hooks.run(parts.middleware.after_agent, "after_agent", runtime)
+    if hooks.messages != messages:
+        log.warning("an after_agent hook changed the messages; the thread keeps them as they were")
+    return hooks.stored

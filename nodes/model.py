@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import Any, cast
 
 from langchain_core.exceptions import ModelConnectionError
@@ -28,7 +29,7 @@ from gatedloop.nodes.gate.unknown import make_settle_task
 from gatedloop.nodes.provider.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.provider.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.running_step import current_thread_id
-from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
+from gatedloop.nodes.state import PROTECTED_KEYS, CallPlan, GatedState, RequestCounters
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
 from gatedloop.tools.registry import ToolRegistry
 
@@ -142,32 +143,58 @@ def initial_plans(message: AIMessage, registry: ToolRegistry) -> list[CallPlan]:
 def make_model_node(parts: LoopParts) -> RunnableCallable:
     """Sync and async twins: under `ainvoke`/`astream` the model is awaited (`ainvoke`), never run in a thread."""
     settle_task = make_settle_task(parts)
+    mw = parts.middleware
 
     def model(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         turn = _ModelTurn(parts, settle_task, state, runtime)
+        if mw is not None and turn.hooks is not None and turn.result is None:
+            if turn.fresh:
+                turn.hooks.run(mw.before_agent, "before_agent", runtime)
+            turn.hooks.run(mw.before_model, "before_model", runtime)
+            turn.hooked()
         while (request := turn.next_request()) is not None:
             try:
-                raw = invoke_capturing(parts.model, request)
+                raw = invoke_capturing(parts.model, request) if turn.call is None else turn.call.invoke(turn.wrapped())
             except GraphBubbleUp:
                 raise
             except Exception as exc:
                 turn.failed(exc)
                 continue
-            turn.received(raw)
+            response = turn.checked(raw)
+            if response is not None and mw is not None and turn.hooks is not None:
+                turn.hooks.state["messages"] = [*turn.messages, response]  # this attempt's response only
+                turn.hooks.run(mw.after_model, "after_model", runtime)
+                response = turn.rewritten(response)
+            if response is not None:
+                turn.accept(response)
         return turn.update()
 
     async def amodel(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         # Closing open calls and the cancel flag use the ledger (blocking SQLite): off the event loop.
         turn = await asyncio.to_thread(_ModelTurn, parts, settle_task, state, runtime)
+        if mw is not None and turn.hooks is not None and turn.result is None:
+            if turn.fresh:
+                await turn.hooks.arun(mw.before_agent, "before_agent", runtime)
+            await turn.hooks.arun(mw.before_model, "before_model", runtime)
+            turn.hooked()
         while (request := turn.next_request()) is not None:
             try:
-                raw = await ainvoke_capturing(parts.model, request)
+                if turn.call is None:
+                    raw = await ainvoke_capturing(parts.model, request)
+                else:
+                    raw = await turn.call.ainvoke(turn.wrapped())
             except GraphBubbleUp:
                 raise
             except Exception as exc:
                 turn.failed(exc)
                 continue
-            await asyncio.to_thread(turn.received, raw)  # records proposals/answers in the ledger: blocking SQLite
+            response = turn.checked(raw)
+            if response is not None and mw is not None and turn.hooks is not None:
+                turn.hooks.state["messages"] = [*turn.messages, response]  # this attempt's response only
+                await turn.hooks.arun(mw.after_model, "after_model", runtime)
+                response = turn.rewritten(response)
+            if response is not None:
+                await asyncio.to_thread(turn.accept, response)  # records proposals/answers: blocking SQLite
         return turn.update()
 
     return RunnableCallable(model, amodel, name="model")
@@ -187,7 +214,8 @@ class _ModelTurn:
         messages = self.closed.view
         counters: RequestCounters | None = state.get("counters")
         self.reset: dict[str, Any] = {"messages": self.closed.update} if self.closed.update else {}
-        if counters is None or (messages and isinstance(messages[-1], HumanMessage)):
+        fresh = counters is None or bool(messages and isinstance(messages[-1], HumanMessage))
+        if counters is None or fresh:
             counters = fresh_counters(parts.clock())
             parts.ledger.clear_cancel(self.thread_id)
             self.reset.update(status=None, answer=None, stop_detail=None, review_error=None, structured_response=None)
@@ -210,6 +238,57 @@ class _ModelTurn:
             self.result = {**self.reset, **_stop(counters, *stop)}
         else:
             self.prompt = parts.prompt(state, runtime.context)
+        self.fresh = fresh
+        self.runtime = runtime
+        mw = parts.middleware
+        self.hooks = mw.hook_state(state, messages, PROTECTED_KEYS) if mw is not None else None
+        self.call = parts.model_call
+
+    def hooked(self) -> None:
+        """After the before-hooks: the model is shown their view; a jump to the end stops here, with the answer
+        the hook left (`ModelCallLimitMiddleware`'s message) or as a step limit."""
+        assert self.hooks is not None
+        self.messages = self.hooks.messages
+        if not _pairs_intact(self.messages):
+            detail = "a middleware separated a tool call from its answer in what the model would be sent"
+            self.result = {**self.reset, **_stop(self.counters, "error", detail)}
+            return
+        if not self.hooks.jumped_to_end:
+            return
+        reply = self.hooks.final_reply({m.id for m in self.closed.view})
+        if reply is None:
+            self.result = {**self.reset, **_stop(self.counters, "step_limit", "a middleware ended the request")}
+            return
+        reply = _storable(reply)
+        self.result = {
+            **self.reset,
+            "messages": [*self.closed.update, reply],
+            "calls": [],
+            "counters": self.counters,
+            "stop": None,
+        }
+
+    def wrapped(self) -> Any:
+        """This attempt's request as the middleware see it (`ModelRequest`)."""
+        assert self.call is not None and self.hooks is not None
+        tools = self.parts.registry.bindable()
+        return self.call.request(tools, self.prompt, [*self.messages, *self.feedback], self.hooks, self.runtime)
+
+    def rewritten(self, response: AIMessage) -> AIMessage | None:
+        """The response after the `after_model` hooks (a hook may replace it by its id), checked again: what it
+        proposes now is what `validate` judges."""
+        assert self.hooks is not None
+        found = [m for m in self.hooks.messages if m.id == response.id]
+        if not found:
+            self._discard(ResponseProblem("error", "a middleware removed the model's response"))
+            return None
+        if found[-1] is response:
+            return response
+        try:
+            return check_response(found[-1], self.earlier)
+        except ResponseProblem as exc:
+            self._discard(exc)
+            return None
 
     def next_request(self) -> list[BaseMessage] | None:
         """The messages for the next attempt, or None when this step is decided."""
@@ -235,15 +314,25 @@ class _ModelTurn:
             self.problem = ResponseProblem(kind, f"the model call failed ({type(exc).__name__})")
         self.counters["retries"] += 1
 
-    def received(self, raw: BaseMessage) -> None:
+    def checked(self, raw: BaseMessage) -> AIMessage | None:
+        """The response if it may be acted on (with an id, so an `after_model` hook can replace it); else None."""
         self.counters["tokens"] += _tokens(raw)
         try:
             response = check_response(raw, self.earlier)
         except ResponseProblem as exc:
-            log.warning("thread %s: discarded model response: %s", self.thread_id, exc.detail)
-            self.problem = exc
-            self.counters["retries"] += 1
-            return
+            self._discard(exc)
+            return None
+        if response.id is None and self.hooks is not None:
+            response = response.model_copy(update={"id": f"run-{uuid.uuid4()}"})
+        return response
+
+    def _discard(self, exc: ResponseProblem) -> None:
+        log.warning("thread %s: discarded model response: %s", self.thread_id, exc.detail)
+        self.problem = exc
+        self.counters["retries"] += 1
+
+    def accept(self, response: AIMessage) -> None:
+        """A checked response enters the turn: a validated final answer, or calls for `validate`."""
         judged = self.parts.answer_format.judge(response) if self.parts.answer_format else None
         if judged is not None and judged.problem is not None:
             log.warning("thread %s: discarded final answer: %s", self.thread_id, judged.problem)
@@ -265,7 +354,7 @@ class _ModelTurn:
 
     def update(self) -> dict[str, Any]:
         assert self.result is not None
-        return self.result
+        return {**self.hooks.stored, **self.result} if self.hooks is not None else self.result
 
 
 # What a response cut off in transit raises, by client: openai/anthropic APIConnectionError; httpx (Anthropic and
@@ -292,6 +381,22 @@ def _never_connected(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _pairs_intact(messages: list[BaseMessage]) -> bool:
+    """Every call in `messages` answered after it, every answer after its call: what a hook (a summarization, a
+    context edit) left the model is still a history a provider accepts and the gate's pairing holds in."""
+    open_ids: set[str] = set()
+    for message in messages:
+        if isinstance(message, AIMessage):
+            if open_ids:
+                return False
+            open_ids = {str(c.get("id")) for c in [*message.tool_calls, *message.invalid_tool_calls] if c.get("id")}
+        elif isinstance(message, ToolMessage):
+            if message.tool_call_id not in open_ids:
+                return False
+            open_ids.discard(message.tool_call_id)
+    return not open_ids
 
 
 def _tokens(message: BaseMessage) -> int:

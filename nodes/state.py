@@ -120,6 +120,8 @@ class InputState(TypedDict):
 
 
 REQUESTER_FIELD = "requester"
+PROTECTED_KEYS = frozenset(GatedState.__annotations__) - {"messages"}
+"""gatedloop's own state keys, which a middleware hook never writes (nodes/agent_middleware.py)."""
 
 
 class OutputState(TypedDict):

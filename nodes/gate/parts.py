@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -18,6 +18,9 @@ from gatedloop.nodes.provider.answer_format import AnswerFormat
 from gatedloop.nodes.state import RequestCounters, Status
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # langchain (for middleware) is imported only when a graph is built with middleware
+    from gatedloop.nodes.agent_middleware import Middlewares, ModelCall
 
 SystemPrompt = str | Callable[[Any, Any], "str | SystemMessage | None"]
 
@@ -33,6 +36,8 @@ class LoopParts:
     answer_format: AnswerFormat | None = None
     context_schema: type[Any] = CallContext
     histories: CheckedHistories = field(default_factory=CheckedHistories)
+    middleware: Middlewares | None = None
+    model_call: ModelCall | None = None  # the model through the middleware's wrap_model_call (None: no middleware)
 
     def prompt(self, state: Any, context: Any) -> list[BaseMessage]:
         """The system message every model call starts with; built per call, never stored in the state."""

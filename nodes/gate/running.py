@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import logging
 import time
@@ -25,6 +26,7 @@ from langgraph.errors import GraphBubbleUp
 from gatedloop.checkpoints.ledger import FinishedState, Ledger, LedgerEntry, idempotency_key
 from gatedloop.nodes.gate.masked_trace import run_masked
 from gatedloop.nodes.gate.tool_env import ToolEnv, tool_config, tool_input, tool_output
+from gatedloop.nodes.gate.wrapped_run import run_wrapped
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry
@@ -118,6 +120,10 @@ def submit(registry: ToolRegistry, plan: CallPlan, args: dict[str, Any], env: To
         return failed
     policy = registry.policy(plan["name"])
     shown = policy.masked(args) if policy.secret_args else None
+    if env is not None and env.wrap_tool_call is not None:
+        visible = policy.masked(plan["args"]) if policy.secret_args else plan["args"]
+        run = functools.partial(invoke_tool, tool, prepared, config, shown)
+        return _POOL.submit(contextvars.copy_context().run, run_wrapped, env, plan, tool, visible, config, run)
     return _POOL.submit(contextvars.copy_context().run, invoke_tool, tool, prepared, config, shown)
 
 

@@ -40,10 +40,25 @@ class ToolEnv:
     store: BaseStore | None
     stream_writer: StreamWriter
     tools: tuple[BaseTool, ...] = ()
+    wrap_tool_call: Any = None
+    """The middleware's composed `wrap_tool_call` (nodes/gate/wrapped_run.py), or None."""
 
     @classmethod
-    def of(cls, state: Any, runtime: Runtime, tools: Sequence[BaseTool]) -> ToolEnv:
-        return cls(state, runtime.context, runtime.store, runtime.stream_writer, tuple(tools))
+    def of(cls, state: Any, runtime: Runtime, tools: Sequence[BaseTool], middleware: Any = None) -> ToolEnv:
+        wrap = middleware.wrap_tool_call if middleware is not None else None
+        return cls(state, runtime.context, runtime.store, runtime.stream_writer, tuple(tools), wrap)
+
+    def runtime(self, config: RunnableConfig, call_id: str) -> ToolRuntime:
+        """The `ToolRuntime` a tool (or a middleware's `wrap_tool_call`) is given, as `ToolNode` builds it."""
+        return ToolRuntime(
+            state=self.state,
+            context=self.context,
+            config=config,
+            stream_writer=self.stream_writer,
+            tool_call_id=call_id,
+            store=self.store,
+            tools=list(self.tools),
+        )
 
 
 def tool_config(plan: CallPlan) -> RunnableConfig:
@@ -92,15 +107,7 @@ def tool_input(
             raise ValueError(f"tool {tool.name!r} needs a store: pass build_graph(..., store=...)")
         injected[wanted.args.store] = env.store
     if wanted.args.runtime:
-        injected[wanted.args.runtime] = ToolRuntime(
-            state=env.state,
-            context=env.context,
-            config=config,
-            stream_writer=env.stream_writer,
-            tool_call_id=plan["id"],
-            store=env.store,
-            tools=list(env.tools),
-        )
+        injected[wanted.args.runtime] = env.runtime(config, plan["id"])
     full = {**args, **injected}
     if wanted.tool_call_id:
         return {"type": "tool_call", "id": plan["id"], "name": plan["name"], "args": full}

@@ -321,6 +321,7 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--answer-form", choices=["positional", "keyed"], default="positional")
     parser.add_argument("--durability", choices=["async", "sync", "exit"], default="async", help="with --answer")
     parser.add_argument("--max-steps", type=int, default=12)
+    parser.add_argument("--middleware", action="store_true", help="build with a LangChain middleware list")
     return parser
 
 
@@ -330,6 +331,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         overrides["reconcile"] = None
     if args.reconcile == "raises":
         overrides["reconcile"] = _raise_cannot_tell
+    if args.middleware:  # tests/test_middleware.py: a kill mid-write under a retrying middleware
+        from langchain.agents.middleware import ModelCallLimitMiddleware, ToolRetryMiddleware
+
+        overrides["middleware"] = [
+            ModelCallLimitMiddleware(thread_limit=50),
+            ToolRetryMiddleware(max_retries=3, initial_delay=0, jitter=False),
+        ]
     return overrides
 
 

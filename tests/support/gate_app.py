@@ -72,11 +72,20 @@ def responder(messages: list[BaseMessage]) -> AIMessage:
 
 
 def build(
-    saver: Any, effects: Effects, *, ledger: Any = None, context_schema: Any = None, **policy_overrides: Any
+    saver: Any,
+    effects: Effects,
+    *,
+    ledger: Any = None,
+    context_schema: Any = None,
+    middleware: Any = (),
+    **policy_overrides: Any,
 ) -> Any:
     """`saver`: a checkpointer from `open_sqlite` (its ledger is used), or None with `ledger=` (under
-    `langgraph dev`, which supplies the checkpointer; see tests/support/gate_server_app.py)."""
-    extra = {"context_schema": context_schema} if context_schema is not None else {}
+    `langgraph dev`, which supplies the checkpointer; see tests/support/gate_server_app.py). `middleware`: a
+    LangChain middleware list (tests/test_middleware.py)."""
+    extra: dict[str, Any] = {"context_schema": context_schema} if context_schema is not None else {}
+    if middleware:
+        extra["middleware"] = middleware
     return build_graph(
         ScriptedChatModel(responder=responder),
         make_tools(effects),

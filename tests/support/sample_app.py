@@ -107,6 +107,7 @@ def build(
     *,
     limits: Limits | None = None,
     write_delay_s: float = 0.0,
+    middleware: Any = (),
     **book_overrides: Any,
 ) -> Any:
     model = ScriptedChatModel(responder=responder)
@@ -116,4 +117,5 @@ def build(
         policies=policies(effects, **book_overrides),
         limits=limits,
         checkpointer=saver,
+        middleware=middleware,
     )
