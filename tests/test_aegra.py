@@ -260,7 +260,8 @@ def test_four_concurrent_answers_through_both_processes_make_one_write(both: Dep
         outcomes = list(pool.map(approve, sdks))
     bo = client(both[1], "bo")
     wait_until(lambda: bo.threads.get(thread_id)["status"] == "idle", HANDED_ON_S, "the thread to settle")
-    assert len(payments(both, to)) == 1, (outcomes, audit(both, thread_id))
+    effects = (outcomes, paid_by(both, to), [(e["event"], e["actor"]) for e in audit(both, thread_id)])
+    assert len(payments(both, to)) == 1, effects
     assert "ran" in outcomes and set(outcomes) <= {"ran", "400", "409"}, outcomes
     assert len(decided(audit(both, thread_id))) == 1, (outcomes, audit(both, thread_id))
 

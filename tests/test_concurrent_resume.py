@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
+from typing import Annotated, Any
 
 import pytest
 from backends import Backend
@@ -30,11 +32,17 @@ from crash_child import (
     inspect_thread,
     run_child,
 )
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import InjectedToolArg, tool
+from langgraph.types import Command
 from pg_server import new_thread_id
 from sample_app import Effects, build
 
+from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.lease import ThreadBusy
-from gatedloop.graph import runs
+from gatedloop.graph import CallContext, build_graph, runs
+from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.tools import ToolPolicy
 
 pytestmark = pytest.mark.slow
 
@@ -217,3 +225,48 @@ def test_paused_here_resumed_by_a_new_process_then_finished_here_again(backend: 
         out = runs.output(graph, thread_id)  # this process sees what the other one did, through the database
     assert out["status"] == "completed" and "__interrupt__" not in out
     assert_completed_once(backend.db, files["effects"], thread_id, ["c1_0"])
+
+
+BO = CallContext(user_id="bo", roles={"finance"})
+
+
+def test_two_resumes_at_once_in_one_process_start_the_write_once(db: str, tmp_path: Path) -> None:
+    """A server runs two answers to one request at once in one process (LangGraph Server, Aegra: no lease). The
+    second finds the write claimed by this very process while the first is paying: that claim is live, not dead,
+    so the second asks a person instead of reconciling it as not done and paying again (it did, before
+    `running.attempt_here`: two payments, audit `rerun_2`)."""
+    effects = Effects(str(tmp_path / "effects.sqlite"))
+    first_started, release = threading.Event(), threading.Event()
+
+    @tool
+    def pay(amount: float, to: str, idempotency_key: Annotated[str | None, InjectedToolArg] = None) -> str:
+        """Pay someone (write)."""
+        if not first_started.is_set():
+            first_started.set()
+            release.wait(30)
+        effects.add("pay", {"amount": amount, "to": to}, idempotency_key)
+        return "paid"
+
+    def responder(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return reply("done")
+        return reply(calls=[call("pay", {"amount": 500.0, "to": "bo"}, "c1")])
+
+    with open_sqlite(db) as saver:
+        policy = ToolPolicy(effect="write", approval="always", reconcile=lambda args, key: effects.find(key))
+        graph = build_graph(ScriptedChatModel(responder=responder), [pay], policies={"pay": policy}, checkpointer=saver)
+        config = {"configurable": {"thread_id": "t"}}
+        graph.invoke({"messages": [("user", "pay 500 to bo")]}, config, context=CallContext(user_id="ana"))
+        approve = Command(resume={"decisions": [{"type": "approve"}]})
+        results: list[Any] = []
+        first = threading.Thread(target=lambda: results.append(graph.invoke(approve, config, context=BO)))
+        first.start()
+        assert first_started.wait(30)
+        second = graph.invoke(approve, config, context=BO)  # while the first run's payment is under way
+        release.set()
+        first.join(30)
+        assert len(effects.rows("pay")) == 1, [e["event"] for e in saver.ledger.audit("t")]
+        [asked] = second["__interrupt__"]  # it cannot know the outcome of a write under way: a person decides
+        assert [c["reason"] for c in asked.value["calls"]] == ["claimant_running"]
+        assert results[0]["status"] == "completed"
+        assert [(e.state, e.attempts) for e in saver.ledger.entries("t")] == [("done", 1)]

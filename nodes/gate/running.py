@@ -12,9 +12,13 @@ import contextvars
 import functools
 import json
 import logging
+import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from typing import Any, Literal, NotRequired, TypedDict
 
 import anyio
@@ -75,6 +79,27 @@ def lost_connection(exc: BaseException) -> bool:
 
 # Writes of this process that timed out but have not returned yet, so nobody starts them a second time.
 _IN_FLIGHT: dict[tuple[str, str], Future[Any]] = {}
+
+# This process's attempts of a write, from just before its claim to its outcome. A claim naming this process is
+# one of these, a timed-out one (`_IN_FLIGHT`), or dead: another run of the same thread in this process (a
+# server running two answers at once, with no lease) must not take a live one for dead and start it again.
+_ATTEMPTS_HERE: Counter[tuple[str, str]] = Counter()
+_ATTEMPTS_LOCK = threading.Lock()
+
+
+@contextmanager
+def attempt_here(thread_id: str, call_id: str) -> Iterator[None]:
+    """Mark an attempt of this call as under way in this process for the block (a claim or re-claim, the run)."""
+    key = (thread_id, call_id)
+    with _ATTEMPTS_LOCK:
+        _ATTEMPTS_HERE[key] += 1
+    try:
+        yield
+    finally:
+        with _ATTEMPTS_LOCK:
+            _ATTEMPTS_HERE[key] -= 1
+            if not _ATTEMPTS_HERE[key]:
+                del _ATTEMPTS_HERE[key]
 
 
 OutcomeStatus = Literal["ok", "error", "unknown"]
@@ -220,6 +245,13 @@ def run_write(
 
     After the ledger was lost and recreated, even a won claim may be a write that already happened, so the
     tool's system is asked first (`reconcile`); if it cannot tell, the outcome is unknown (a person decides)."""
+    with attempt_here(thread_id, plan["id"]):
+        return _claimed_run(registry, ledger, thread_id, plan, max_chars, env)
+
+
+def _claimed_run(
+    registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int, env: ToolEnv | None
+) -> Outcome:
     won, entry = ledger.claim(thread_id, plan["id"], plan["name"], plan["digest"])
     if not won:
         if entry.state != "claimed":
@@ -285,7 +317,11 @@ def finished_state(outcome: Outcome) -> FinishedState:
 
 
 def still_running_here(thread_id: str, call_id: str) -> bool:
-    """True while this process's own timed-out attempt of the call has not returned."""
+    """True while an attempt of the call in this process is under way (`attempt_here`), or timed out and has not
+    returned."""
+    with _ATTEMPTS_LOCK:
+        if (thread_id, call_id) in _ATTEMPTS_HERE:
+            return True
     future = _IN_FLIGHT.get((thread_id, call_id))
     return future is not None and not future.done()
 

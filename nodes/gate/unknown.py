@@ -35,6 +35,7 @@ from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.running import (
     CANNOT_TELL,
     Outcome,
+    attempt_here,
     error_outcome,
     finished_state,
     key_of_record,
@@ -158,12 +159,13 @@ def _may_be_running(parts: LoopParts, thread_id: str, plan: CallPlan, claimant: 
 def _rerun(parts: LoopParts, thread_id: str, plan: CallPlan, attempts: int, env: ToolEnv | None) -> Outcome | None:
     """Start again a write known not to have happened; its recorded outcome if it finished meanwhile; None if
     another resumer took it first."""
-    won = parts.ledger.reclaim(thread_id, plan["id"], attempts)
-    entry = parts.ledger.get(thread_id, plan["id"])
-    if not won or entry is None:
-        return stored_outcome(entry.state, entry.result) if entry and entry.state != "claimed" else None
-    parts.ledger.record(thread_id, plan["id"], f"rerun_{attempts + 1}", {"attempt": attempts + 1})
-    return start_write(parts.registry, parts.ledger, thread_id, plan, parts.limits.max_result_chars, entry, env)
+    with attempt_here(thread_id, plan["id"]):
+        won = parts.ledger.reclaim(thread_id, plan["id"], attempts)
+        entry = parts.ledger.get(thread_id, plan["id"])
+        if not won or entry is None:
+            return stored_outcome(entry.state, entry.result) if entry and entry.state != "claimed" else None
+        parts.ledger.record(thread_id, plan["id"], f"rerun_{attempts + 1}", {"attempt": attempts + 1})
+        return start_write(parts.registry, parts.ledger, thread_id, plan, parts.limits.max_result_chars, entry, env)
 
 
 def _ask_person(
