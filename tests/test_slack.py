@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -23,6 +22,7 @@ import httpx
 import pytest
 from devserver import gated_project, run_dev_server
 from gate_app import build, effects_for
+from http_stub import StubHandler, StubServer
 from langgraph_sdk import get_sync_client
 from sample_app import Effects
 from starlette.testclient import TestClient
@@ -30,7 +30,7 @@ from starlette.testclient import TestClient
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.cli.main import main
 from gatedloop.graph import runs
-from gatedloop.graph.build import parts_of
+from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox import InboxBackend, create_app
 from gatedloop.inbox.identity import Sessions
 from gatedloop.inbox.notify import notify_config
@@ -93,9 +93,9 @@ class FakeSlack:
 def slack(monkeypatch) -> Iterator[FakeSlack]:
     state = FakeSlack()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(StubHandler):
         def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            raw = self.read_body().decode()
             if self.headers.get("Content-Type", "").startswith("application/json"):
                 args = json.loads(raw or "{}")
             else:
@@ -104,26 +104,13 @@ def slack(monkeypatch) -> Iterator[FakeSlack]:
                 body = {"ok": False, "error": "not_authed"}
             else:
                 body = state.answer(self.path.rsplit("/", 1)[-1], args)
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_body(200, "application/json; charset=utf-8", json.dumps(body).encode())
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/api/"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    monkeypatch.setenv("GATEDLOOP_SLACK_API_URL", state.url)
-    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
-    yield state
-    server.shutdown()
-    server.server_close()
+    with StubServer(Handler, label="fake Slack API") as server:
+        state.url = f"{server.origin}/api/"
+        monkeypatch.setenv("GATEDLOOP_SLACK_API_URL", state.url)
+        monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+        yield state
 
 
 def graph_of(saver: Any, **policy: Any) -> Any:
