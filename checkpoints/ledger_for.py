@@ -45,7 +45,17 @@ PORTED_FILE = (
 )
 
 
+def unwrapped(saver: BaseCheckpointSaver) -> BaseCheckpointSaver:
+    """The saver a LangGraph Server adapter wraps: `langgraph dev` hands a graph a fresh
+    `_CustomCheckpointerAdapter` around the configured checkpointer for each run; the ledger is the inner saver's,
+    one per saver, not one per run. Read by its attribute: the adapter is private to langgraph_api."""
+    inner = saver.__dict__.get("_inner")
+    return unwrapped(inner) if isinstance(inner, BaseCheckpointSaver) else saver
+
+
 def ledger_for(checkpointer: BaseCheckpointSaver | None) -> Ledger:
+    if checkpointer is not None:
+        checkpointer = unwrapped(checkpointer)
     if isinstance(checkpointer, GatedSaver):
         return checkpointer.ledger
     if checkpointer is None:
@@ -127,6 +137,7 @@ class LedgerOfTheRun:
 
     def of(self, saver: BaseCheckpointSaver) -> Ledger:
         """The ledger of runs over `saver`: what `current` finds inside such a run, for a caller about to start one."""
+        saver = unwrapped(saver)
         with self._lock:
             ledger = self._ledgers.get(saver)
             if ledger is None:
