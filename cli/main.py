@@ -62,7 +62,6 @@ from gatedloop.graph import runs, thread_graph
 from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, Display
 from gatedloop.graph.models import ModelConfigError
-from gatedloop.graph.parts_of import parts_of
 from gatedloop.nodes.gate.hitl import InvalidDecision, pending_summary
 from gatedloop.tools.policy import CallContext
 
@@ -363,7 +362,6 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         from gatedloop.inbox import InboxBackend, create_app
         from gatedloop.inbox.identity import Reviewer, Sessions
         from gatedloop.inbox.notify import delivering
-        from gatedloop.inbox.pending import PendingRequests
     except ImportError as exc:
         raise CliError(f"the inbox needs: pip install 'gatedloop[inbox]' ({exc.name} is missing)", EXIT_USAGE) from exc
     try:
@@ -384,13 +382,8 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 
     @contextmanager
     def open_backend() -> Iterator[InboxBackend]:
-        with open_app(args.db, named=named) as (graph, saver):
-            parts = parts_of(graph)
-            assert parts is not None  # open_app builds with build_graph
-            tools, policies = list(parts.registry.tools.values()), parts.registry.policies
-            listing = saver.thread_ids
-            with delivering(saver.ledger, notify):
-                yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, listing, tools, policies))
+        with open_app(args.db, named=named) as (graph, saver), delivering(saver.ledger, notify):
+            yield InboxBackend.over(graph, saver)
 
     if named is None:
         choose_model()  # a model that is not configured is a one-line error now, not at the first answer

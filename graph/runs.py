@@ -66,7 +66,8 @@ def stream_start(
     """Start (or continue) a thread with a user message, yielding (mode, chunk) as steps happen."""
     config = config_for(thread_id)
     with lease_for(graph, thread_id, wait_s):
-        claim_thread(graph, thread_id, upgrade=upgrade, context=context)
+        if upgrade:  # otherwise the graph's own entry checks the thread's graph (graph/gated.py)
+            claim_thread(graph, thread_id, upgrade=True, context=context)
         yield from cast(
             Iterator[tuple[str, Any]],
             graph.stream(
@@ -89,7 +90,8 @@ def stream_resume(
     with lease_for(graph, thread_id, wait_s):
         snapshot = graph.get_state(config)  # one load: rebuilding a long thread is the costly part
         payload = _resume_payload(thread_id, snapshot, answer)
-        claim_thread(graph, thread_id, upgrade=upgrade, context=context)
+        if upgrade:  # otherwise the graph's own entry checks the thread's graph (graph/gated.py)
+            claim_thread(graph, thread_id, upgrade=True, context=context)
         events = graph.stream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
         yield from cast(Iterator[tuple[str, Any]], events)
 
@@ -184,7 +186,8 @@ async def astream_start(
     """Async twin of `stream_start`."""
     config = config_for(thread_id)
     async with _alease(graph, thread_id, wait_s):
-        await asyncio.to_thread(claim_thread, graph, thread_id, upgrade=upgrade, context=context)
+        if upgrade:
+            await asyncio.to_thread(claim_thread, graph, thread_id, upgrade=True, context=context)
         events = graph.astream(
             {"messages": [("user", text)]}, config, context=context, stream_mode=STREAM_MODES, durability="sync"
         )
@@ -205,7 +208,8 @@ async def astream_resume(
     config = config_for(thread_id)
     async with _alease(graph, thread_id, wait_s):
         payload = _resume_payload(thread_id, await graph.aget_state(config), answer)
-        await asyncio.to_thread(claim_thread, graph, thread_id, upgrade=upgrade, context=context)
+        if upgrade:
+            await asyncio.to_thread(claim_thread, graph, thread_id, upgrade=True, context=context)
         events = graph.astream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
         async for event in cast(AsyncIterator[tuple[str, Any]], events):
             yield event

@@ -31,6 +31,7 @@ from gatedloop.checkpoints.threads import describe_thread
 from gatedloop.graph import runs
 from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, day_and_clock
+from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox.filters import ORDERS, Filters, choices
 from gatedloop.inbox.forms import FormError, parse_edit
 from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
@@ -68,6 +69,16 @@ class InboxBackend:
     graph: CompiledStateGraph
     ledger: Ledger
     pending: PendingRequests
+
+    @classmethod
+    def over(cls, graph: CompiledStateGraph, saver: Any) -> InboxBackend:
+        """The backend of a graph from `build_graph` on a gatedloop saver (`open_sqlite`, `open_postgres`): its
+        tools and policies, the saver's ledger and thread list."""
+        parts = parts_of(graph)
+        if parts is None:
+            raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")
+        tools, policies = list(parts.registry.tools.values()), parts.registry.policies
+        return cls(graph, saver.ledger, PendingRequests(graph, saver.ledger, saver.thread_ids, tools, policies))
 
     def requests(self, reviewer: Reviewer, origin: str) -> RequestSource:
         """The requests as `reviewer` may see them; `origin` is the URL the page was loaded from."""

@@ -35,12 +35,10 @@ from gatedloop.checkpoints import idempotency_key, open_sqlite
 from gatedloop.checkpoints.outbox import notification_id
 from gatedloop.cli.main import main
 from gatedloop.graph import build_graph, runs
-from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.scripted import ScriptedChatModel
 from gatedloop.inbox import InboxBackend, create_app
 from gatedloop.inbox.identity import Reviewer, Sessions
 from gatedloop.inbox.notify import Deliverer, NotifyConfig, PassResult, Webhook, notify_config
-from gatedloop.inbox.pending import PendingRequests
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools import CallContext, ToolPolicy
 
@@ -524,13 +522,10 @@ def _links(html: str) -> list[str]:
 
 def inbox_for(graph: Any, saver: Any) -> Any:
     """The inbox app as `gatedloop inbox --as bo` builds it, over this graph and database."""
-    parts = parts_of(graph)
-    assert parts is not None
-    tools, policies = list(parts.registry.tools.values()), parts.registry.policies
 
     @contextmanager
     def backend() -> Iterator[InboxBackend]:
-        yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, saver.thread_ids, tools, policies))
+        yield InboxBackend.over(graph, saver)
 
     return create_app(backend, Sessions(None, Reviewer("bo", frozenset({"finance"}), "fixed")))
 

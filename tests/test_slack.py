@@ -30,11 +30,9 @@ from starlette.testclient import TestClient
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.cli.main import main
 from gatedloop.graph import runs
-from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox import InboxBackend, create_app
 from gatedloop.inbox.identity import Sessions
 from gatedloop.inbox.notify import notify_config
-from gatedloop.inbox.pending import PendingRequests
 from gatedloop.inbox.slack_actions import FAILED, UNMAPPED, SlackActions
 from gatedloop.tools import CallContext
 
@@ -133,13 +131,10 @@ def post_request(saver: Any, slack: FakeSlack) -> dict[str, Any]:
 @contextmanager
 def inbox(graph: Any, saver: Any, **env: str) -> Iterator[TestClient]:
     """The inbox app with its Slack endpoint, as `gatedloop inbox` builds it from the environment."""
-    parts = parts_of(graph)
-    assert parts is not None
-    tools, policies = list(parts.registry.tools.values()), parts.registry.policies
 
     @contextmanager
     def backend() -> Iterator[InboxBackend]:
-        yield InboxBackend(graph, saver.ledger, PendingRequests(graph, saver.ledger, saver.thread_ids, tools, policies))
+        yield InboxBackend.over(graph, saver)
 
     settings = {
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
