@@ -5,7 +5,8 @@
 One thread of `--turns` requests on a SQLite file, each one read and an answer (a scripted model, no network),
 built four ways: no `middleware=` at all, an empty list, one no-op `AgentMiddleware` (the hooks' machinery), and
 LangChain's `SummarizationMiddleware` (a scripted summarizer, trigger at 40 messages, keep 20). Prints the median
-time of the last `--every` turns (the better of two passes) and the stored bytes, each as a ratio to no middleware.
+time of the last `--every` turns (the better of two passes) and the stored bytes, each as a ratio to no middleware,
+and how often the summarizer was asked.
 """
 
 from __future__ import annotations
@@ -57,8 +58,17 @@ class NoOp(AgentMiddleware):
         return handler(request)
 
 
+SUMMARIZED: list[int] = []
+"""One entry per summarizer call, in the current measurement."""
+
+
+def summarize(messages: list[BaseMessage]) -> AIMessage:
+    SUMMARIZED.append(len(messages))
+    return reply("summary of the earlier orders")
+
+
 def lists() -> dict[str, list[Any] | None]:
-    summarizer = ScriptedChatModel(responder=lambda messages: reply("summary of the earlier orders"))
+    summarizer = ScriptedChatModel(responder=summarize)
     return {
         "none": None,
         "empty list": [],
@@ -69,6 +79,7 @@ def lists() -> dict[str, list[Any] | None]:
 
 def measure(middleware: list[Any] | None, turns: int, every: int) -> tuple[list[float], list[int]]:
     """(seconds per request, stored bytes every `every` requests) of one thread."""
+    SUMMARIZED.clear()
     folder = tempfile.mkdtemp(prefix="gl-mw-")
     path = os.path.join(folder, "t.sqlite")
     times: list[float] = []
@@ -102,19 +113,21 @@ def main() -> None:
     names = list(lists())
     medians: dict[str, float] = {}
     stored: dict[str, int] = {}
+    summaries: dict[str, int] = {}
     for order in (names, names[::-1]):
         for name in order:
             times, sizes = measure(lists()[name], args.turns, args.every)
             median = statistics.median(times[-args.every :])
             medians[name] = min(median, medians.get(name, median))
             stored[name] = sizes[-1]
+            summaries[name] = len(SUMMARIZED)
     base_time, base_bytes = medians["none"], stored["none"]
     print(f"{args.turns} requests, one read each; median of the last {args.every}; stored: checkpoint and write blobs")
-    print(f"{'middleware':<18} {'ms/request':>10} {'ratio':>6} {'stored MB':>10} {'ratio':>6}")
+    print(f"{'middleware':<18} {'ms/request':>10} {'ratio':>6} {'stored MB':>10} {'ratio':>6} {'summaries':>9}")
     for name in names:
         median, size = medians[name], stored[name]
         ratios = f"{median / base_time:>6.2f} {size / 1e6:>10.2f} {size / base_bytes:>6.2f}"
-        print(f"{name:<18} {median * 1000:>10.1f} {ratios}")
+        print(f"{name:<18} {median * 1000:>10.1f} {ratios} {summaries[name]:>9}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from gatedloop.nodes.gate.answers import error_message, record_answers, tool_mes
 from gatedloop.nodes.gate.open_calls import recorded_answer
 from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.running import UnknownReason, unknown
+from gatedloop.nodes.model_view import view_of
 from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import PROTECTED_KEYS, GatedState
 from gatedloop.tools import errors
@@ -83,8 +84,9 @@ def _after_agent(parts: LoopParts, state: dict[str, Any], messages: list[Any], r
     """The middleware's `after_agent` hooks, last first as `create_agent` chains them. Their state keys are
     stored; a change to `messages` is not (the finished thread is evidence), and is logged."""
     assert parts.middleware is not None
-    hooks = parts.middleware.hook_state(state, messages, PROTECTED_KEYS)
+    shown = view_of(messages, state.get("model_view"))
+    hooks = parts.middleware.hook_state(state, shown, PROTECTED_KEYS)
     hooks.run(parts.middleware.after_agent, "after_agent", runtime)
-    if hooks.messages != messages:
+    if hooks.messages != shown:
         log.warning("an after_agent hook changed the messages; the thread keeps them as they were")
     return hooks.stored

@@ -26,6 +26,7 @@ from gatedloop.nodes.gate.open_calls import close_open_calls
 from gatedloop.nodes.gate.parts import LoopParts, fresh_counters
 from gatedloop.nodes.gate.proposals import record_proposals
 from gatedloop.nodes.gate.unknown import make_settle_task
+from gatedloop.nodes.model_view import view_of, view_record
 from gatedloop.nodes.provider.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.provider.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.running_step import current_thread_id
@@ -241,7 +242,9 @@ class _ModelTurn:
         self.fresh = fresh
         self.runtime = runtime
         mw = parts.middleware
-        self.hooks = mw.hook_state(state, messages, PROTECTED_KEYS) if mw is not None else None
+        self.kept_view = state.get("model_view")
+        shown = view_of(messages, self.kept_view)
+        self.hooks = mw.hook_state(state, shown, PROTECTED_KEYS) if mw is not None else None
         self.call = parts.model_call
 
     def hooked(self) -> None:
@@ -253,6 +256,9 @@ class _ModelTurn:
             detail = "a middleware separated a tool call from its answer in what the model would be sent"
             self.result = {**self.reset, **_stop(self.counters, "error", detail)}
             return
+        record = view_record(self.closed.view, self.messages)
+        if record != self.kept_view:
+            self.reset["model_view"] = record
         if not self.hooks.jumped_to_end:
             return
         reply = self.hooks.final_reply({m.id for m in self.closed.view})

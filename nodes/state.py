@@ -82,6 +82,17 @@ class SeenRead(TypedDict):
     repeats: int
 
 
+class ModelView(TypedDict):
+    """What a middleware made of the thread's start for the model, kept so the next request starts from it (as
+    `create_agent`'s rewritten thread would): the model is sent `head`, then the stored thread after `through`
+    (all of it when `through` is None). The stored thread itself stays whole: it is the gate's evidence."""
+
+    head: list[AnyMessage]
+    """The messages that stand for the stored thread up to `through` (a summary)."""
+    through: str | None
+    """The id of the last stored message `head` stands for; None when `head` only comes before the thread."""
+
+
 class GatedState(TypedDict):
     messages: Annotated[list[AnyMessage], DoublingDeltaChannel(fold_messages)]
     """The conversation; a step stores only the messages it added."""
@@ -109,6 +120,9 @@ class GatedState(TypedDict):
     for it, whoever resumes later. Written by `gatedloop.graph.gated` as the message enters; never by a client."""
     review_error: NotRequired[str | None]
     """Why the last answer to the pending approval request was refused (shown with the request again)."""
+    model_view: NotRequired[ModelView | None]
+    """With a middleware list: the start of the thread as the model is sent it (a summary), set when a
+    `before_model` hook rewrote it; None or absent: the model is sent the stored thread."""
     # The validated final answer (JSON) when build_graph(response_format=...) is set; None otherwise.
     structured_response: NotRequired[Any]
 

@@ -24,9 +24,12 @@ from langchain.agents.middleware import (
     ClearToolUsesEdit,
     ContextEditingMiddleware,
     HumanInTheLoopMiddleware,
+    LLMToolEmulator,
     LLMToolSelectorMiddleware,
     ModelCallLimitMiddleware,
+    ModelChoice,
     ModelFallbackMiddleware,
+    ModelRouterMiddleware,
     PIIDetectionError,
     PIIMiddleware,
     SummarizationMiddleware,
@@ -34,6 +37,7 @@ from langchain.agents.middleware import (
     ToolRetryMiddleware,
     hook_config,
 )
+from langchain_core.decisions import BaseDecisionModel, ClassifierResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.tools import InjectedToolArg, tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -42,6 +46,7 @@ from langgraph.types import Command
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import build_graph
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.nodes.model_view import view_of, view_record
 from gatedloop.tools import CallContext, ToolPolicy
 
 READ = ToolPolicy(effect="read", approval="never")
@@ -103,7 +108,7 @@ def make_look(counter: list[str], fail_first: int = 0) -> Any:
 
 def both(middleware_for: Any, make_model: Any, fail_first: int = 0, db: str | None = None) -> dict[str, Any]:
     """The same middleware list and script in create_agent and in gatedloop: what each model was sent, what ran,
-    and each final state."""
+    and each final state (gatedloop's read back from `db` when given)."""
     results: dict[str, Any] = {}
     for loop in ("create_agent", "gatedloop"):
         ran: list[str] = []
@@ -113,10 +118,13 @@ def both(middleware_for: Any, make_model: Any, fail_first: int = 0, db: str | No
             agent = create_agent(model, [look], middleware=middleware_for(), checkpointer=InMemorySaver())
             out = agent.invoke({"messages": [HumanMessage("hi", id="h1")]}, CFG)
         else:
-            graph = build_graph(
-                model, [look], policies={"look": READ}, middleware=middleware_for(), checkpointer=InMemorySaver()
-            )
-            out = graph.invoke({"messages": [HumanMessage("hi", id="h1")]}, CFG)
+            with contextlib.ExitStack() as stack:
+                saver = stack.enter_context(open_sqlite(db)) if db else InMemorySaver()
+                graph = build_graph(
+                    model, [look], policies={"look": READ}, middleware=middleware_for(), checkpointer=saver
+                )
+                graph.invoke({"messages": [HumanMessage("hi", id="h1")]}, CFG)
+                out = graph.get_state(CFG).values  # as stored (a real SQLite file when `db` is given)
         results[loop] = {"sent": [seen(s) for s in SENT], "ran": ran, "out": out}
         SENT.clear()
     return results
@@ -153,6 +161,88 @@ def test_tool_retry_retries_a_read_as_in_create_agent():
     assert agent["sent"] == ours["sent"]
     [answer] = [m for m in ours["out"]["messages"] if isinstance(m, ToolMessage)]
     assert "found x" in answer.text and answer.status == "success"
+
+
+class Routes(BaseDecisionModel):
+    """A decision model that picks `route` for every request (as a provider's classifier would answer)."""
+
+    model: str = "scripted-router"
+    route: str = "careful"
+    asked: list[str] = []
+
+    @property
+    def _provider(self) -> str:
+        return "scripted"
+
+    def _classify(self, state: Any, questions: Any) -> ClassifierResponse:
+        self.asked.append(state.text)
+        [question] = questions
+        answer = {"type": "choice", "choice": self.route, "probabilities": {"quick": 0.1, "careful": 0.9}}
+        return ClassifierResponse(model=self.model, answers={question: {**answer, "confidence": 0.9}})
+
+
+@pytest.mark.filterwarnings("ignore:The middleware `ModelRouterMiddleware` is in beta")
+def test_model_router_sends_each_request_to_the_chosen_model_as_in_create_agent(db):
+    quick: list[Recorder] = []
+    routers: list[Routes] = []
+
+    def middleware() -> list[Any]:
+        quick.append(Recorder(script=script()))
+        routers.append(Routes(asked=[]))
+        choices = {
+            "quick": ModelChoice(model=quick[-1], criteria="small tasks"),
+            "careful": ModelChoice(model=Recorder(script=script()), criteria="anything else"),
+        }
+        return [ModelRouterMiddleware(choices=choices, instructions="pick one", classifier=routers[-1])]
+
+    results = both(middleware, lambda: Down(), db=db)
+    agent, ours = results["create_agent"], results["gatedloop"]
+    assert ours["out"]["status"] == "completed" and ours["out"]["answer"] == "the answer"
+    assert agent["ran"] == ours["ran"] == ["x"]
+    assert agent["sent"] == ours["sent"] and len(ours["sent"]) == 2  # both calls went to the careful model
+    assert [q.calls for q in quick] == [0, 0]
+    assert [r.asked for r in routers] == [["hi"], ["hi"]]  # classified once per request, before the agent
+    assert ours["out"]["model_route"].choice == agent["out"]["model_route"].choice == "careful"  # stored, read back
+
+
+def test_an_emulated_write_is_still_approved_first_and_the_tool_never_runs_as_in_create_agent(db):
+    """LLMToolEmulator answers in a write's place under the gate: the approval is asked, the emulator's answer is
+    the call's answer, and the real tool never runs; create_agent (with HumanInTheLoopMiddleware) agrees."""
+    results: dict[str, Any] = {}
+    for loop in ("create_agent", "gatedloop"):
+        SENT.clear()
+        paid: list[int] = []
+        emulated: list[str] = []
+
+        @tool
+        def pay(n: int) -> str:
+            """Pay (write)."""
+            paid.append(n)
+            return f"paid {n}"
+
+        def emulate(messages: list[BaseMessage], into: list[str] = emulated) -> AIMessage:
+            into.append(messages[-1].text)
+            return reply("EMULATED: paid 5")
+
+        emulator = LLMToolEmulator(tools=["pay"], model=ScriptedChatModel(responder=emulate))
+        model = Recorder(script=[reply(calls=[call("pay", {"n": 5}, "c1")]), reply("done")])
+        with open_sqlite(db if loop == "gatedloop" else str(Path(db).with_name("agent.sqlite"))) as saver:
+            if loop == "create_agent":
+                hitl = HumanInTheLoopMiddleware(interrupt_on={"pay": True})
+                graph: Any = create_agent(model, [pay], middleware=[emulator, hitl], checkpointer=saver)
+            else:
+                policies = {"pay": ToolPolicy(effect="write", approval="always")}
+                graph = build_graph(model, [pay], policies=policies, middleware=[emulator], checkpointer=saver)
+            first = graph.invoke({"messages": [HumanMessage("pay 5", id="h1")]}, CFG)
+            assert first["__interrupt__"] and not emulated  # nothing answers before the approval
+            out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CFG)
+        [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+        results[loop] = {"sent": [seen(s) for s in SENT], "paid": paid, "emulated": emulated, "answer": answer}
+    agent, ours = results["create_agent"], results["gatedloop"]
+    assert agent["sent"] == ours["sent"]
+    assert agent["paid"] == ours["paid"] == []
+    assert len(ours["emulated"]) == len(agent["emulated"]) == 1 and "Tool: pay" in ours["emulated"][0]
+    assert "EMULATED: paid 5" in ours["answer"].text and ours["answer"].status == "success"
 
 
 @pytest.mark.parametrize("limit", ["thread_limit", "run_limit"])
@@ -501,6 +591,28 @@ def test_summarization_never_separates_a_call_from_its_answer(shape, keep):
     assert all(m.tool_call_id in summarized_calls for m in messages[:cut] if isinstance(m, ToolMessage))
 
 
+@settings(max_examples=100, deadline=None)
+@given(size=st.integers(0, 12), cut=st.integers(0, 12), head=st.integers(0, 3), later=st.integers(0, 4))
+def test_a_kept_view_is_what_the_hooks_showed_followed_by_everything_stored_since(size, cut, head, later):
+    """A view kept after the hooks shaped the thread (a head, then the stored thread from some point) gives back
+    exactly what they showed, with the messages stored since after it; the stored thread itself is shown as is."""
+    cut = min(cut, size)
+    stored: list[BaseMessage] = [HumanMessage(f"m{i}", id=f"m{i}") for i in range(size)]
+    shown = [HumanMessage(f"summary {j}", id=f"s{j}") for j in range(head)] + stored[cut:]
+    record = view_record(stored, shown)
+    assert (record is None) == (shown == stored)
+    since = [HumanMessage(f"n{i}", id=f"n{i}") for i in range(later)]
+    assert view_of([*stored, *since], record) == [*shown, *since]
+
+
+def test_a_kept_view_whose_place_left_the_thread_is_not_used():
+    stored: list[BaseMessage] = [HumanMessage(f"m{i}", id=f"m{i}") for i in range(4)]
+    record = view_record(stored, [HumanMessage("summary", id="s"), *stored[2:]])
+    assert record is not None and record["through"] == "m1"
+    rewritten = [m for m in stored if m.id != "m1"]  # update_state removed the message the view stands for
+    assert view_of(rewritten, record) == rewritten
+
+
 def _first_sent(middleware_for: Any, history: list[BaseMessage], turns: int = 1) -> dict[str, Any]:
     """The first conversation each loop's model was sent for `history`, and each loop's stored thread."""
     results: dict[str, Any] = {}
@@ -631,57 +743,65 @@ def test_forged_state_with_a_middleware_list_runs_nothing_the_gate_did_not_admit
         assert len(paid) <= 1 and all(args == LEGIT for _, args, _ in paid)
 
 
-def test_a_long_thread_with_approvals_under_summarization_keeps_every_invariant(db):
-    """40 requests, each a gated write approved and answered, under SummarizationMiddleware: each write ran once,
-    the stored thread is whole with every call answered once, and every conversation the model was sent pairs each
-    answer with its call."""
-    turns = 40
-    effects: list[int] = []
-    summaries: list[int] = []
+def test_a_200_turn_thread_with_approvals_under_summarization_is_sent_as_create_agent_sends_it(db):
+    """200 requests, each a gated write approved and answered, under SummarizationMiddleware in both loops (with
+    HumanInTheLoopMiddleware in create_agent): the model is sent the same conversations (the same summaries at the
+    same points), the summarizer is asked as often, each write ran once; gatedloop's stored thread stays whole,
+    every call answered once, and every conversation sent pairs each answer with its call."""
+    turns = 200
+    results: dict[str, Any] = {}
+    for loop in ("create_agent", "gatedloop"):
+        SENT.clear()
+        effects: list[int] = []
+        summarized: list[int] = []
 
-    @tool
-    def pay(n: int) -> str:
-        """Pay (write)."""
-        effects.append(n)
-        return f"paid {n}"
+        @tool
+        def pay(n: int) -> str:
+            """Pay (write)."""
+            effects.append(n)
+            return f"paid {n}"
 
-    def responder(messages: list[BaseMessage]) -> AIMessage:
-        last = messages[-1]
-        if isinstance(last, ToolMessage):
-            return reply(f"done {last.tool_call_id}")
-        n = int(last.text.split()[1])
-        return reply(calls=[call("pay", {"n": n}, f"c{n}")])
+        def responder(messages: list[BaseMessage]) -> AIMessage:
+            last = messages[-1]
+            if isinstance(last, ToolMessage):
+                return reply(f"done {last.tool_call_id}")
+            n = int(last.text.split()[1])
+            return reply(calls=[call("pay", {"n": n}, f"c{n}")])
 
-    def summarize(messages: list[BaseMessage]) -> AIMessage:
-        summaries.append(len(messages))
-        return reply("SUMMARY")
+        def summarize(messages: list[BaseMessage], into: list[int] = summarized) -> AIMessage:
+            into.append(len(SENT))  # after which model call the summarizer was asked
+            return reply(f"SUMMARY {len(into)}")
 
-    model = Recorder(responder=responder)
-    summarization = SummarizationMiddleware(
-        ScriptedChatModel(responder=summarize), trigger=("messages", 12), keep=("messages", 5)
-    )
-    with open_sqlite(db) as saver:
-        graph = build_graph(
-            model,
-            [pay],
-            policies={"pay": ToolPolicy(effect="write", approval="always")},
-            middleware=[summarization],
-            checkpointer=saver,
-        )
-        for n in range(turns):
-            out = graph.invoke({"messages": [("user", f"pay {n}")]}, CFG)
-            assert out["__interrupt__"]
-            out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CFG)
-            assert out["status"] == "completed"
-        stored = graph.get_state(CFG).values["messages"]
-    assert effects == list(range(turns))
-    assert len(stored) == turns * 4
-    assert_each_call_answered_once(stored)
-    assert summaries  # the summarizer did run
-    for sent in SENT:
+        middleware = [
+            SummarizationMiddleware(
+                ScriptedChatModel(responder=summarize), trigger=("messages", 12), keep=("messages", 5)
+            )
+        ]
+        model = Recorder(responder=responder)
+        with open_sqlite(db if loop == "gatedloop" else str(Path(db).with_name("agent.sqlite"))) as saver:
+            if loop == "create_agent":
+                hitl = HumanInTheLoopMiddleware(interrupt_on={"pay": True})
+                graph: Any = create_agent(model, [pay], middleware=[*middleware, hitl], checkpointer=saver)
+            else:
+                policies = {"pay": ToolPolicy(effect="write", approval="always")}
+                graph = build_graph(model, [pay], policies=policies, middleware=middleware, checkpointer=saver)
+            for n in range(turns):
+                out = graph.invoke({"messages": [HumanMessage(f"pay {n}", id=f"h{n}")]}, CFG)
+                assert out["__interrupt__"]
+                graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CFG)
+            stored = graph.get_state(CFG).values["messages"]
+        results[loop] = {"sent": [seen(s) for s in SENT], "raw": list(SENT), "summarized": summarized}
+        results[loop].update(effects=effects, stored=stored)
+    agent, ours = results["create_agent"], results["gatedloop"]
+    assert ours["sent"] == agent["sent"]
+    assert ours["summarized"] == agent["summarized"] and len(ours["summarized"]) > turns // 10
+    assert ours["effects"] == agent["effects"] == list(range(turns))
+    assert len(ours["stored"]) == turns * 4 and len(agent["stored"]) < 12  # create_agent's was replaced
+    assert_each_call_answered_once(ours["stored"])
+    for sent in ours["raw"]:
         calls = {c["id"] for m in sent if isinstance(m, AIMessage) for c in m.tool_calls}
         assert all(m.tool_call_id in calls for m in sent if isinstance(m, ToolMessage))
-    assert max(len(sent) for sent in SENT) < 12  # each request was summarized: the model never saw the whole thread
+    assert max(len(sent) for sent in ours["raw"]) < 12  # the model never saw the whole thread
 
 
 BOUND: list[list[str]] = []
