@@ -42,6 +42,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, Remove
 from langchain_core.tools import InjectedToolArg, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
+from pydantic import Field
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import build_graph
@@ -106,6 +107,16 @@ def make_look(counter: list[str], fail_first: int = 0) -> Any:
     return look
 
 
+def make_pay(paid: list[int]) -> Any:
+    @tool
+    def pay(n: int) -> str:
+        """Pay (write)."""
+        paid.append(n)
+        return f"paid {n}"
+
+    return pay
+
+
 def both(middleware_for: Any, make_model: Any, fail_first: int = 0, db: str | None = None) -> dict[str, Any]:
     """The same middleware list and script in create_agent and in gatedloop: what each model was sent, what ran,
     and each final state (gatedloop's read back from `db` when given)."""
@@ -168,7 +179,7 @@ class Routes(BaseDecisionModel):
 
     model: str = "scripted-router"
     route: str = "careful"
-    asked: list[str] = []
+    asked: list[str] = Field(default_factory=list)
 
     @property
     def _provider(self) -> str:
@@ -213,12 +224,7 @@ def test_an_emulated_write_is_still_approved_first_and_the_tool_never_runs_as_in
         SENT.clear()
         paid: list[int] = []
         emulated: list[str] = []
-
-        @tool
-        def pay(n: int) -> str:
-            """Pay (write)."""
-            paid.append(n)
-            return f"paid {n}"
+        pay = make_pay(paid)
 
         def emulate(messages: list[BaseMessage], into: list[str] = emulated) -> AIMessage:
             into.append(messages[-1].text)
@@ -754,12 +760,7 @@ def test_a_200_turn_thread_with_approvals_under_summarization_is_sent_as_create_
         SENT.clear()
         effects: list[int] = []
         summarized: list[int] = []
-
-        @tool
-        def pay(n: int) -> str:
-            """Pay (write)."""
-            effects.append(n)
-            return f"paid {n}"
+        pay = make_pay(effects)
 
         def responder(messages: list[BaseMessage]) -> AIMessage:
             last = messages[-1]
