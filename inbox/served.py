@@ -78,7 +78,8 @@ class ServedRequests:
 
     def visible(self, reviewer: CallContext, *, own_threads_only: bool = False) -> list[PendingView]:
         threads = self.client.threads.search(status="interrupted", limit=SEARCH_LIMIT)
-        views = [view for view in (self._view(thread) for thread in threads) if view is not None]
+        found = (self._view(whole_thread(self.client, thread)) for thread in threads)
+        views = [view for view in found if view is not None]
         views = [
             v
             for v in views
@@ -88,7 +89,7 @@ class ServedRequests:
 
     def get(self, thread_id: str) -> PendingView | None:
         try:
-            return self._view(self.client.threads.get(thread_id))
+            return self._view(whole_thread(self.client, self.client.threads.get(thread_id)))
         except httpx.HTTPStatusError as exc:
             if exc.response.status_code in (403, 404):
                 return None
@@ -134,12 +135,20 @@ class ServedRequests:
         )
 
 
+def listed_graphs() -> dict[str, ServedGraph]:
+    """LangGraph Server's graphs: `LANGSERVE_GRAPHS`, paths relative to the server's folder."""
+    return served_graphs(os.environ, Path.cwd())
+
+
+@dataclass
 class ServedBackend(InboxBackend):
-    """`InboxBackend` inside LangGraph Server: requests and answers go through the server's API."""
+    """`InboxBackend` inside LangGraph Server (or Aegra): requests and answers go through the server's API."""
+
+    list_graphs: Callable[[], dict[str, ServedGraph]] = listed_graphs
 
     @cached_property
     def graphs(self) -> dict[str, ServedGraph]:
-        return served_graphs(os.environ, Path.cwd())
+        return self.list_graphs()
 
     def client(self, reviewer: Reviewer, origin: str) -> SyncLangGraphClient:
         """The server's API as this reviewer: her own bearer token (the server's auth decides), or none."""
@@ -167,7 +176,7 @@ class ServedBackend(InboxBackend):
             raise InvalidDecision(
                 f"the server refused the answer ({exc.response.status_code}: {_detail(exc)})"
             ) from None
-        thread = client.threads.get(view.thread_id)
+        thread = whole_thread(client, client.threads.get(view.thread_id))
         result = dict(values) if isinstance(values, dict) else {}
         if thread.get("status") == "interrupted":
             pending = [i for found in (thread.get("interrupts") or {}).values() for i in found]
@@ -176,6 +185,15 @@ class ServedBackend(InboxBackend):
                 raise InvalidDecision(str(value["error"]))
             result["__interrupt__"] = pending
         return result
+
+
+def whole_thread(client: SyncLangGraphClient, thread: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The thread with its values and interrupts. LangGraph Server's thread records carry them; Aegra's do not, so
+    an interrupted one's are read from its state."""
+    if thread.get("status") != "interrupted" or ("interrupts" in thread and "values" in thread):
+        return thread
+    state = client.threads.get_state(str(thread["thread_id"]))
+    return {**thread, "values": state.get("values") or {}, "interrupts": {"": state.get("interrupts") or []}}
 
 
 def _messages(raw: Any) -> list[BaseMessage]:

@@ -13,9 +13,12 @@ in with their token; with none configured, the API's unrestricted local user (se
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+from starlette.applications import Starlette
 
 from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
 from gatedloop.checkpoints.devserver import DB_ENV, studio_db_path
@@ -25,36 +28,41 @@ from gatedloop.graph.build import with_saver
 from gatedloop.inbox.app import InboxBackend, create_app
 from gatedloop.inbox.identity import Sessions
 from gatedloop.inbox.pending import PendingRequests
-from gatedloop.inbox.served import ServedBackend
+from gatedloop.inbox.served import ServedBackend, ServedGraph, listed_graphs
 from gatedloop.inbox.slack_actions import SlackActions
 
 
 @contextmanager
-def _storage() -> Iterator[tuple[Any, Any]]:
-    target = os.environ.get(DB_ENV) or ""
+def _storage(target: str) -> Iterator[tuple[Any, Any]]:
     if target.startswith(POSTGRES_PREFIXES):
         from gatedloop.checkpoints.postgres import open_postgres
 
         with open_postgres(target) as pg_saver:
             yield pg_saver, pg_saver.thread_ids
         return
-    path = str(studio_db_path())
-    with open_sqlite(path) as saver:
+    with open_sqlite(str(Path(target).expanduser() if target else studio_db_path())) as saver:
         yield saver, saver.thread_ids
 
 
-@contextmanager
-def open_served_backend() -> Iterator[InboxBackend]:
-    """Requests and answers through the server's API, for every graph it serves; the storage only for reading a
-    thread's history and audit trail (every gatedloop graph has the same state)."""
-    from gatedloop.demo import studio
+def served_inbox(
+    storage: Callable[[], str] = lambda: os.environ.get(DB_ENV) or "",
+    list_graphs: Callable[[], dict[str, ServedGraph]] = listed_graphs,
+) -> Starlette:
+    """The inbox app of a server: requests and answers through the server's API for the graphs `list_graphs`
+    names; `storage` (read when the app starts) is where the threads' histories and audit trails are read."""
 
-    with _storage() as (saver, listing):
-        reader = with_saver(studio.make_studio_graph(), saver)
-        pending = PendingRequests(reader, saver.ledger, listing, studio.tools, studio.policies)
-        yield ServedBackend(reader, saver.ledger, pending)
+    @contextmanager
+    def open_served_backend() -> Iterator[InboxBackend]:
+        # Every gatedloop graph has the same state: the demo's graph reads any thread's history and audit trail.
+        from gatedloop.demo import studio
+
+        with _storage(storage()) as (saver, listing):
+            reader = with_saver(studio.make_studio_graph(), saver)
+            pending = PendingRequests(reader, saver.ledger, listing, studio.tools, studio.policies)
+            yield ServedBackend(reader, saver.ledger, pending, list_graphs)
+
+    sessions = Sessions.local_fallback(load_auth_config(os.environ))
+    return create_app(open_served_backend, sessions, slack=SlackActions.from_env(os.environ))
 
 
-app = create_app(
-    open_served_backend, Sessions.local_fallback(load_auth_config(os.environ)), slack=SlackActions.from_env(os.environ)
-)
+app = served_inbox()

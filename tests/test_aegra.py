@@ -270,47 +270,111 @@ DEPLOY = Path(__file__).parent.parent / "deploy" / "aegra"
 EXAMPLE_ANA = "ana-example-token-change-me"
 
 
-def test_the_shipped_deployment_serves_the_demo_and_the_bookings_graphs(aegra: Deployment, tmp_path: Path) -> None:
-    """deploy/aegra/aegra.json as its README starts it (its reviewers file, the demo's offline model): the three
-    graphs are listed; the demo's gated seat is asked for and reserved once the requester approves it on the
-    other process; a booking waits for a `hosts` reviewer (ana's own approval is refused for the role)."""
+@pytest.fixture(scope="module")
+def shipped(aegra: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[AegraServer]]:
+    """deploy/aegra/aegra.json as its README starts it (its reviewers file, the demo's offline model): two
+    processes on a fresh database and one Redis queue."""
     executable, redis_url = str(os.environ[AEGRA_ENV]), str(os.environ[REDIS_ENV])
+    workdir = tmp_path_factory.mktemp("shipped")
     with fresh_database(find_postgres()) as database_url:
         env = server_env(
             database_url, redis_url, uuid.uuid4().hex[:10], GATEDLOOP_AUTH_FILE=str(DEPLOY / "reviewers.example.json")
         )
         del env["GATEDLOOP_AUTH_TOKENS"], env["PYTHONPATH"]
-        servers = [AegraServer(f"deploy-{n}", executable, DEPLOY / "aegra.json", env, tmp_path) for n in "AB"]
+        servers = [AegraServer(f"deploy-{n}", executable, DEPLOY / "aegra.json", env, workdir) for n in "AB"]
         try:
             for server in servers:
                 server.start()
-            ana, on_b = (client(s, "ana", token=EXAMPLE_ANA) for s in servers)
-            assert {a["graph_id"] for a in ana.assistants.search()} == {"gatedloop", "tables", "rooms"}
-
-            thread_id = ana.threads.create()["thread_id"]
-            ana.runs.wait(
-                thread_id,
-                "gatedloop",
-                input={"messages": [{"role": "user", "content": "Reserve a seat in workshop WS-101 for Ana"}]},
-            )
-            [request] = pending(ana, thread_id)
-            assert request["action_requests"][0]["requested_by"] == "ana"
-            out = on_b.runs.wait(thread_id, "gatedloop", command={"resume": {"decisions": [{"type": "approve"}]}})
-            assert out["status"] == "completed" and out["answer"].startswith("Reserved: "), out
-
-            thread_id = ana.threads.create()["thread_id"]
-            ana.runs.wait(
-                thread_id, "tables", input={"messages": [{"role": "user", "content": "a table for 4 at Chez Ana"}]}
-            )
-            [request] = pending(ana, thread_id)
-            assert request["action_requests"][0]["approvers"] == ["hosts"]
-            on_b.runs.wait(thread_id, "tables", command={"resume": {"decisions": [{"type": "approve"}]}})
-            [still] = pending(on_b, thread_id)
-            assert "hosts" in still["error"], still
-            assert not (tmp_path / ".gatedloop" / "bookings.sqlite").exists()
+            yield servers
         finally:
             for server in servers:
                 server.stop()
+
+
+def test_the_shipped_deployment_serves_the_demo_and_the_bookings_graphs(shipped: list[AegraServer]) -> None:
+    """The three graphs are listed; the demo's gated seat is asked for and reserved once the requester approves it
+    on the other process; a booking waits for a `hosts` reviewer (ana's own approval is refused for the role)."""
+    ana, on_b = (client(s, "ana", token=EXAMPLE_ANA) for s in shipped)
+    assert {a["graph_id"] for a in ana.assistants.search()} == {"gatedloop", "tables", "rooms"}
+
+    thread_id = ana.threads.create()["thread_id"]
+    ana.runs.wait(
+        thread_id,
+        "gatedloop",
+        input={"messages": [{"role": "user", "content": "Reserve a seat in workshop WS-101 for Ana"}]},
+    )
+    [request] = pending(ana, thread_id)
+    assert request["action_requests"][0]["requested_by"] == "ana"
+    out = on_b.runs.wait(thread_id, "gatedloop", command={"resume": {"decisions": [{"type": "approve"}]}})
+    assert out["status"] == "completed" and out["answer"].startswith("Reserved: "), out
+
+    thread_id = ana.threads.create()["thread_id"]
+    ana.runs.wait(thread_id, "tables", input={"messages": [{"role": "user", "content": "a table for 4 at Chez Ana"}]})
+    [request] = pending(ana, thread_id)
+    assert request["action_requests"][0]["approvers"] == ["hosts"]
+    on_b.runs.wait(thread_id, "tables", command={"resume": {"decisions": [{"type": "approve"}]}})
+    [still] = pending(on_b, thread_id)
+    assert "hosts" in still["error"], still
+    assert not (shipped[0].workdir / ".gatedloop" / "bookings.sqlite").exists()
+
+
+def test_the_inbox_served_by_aegra_lists_approves_with_an_edit_and_rejects_in_chromium(
+    shipped: list[AegraServer],
+) -> None:
+    """The shipped deployment's http.app is the inbox (gatedloop.inbox.aegra): in Debian's chromium, ana signs in
+    with her token on process A and sees her two waiting requests; she approves one with an edited participant and
+    rejects the other with a reason. Each answer is a run in Aegra's queue, as ana: the edited seat is the one
+    reserved, the rejection's reason reaches the model, both threads end `completed` over the API of process B,
+    and the audit names ana."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = os.environ.get("GATEDLOOP_CHROMIUM", "/usr/bin/chromium")
+    if not Path(chromium).exists():
+        missing(f"no chromium at {chromium} (.ci/start_chromium.sh installs it)")
+    ana = client(shipped[0], "ana", token=EXAMPLE_ANA)
+    threads = {}
+    for who in ("Edda", "Rolf"):
+        thread_id = ana.threads.create()["thread_id"]
+        text = f"Reserve a seat in workshop WS-101 for {who}"
+        ana.runs.wait(thread_id, "gatedloop", input={"messages": [{"role": "user", "content": text}]})
+        threads[who] = thread_id
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_context(viewport={"width": 1000, "height": 900}).new_page()
+        page.set_default_timeout(60_000)
+        page.goto(f"{shipped[0].url}/inbox")
+        page.fill("input[name=token]", EXAMPLE_ANA)
+        page.click("button:has-text('Sign in')")
+        page.wait_for_selector("header >> text=ana")
+        edda, rolf = (page.locator(f'section[data-key="{threads[w]}"]') for w in ("Edda", "Rolf"))
+        edda.wait_for()
+        assert "Edda" in edda.inner_text() and "Rolf" in rolf.inner_text()
+        edda.locator("input[value=edit]").check()
+        edda.locator("input[name=arg-0-participant]").fill("Edda Berg")
+        edda.locator("button.send").click()
+        page.wait_for_selector(f".flash.ok >> text={threads['Edda']}")
+        rolf = page.locator(f'section[data-key="{threads["Rolf"]}"]')
+        rolf.locator("input[value=reject]").check()
+        rolf.locator("textarea[name=message-0]").fill("the workshop is full")
+        rolf.locator("button.send").click()
+        page.wait_for_selector(f".flash.ok >> text={threads['Rolf']}")
+        browser.close()
+    on_b = client(shipped[1], "ana", token=EXAMPLE_ANA)
+    for who, thread_id in threads.items():
+        values = on_b.threads.get_state(thread_id)["values"]
+        assert values["status"] == "completed", (who, values)
+        [answer] = [m for m in values["messages"] if m["type"] == "tool"]
+        if who == "Edda":
+            assert answer["status"] == "success" and "Edda Berg" in answer["content"], answer
+        else:
+            assert answer["status"] == "error" and "the workshop is full" in answer["content"], answer
+    from gatedloop.checkpoints.postgres import PostgresLedger
+
+    ledger = PostgresLedger(shipped[0].env["DATABASE_URL"])
+    decisions = {
+        w: [(e["actor"], e["detail"]["decision"]) for e in ledger.audit(t) if e["event"] == "decision"]
+        for w, t in threads.items()
+    }
+    assert decisions == {"Edda": [("ana", "edit")], "Rolf": [("ana", "reject")]}
 
 
 def test_a_bad_auth_configuration_stops_the_shipped_deployment(aegra: Deployment, tmp_path: Path) -> None:
