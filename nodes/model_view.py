@@ -9,8 +9,9 @@ would from `create_agent`'s rewritten thread (and a summarizer is not asked agai
 from __future__ import annotations
 
 import logging
+from typing import cast
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AnyMessage, BaseMessage
 
 from gatedloop.nodes.state import ModelView
 
@@ -41,4 +42,4 @@ def view_record(stored: list[BaseMessage], shown: list[BaseMessage]) -> ModelVie
     if not head and kept == len(stored):
         return None
     through = stored[len(stored) - kept - 1].id if kept < len(stored) else None
-    return {"head": head, "through": through}
+    return ModelView(head=cast(list[AnyMessage], head), through=through)
