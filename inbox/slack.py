@@ -1,7 +1,8 @@
 """Slack as a place to decide: the approval message (Block Kit) and what its buttons carry.
 
 `gatedloop notify --slack-channel C` posts one message per pending request with `chat.postMessage`
-(`SLACK_BOT_TOKEN`); its Approve / Reject buttons carry the thread, the request id and each call's argument digest,
+(`SLACK_BOT_TOKEN`); its buttons (Approve / Reject, and a choice per call when there are several) carry the
+thread, the request id and each call's argument digest,
 so a click decides exactly the request and arguments that were shown (`gatedloop.inbox.slack_actions` refuses
 anything else). Edits need the form, so the message links the request's inbox card. `GATEDLOOP_SLACK_API_URL`
 replaces Slack's API address (a local fake in tests).
@@ -21,6 +22,8 @@ API_URL_ENV = "GATEDLOOP_SLACK_API_URL"
 SLACK_API_URL = "https://slack.com/api/"
 ACTION_PREFIX = "gatedloop_"
 DECISIONS = ("approve", "reject")
+SUBMIT = "submit"
+"""The button that sends each call's own choice (a request of several calls)."""
 BUTTON_WORDS = {"approve": "Approve", "reject": "Reject"}
 MAX_VALUE = 2000
 """Slack's limit on a button's value: a request too large for it gets only the link to its card."""
@@ -67,30 +70,58 @@ def utc(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
 
 
+def call_block(index: int) -> str:
+    """The block id of the section of call `index`, and (with `choice_action`) where its choice is read back."""
+    return f"{ACTION_PREFIX}call_{index}"
+
+
+def choice_action(index: int) -> str:
+    return f"{ACTION_PREFIX}choice_{index}"
+
+
 def approval_message(payload: Mapping[str, Any], link: str) -> dict[str, Any]:
     """The message for one approval request (an outbox `request` payload, arguments already masked): a section per
-    call, then Approve / Reject for the request as shown and a link to its card (for edits and justifications).
-    The buttons decide every call of the request at once: the gate takes one decision per call."""
+    call, then the buttons and a link to its card (for edits and justifications). One call: Approve / Reject.
+    Several: each call's section has its own Approve / Reject choice, and "Submit choices" sends them in one answer
+    (the gate takes one decision per call, in one answer; Slack returns the clicker's choices with the click, so
+    no half-made answer is kept anywhere), beside Approve all / Reject all."""
     actions: Sequence[Mapping[str, Any]] = payload["actions"]
     tools = ", ".join(a["tool"] for a in actions)
     head = [f"*Approval requested: {escape(tools)}*", f"Thread `{escape(payload['thread_id'])}`"]
     head.append(f"Requested by {escape(payload.get('requested_by') or 'unknown')}")
     if payload.get("expires_at") is not None:
         head.append(f"Expires {utc(payload['expires_at'])}")
+    click = Click(
+        payload["thread_id"], payload["request_id"], tuple((a["tool_call_id"], a["args_digest"]) for a in actions)
+    )
+    value = click.value()
+    decidable = len(value) <= MAX_VALUE
+    several = len(actions) > 1 and decidable
     blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(head)}}]
-    for action in actions:
+    for index, action in enumerate(actions):
         args = json.dumps(action["args"], ensure_ascii=False)
         args = args if len(args) <= MAX_ARGS_TEXT else args[:MAX_ARGS_TEXT] + "… (cut: see the card)"
         quorum = action.get("approvals_required") or 1
         needs = f" (needs {quorum} approvals)" if quorum > 1 else ""
         text = f"`{escape(action['tool'])}`{needs} ```{escape(args)}```"
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
-    click = Click(
-        payload["thread_id"], payload["request_id"], tuple((a["tool_call_id"], a["args_digest"]) for a in actions)
-    )
+        section: dict[str, Any] = {
+            "type": "section",
+            "block_id": call_block(index),
+            "text": {"type": "mrkdwn", "text": text},
+        }
+        if several:
+            section["accessory"] = {
+                "type": "radio_buttons",
+                "action_id": choice_action(index),
+                "options": [{"text": {"type": "plain_text", "text": BUTTON_WORDS[d]}, "value": d} for d in DECISIONS],
+            }
+        blocks.append(section)
+    buttons: list[dict[str, Any]] = []
+    if several:
+        submit = {"type": "plain_text", "text": "Submit choices"}
+        buttons.append({"type": "button", "action_id": ACTION_PREFIX + SUBMIT, "text": submit, "value": value})
     every = " all" if len(actions) > 1 else ""
-    value = click.value()
-    buttons: list[dict[str, Any]] = [
+    buttons += [
         {
             "type": "button",
             "action_id": ACTION_PREFIX + decision,
@@ -99,7 +130,7 @@ def approval_message(payload: Mapping[str, Any], link: str) -> dict[str, Any]:
             **({"style": "primary"} if decision == "approve" else {"style": "danger"}),
         }
         for decision in DECISIONS
-        if len(value) <= MAX_VALUE
+        if decidable
     ]
     buttons.append(
         {
@@ -117,6 +148,8 @@ def decided_message(blocks: Sequence[Mapping[str, Any]], line: str, *, keep_butt
     """The message after a decision: its blocks with `line` added (who decided what, when, and what then happened),
     the buttons kept while the request still waits (a quorum), dropped once it is decided."""
     kept = [dict(b) for b in blocks if keep_buttons or b.get("type") != "actions"]
+    if not keep_buttons:  # decided: the calls' choices go with the buttons
+        kept = [{k: v for k, v in b.items() if k != "accessory"} for b in kept]
     note = {"type": "context", "elements": [{"type": "mrkdwn", "text": escape(line)}]}
     if keep_buttons and kept and kept[-1].get("type") == "actions":
         return [*kept[:-1], note, kept[-1]]

@@ -31,7 +31,18 @@ from starlette.responses import Response
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.graph.display import STOP_WORDS
 from gatedloop.inbox.identity import Reviewer
-from gatedloop.inbox.slack import ACTION_PREFIX, DECISIONS, TOKEN_ENV, Click, decided_message, utc, web_client
+from gatedloop.inbox.slack import (
+    ACTION_PREFIX,
+    DECISIONS,
+    SUBMIT,
+    TOKEN_ENV,
+    Click,
+    call_block,
+    choice_action,
+    decided_message,
+    utc,
+    web_client,
+)
 from gatedloop.nodes.gate.hitl import InvalidDecision
 
 log = logging.getLogger("gatedloop.slack")
@@ -143,8 +154,8 @@ class SlackActions:
         action = (payload.get("actions") or [{}])[0]
         decision = str(action.get("action_id") or "").removeprefix(ACTION_PREFIX)
         click = Click.parse(str(action.get("value") or ""))
-        if decision not in DECISIONS or click is None:
-            return
+        if (decision not in DECISIONS and decision != SUBMIT) or click is None:
+            return  # a call's choice being set (radio buttons report each change), or not gatedloop's button
         reviewer = self.users.get(slack_user)
         if reviewer is None:
             self._tell(channel, slack_user, UNMAPPED)
@@ -154,7 +165,12 @@ class SlackActions:
         if view is None or view.request_id != click.request_id or tuple(shown) != click.calls:
             self._tell(channel, slack_user, self._stale(view, click))
             return
-        answer = _answer(view, decision, reviewer)
+        choices = [decision] * len(view.actions) if decision != SUBMIT else _choices(payload, len(view.actions))
+        unchosen = [f"{a.name} ({a.tool_call_id})" for a, c in zip(view.actions, choices, strict=True) if c is None]
+        if unchosen:
+            self._tell(channel, slack_user, f"Choose Approve or Reject for {', '.join(unchosen)}: nothing was decided.")
+            return
+        answer = _answer(view, [str(c) for c in choices], reviewer)
         try:
             result = backend.send(reviewer, origin, view, answer)
         except InvalidDecision as exc:
@@ -164,7 +180,14 @@ class SlackActions:
             self._tell(channel, slack_user, "Another answer is being applied to this thread; try again in a moment.")
             return
         waiting = bool(result.get("__interrupt__"))
-        line = f"{PAST_WORDS[decision]} by {reviewer.user_id} at {utc(self.clock())}"
+        if decision != SUBMIT:
+            line = f"{PAST_WORDS[decision]} by {reviewer.user_id} at {utc(self.clock())}"
+        else:
+            each = ", ".join(
+                f"{PAST_WORDS[str(c)].lower()} {a.name} ({a.tool_call_id})"
+                for a, c in zip(view.actions, choices, strict=True)
+            )
+            line = f"Decided by {reviewer.user_id} at {utc(self.clock())}: {each}"
         if waiting:
             line += "; the request still waits (more approvals needed, or a new request)"
         else:
@@ -197,10 +220,21 @@ class SlackActions:
         self.client.chat_postEphemeral(channel=channel, user=slack_user, text=text)
 
 
-def _answer(view: Any, decision: str, reviewer: Reviewer) -> dict[str, Any]:
-    """The inbox's answer for "decide every call as shown", bound to each call's id and argument digest."""
+def _choices(payload: Mapping[str, Any], count: int) -> list[str | None]:
+    """Each call's choice as the clicker left it (Slack sends the message's input state with the click)."""
+    values = (payload.get("state") or {}).get("values") or {}
+    chosen: list[str | None] = []
+    for index in range(count):
+        element = (values.get(call_block(index)) or {}).get(choice_action(index)) or {}
+        value = (element.get("selected_option") or {}).get("value")
+        chosen.append(value if value in DECISIONS else None)
+    return chosen
+
+
+def _answer(view: Any, chosen: list[str], reviewer: Reviewer) -> dict[str, Any]:
+    """The inbox's answer deciding each call as chosen, bound to each call's id and argument digest."""
     decisions: list[dict[str, Any]] = []
-    for action in view.actions:
+    for action, decision in zip(view.actions, chosen, strict=True):
         bound = {"tool_call_id": action.tool_call_id, "args_digest": action.args_digest}
         if decision == "approve":
             decisions.append({"type": "approve", **bound})

@@ -152,8 +152,11 @@ def inbox(graph: Any, saver: Any, **env: str) -> Iterator[TestClient]:
 clicks = iter(range(10**6))
 
 
-def click_body(message: dict[str, Any], ts: str, slack_user: str, decision: str = "approve") -> bytes:
-    """Slack's `block_actions` payload for a click on a button of `message`, form-encoded as Slack sends it."""
+def click_body(
+    message: dict[str, Any], ts: str, slack_user: str, decision: str = "approve", chosen: dict[int, str] | None = None
+) -> bytes:
+    """Slack's `block_actions` payload for a click on a button of `message`, form-encoded as Slack sends it;
+    `chosen`: the calls' radio buttons the clicker set (call index -> option), sent as Slack's `state`."""
     [button] = [
         e
         for b in message["blocks"]
@@ -174,7 +177,7 @@ def click_body(message: dict[str, Any], ts: str, slack_user: str, decision: str 
         "is_enterprise_install": False,
         "channel": {"id": CHANNEL, "name": "approvals"},
         "message": {**message, "ts": ts, "type": "message"},
-        "state": {"values": {}},
+        "state": {"values": state_of(message, chosen or {})},
         "response_url": "https://hooks.slack.com/actions/T1/1/abc",
         "actions": [
             {
@@ -189,6 +192,17 @@ def click_body(message: dict[str, Any], ts: str, slack_user: str, decision: str 
         ],
     }
     return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def state_of(message: dict[str, Any], chosen: dict[int, str]) -> dict[str, Any]:
+    """Slack's `state.values` for the calls' radio buttons: block id -> action id -> the selected option."""
+    values: dict[str, Any] = {}
+    for index, value in chosen.items():
+        [section] = [b for b in message["blocks"] if b.get("block_id") == f"gatedloop_call_{index}"]
+        radio = section["accessory"]
+        [option] = [o for o in radio["options"] if o["value"] == value]
+        values[section["block_id"]] = {radio["action_id"]: {"type": "radio_buttons", "selected_option": option}}
+    return values
 
 
 def signed(body: bytes, *, at: float | None = None, secret: str = SIGNING_SECRET) -> dict[str, str]:
@@ -243,6 +257,28 @@ def test_a_signed_approve_click_runs_the_write_once_and_updates_the_message(db, 
     assert [b["type"] for b in update["blocks"]][-1] == "context"
     assert "actions" not in [b["type"] for b in update["blocks"]]  # decided: no buttons left
     assert slack.of("chat.postEphemeral") == []
+
+
+def test_each_call_gets_its_own_choice_and_submit_decides_them_in_one_answer(db, slack):
+    with open_sqlite(db) as saver:
+        graph, _ = start(saver, text="pay 250 to bo as c1, 300 to cy as c2")
+        posted = post_request(saver, slack)
+        radios = [b["accessory"] for b in posted["blocks"] if b.get("block_id", "").startswith("gatedloop_call_")]
+        assert [[o["value"] for o in r["options"]] for r in radios] == [["approve", "reject"]] * 2
+        ts = "1700000000.000001"
+        with inbox(graph, saver) as client:
+            assert click(client, click_body(posted, ts, "UBO", "submit", {0: "approve"})) == 200
+            [told] = slack.of("chat.postEphemeral")
+            assert told["text"] == "Choose Approve or Reject for pay (c2): nothing was decided."
+            assert payments(saver) == [] and runs.output(graph, "t1").get("__interrupt__")
+            assert click(client, click_body(posted, ts, "UBO", "submit", {0: "approve", 1: "reject"})) == 200
+            assert payments(saver) == [{"amount": 250.0, "to": "bo"}]
+        out = runs.output(graph, "t1")
+    assert out["status"] == "completed" and out["answer"] == "done: c1=success; c2=error"
+    [update] = slack.of("chat.update")
+    assert "Decided by bo at " in update["text"] and "approved pay (c1), rejected pay (c2)" in update["text"]
+    assert "actions" not in [b["type"] for b in update["blocks"]]
+    assert not [b for b in update["blocks"] if "accessory" in b]  # decided: the choices are gone too
 
 
 def test_a_forged_or_replayed_click_is_refused_and_changes_nothing(db, slack):
