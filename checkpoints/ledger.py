@@ -61,7 +61,7 @@ from gatedloop.checkpoints.evidence import (
 )
 from gatedloop.checkpoints.evidence import SCHEMA as EVIDENCE_SCHEMA
 from gatedloop.checkpoints.outbox import SCHEMA as OUTBOX_SCHEMA
-from gatedloop.checkpoints.outbox import NotificationKind, OutboxStore
+from gatedloop.checkpoints.outbox import NotificationKind, OutboxStore, sqlite_kind_upgrade
 from gatedloop.checkpoints.pruning import Statements
 
 T = TypeVar("T")
@@ -328,6 +328,7 @@ class Ledger(Protocol):
         *,
         created_at: float,
         expires_at: float | None,
+        part: str = "",
     ) -> bool: ...
 
 
@@ -517,6 +518,7 @@ class SqliteLedger(SqlLedger):
                 self._conn.close()
                 raise LedgerError(LEDGER_LOST.format(path=self.path))
             self._conn.executescript(SCHEMA + SQLITE_META_SCHEMA)
+            sqlite_kind_upgrade(self._conn)
             if lost:
                 self._conn.execute(
                     "INSERT OR REPLACE INTO gatedloop_meta (key, value) VALUES ('recreated_at', ?)", (str(time.time()),)

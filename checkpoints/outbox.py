@@ -18,25 +18,31 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from gatedloop.checkpoints.evidence import placeholders
 
-NotificationKind = Literal["request", "expiring", "unknown"]
+NotificationKind = Literal["request", "expiring", "unknown", "decided", "finished"]
+KINDS: tuple[str, ...] = NotificationKind.__args__  # type: ignore[attr-defined]
 DeliveryState = Literal["pending", "delivered", "failed", "skipped"]
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS gatedloop_outbox (
+KIND_CHECK = "CHECK (kind IN (" + ", ".join(f"'{k}'" for k in KINDS) + "))"
+OUTBOX_TABLE = """CREATE TABLE IF NOT EXISTS gatedloop_outbox (
     id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL CHECK (kind IN ('request', 'expiring', 'unknown')),
+    kind TEXT NOT NULL {check},
     thread_id TEXT NOT NULL,
     request_id TEXT NOT NULL,
     payload TEXT NOT NULL,
     created_at REAL NOT NULL,
     expires_at REAL
 );
+"""
+SCHEMA = (
+    OUTBOX_TABLE.format(check=KIND_CHECK)
+    + """
 CREATE TABLE IF NOT EXISTS gatedloop_outbox_deliveries (
     notification_id TEXT NOT NULL,
     endpoint TEXT NOT NULL,
@@ -51,6 +57,7 @@ CREATE TABLE IF NOT EXISTS gatedloop_outbox_deliveries (
     PRIMARY KEY (notification_id, endpoint)
 );
 """
+)
 
 NOTIFICATION_COLUMNS = "id, kind, thread_id, request_id, payload, created_at, expires_at"
 DELIVERY_COLUMNS = (
@@ -59,9 +66,43 @@ DELIVERY_COLUMNS = (
 )
 
 
-def notification_id(thread_id: str, request_id: str, kind: NotificationKind) -> str:
-    """Stable for one kind of notice about one request of one thread (request ids alone repeat across threads)."""
-    return "ntf-" + hashlib.sha256(f"{thread_id}\0{request_id}\0{kind}".encode()).hexdigest()[:24]
+POSTGRES_KIND_CHECK = (
+    "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'gatedloop_outbox_kind_check'"
+)
+POSTGRES_KIND_UPGRADE = (
+    "ALTER TABLE gatedloop_outbox DROP CONSTRAINT IF EXISTS gatedloop_outbox_kind_check",
+    f"ALTER TABLE gatedloop_outbox ADD CONSTRAINT gatedloop_outbox_kind_check {KIND_CHECK}",
+)
+"""A database made before the `decided` and `finished` notices takes them (Postgres names a column's CHECK
+`<table>_<column>_check`); run under `prepare_database`'s lock, only when `POSTGRES_KIND_CHECK` lacks a kind."""
+
+
+def sqlite_kind_upgrade(conn: sqlite3.Connection) -> None:
+    """A file made before the `decided` and `finished` notices takes them: SQLite cannot alter a CHECK, so the
+    table is copied into one with the new CHECK, in one transaction (the rows keep their ids)."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type='table' AND name='gatedloop_outbox'").fetchone()
+    if row is None or all(f"'{k}'" in row[0] for k in KINDS):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(OUTBOX_TABLE.format(check=KIND_CHECK).replace("gatedloop_outbox", "gatedloop_outbox_upgraded"))
+        conn.execute(
+            f"INSERT INTO gatedloop_outbox_upgraded ({NOTIFICATION_COLUMNS})"
+            f" SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox"
+        )
+        conn.execute("DROP TABLE gatedloop_outbox")
+        conn.execute("ALTER TABLE gatedloop_outbox_upgraded RENAME TO gatedloop_outbox")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def notification_id(thread_id: str, request_id: str, kind: NotificationKind, part: str = "") -> str:
+    """Stable for one kind of notice about one request of one thread (request ids alone repeat across threads);
+    `part` tells apart notices of one kind about one request (each reviewer's decision)."""
+    key = f"{thread_id}\0{request_id}\0{kind}" + (f"\0{part}" if part else "")
+    return "ntf-" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)
@@ -115,14 +156,16 @@ class OutboxStore:
         *,
         created_at: float,
         expires_at: float | None,
+        part: str = "",
     ) -> bool:
-        """Queue a notice once per (thread, request, kind); False if it was queued before (kept as first written)."""
+        """Queue a notice once per (thread, request, kind, part); False if it was queued before (kept as first
+        written)."""
         return (
             self._write(
                 f"INSERT INTO gatedloop_outbox ({NOTIFICATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (id) DO NOTHING",
                 (
-                    notification_id(thread_id, request_id, kind),
+                    notification_id(thread_id, request_id, kind, part),
                     kind,
                     thread_id,
                     request_id,

@@ -40,6 +40,7 @@ from gatedloop.checkpoints.contract import LedgerThreads
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import POSTGRES_SCHEMA, SqlLedger, claimant_alive
+from gatedloop.checkpoints.outbox import KINDS, POSTGRES_KIND_CHECK, POSTGRES_KIND_UPGRADE
 from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
 
 T = TypeVar("T")
@@ -179,6 +180,10 @@ def prepare_database(url: str, *, checkpoints: bool = True) -> None:
                 PostgresSaver(conn).setup()
             for statement in POSTGRES_SCHEMA:
                 conn.execute(statement)
+            found = conn.execute(POSTGRES_KIND_CHECK).fetchone()
+            if found is None or not all(f"'{kind}'" in next(iter(found.values())) for kind in KINDS):
+                for statement in POSTGRES_KIND_UPGRADE:
+                    conn.execute(statement)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
 

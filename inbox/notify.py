@@ -8,7 +8,9 @@ configured. Each pass:
    most half its time to live) and that is still undecided: no graph step is needed for it;
 2. gives each configured endpoint a delivery row for every notice it has not seen: `pending` if the request is
    still open, else `skipped` (a webhook configured today is not flooded with requests decided last week; an
-   unknown outcome's question is closed once each call it asks about is finished in the ledger);
+   unknown outcome's question is closed once each call it asks about is finished in the ledger). A notice that
+   tells what happened (`approval_decided`: who decided what; `request_finished`: how a request a reviewer
+   decided ended, and each tool answer) is always `pending`, unless older than `history_s` when first seen;
 3. sends every due delivery it can claim (a lease, taken by a conditional UPDATE; the lease of a deliverer that
    died passes on at once, an expired one too), and records the outcome: `delivered` on a 2xx, else another
    attempt after an exponential backoff, `failed` after `max_attempts`. An expiry notice whose request was decided
@@ -64,8 +66,23 @@ SIGNATURE_HEADER = "X-Gatedloop-Signature"
 """The old recipe's headers, deprecated: sent beside the Standard Webhooks headers in this release, then dropped."""
 SECRET_PREFIX = "whsec_"
 
-EVENT_TYPES = {"request": "approval_requested", "expiring": "approval_expiring", "unknown": "outcome_unknown"}
-HEADLINES = {"request": "Approval requested", "expiring": "Approval expiring soon", "unknown": "Outcome unknown"}
+EVENT_TYPES = {
+    "request": "approval_requested",
+    "expiring": "approval_expiring",
+    "unknown": "outcome_unknown",
+    "decided": "approval_decided",
+    "finished": "request_finished",
+}
+HEADLINES = {
+    "request": "Approval requested",
+    "expiring": "Approval expiring soon",
+    "unknown": "Outcome unknown",
+    "decided": "Decided",
+    "finished": "Finished",
+}
+TELLS = frozenset({"decided", "finished"})
+"""Notices that tell what happened (nobody is asked anything): never closed, only too old for a new endpoint."""
+DECISION_WORDS = {"approve": "approved", "edit": "edited and approved", "reject": "rejected", "respond": "answered"}
 ACTION_KEYS = {
     "request": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
     "expiring": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
@@ -117,6 +134,9 @@ class NotifyConfig:
     """Longer than `timeout_s`: a deliverer still waiting on a slow receiver keeps its claim."""
     poll_s: float = 1.0
     expiry_warning_s: float = 600.0
+    history_s: float = 3600.0
+    """A `decided` or `finished` notice older than this when an endpoint first sees it is skipped (an endpoint
+    configured today is not told of last week's decisions)."""
     slack_token: str = field(default="", repr=False)
     """`SLACK_BOT_TOKEN`, for the Slack channels among `webhooks`."""
 
@@ -202,7 +222,7 @@ def request_link(config: NotifyConfig, notice: Notification) -> str:
     about an unknown outcome links its thread's page, which shows the thread's pending request: the inbox names
     that question by its interrupt id, which LangGraph makes only once the question is put, after its notice."""
     thread = quote(notice.thread_id, safe="")
-    if notice.kind == "unknown":
+    if notice.kind in ("unknown", "finished"):
         return f"{config.inbox_url}/thread/{thread}"
     return f"{config.inbox_url}/requests/{quote(notice.request_id, safe='')}?thread={thread}"
 
@@ -211,10 +231,15 @@ def generic_body(notice: Notification, link: str) -> dict[str, Any]:
     """The generic JSON body: what was asked, by whom, until when, and where to answer. Arguments are masked. An
     unknown outcome's actions say why it is unknown (`reason`) and the key its write was started with."""
     p = notice.payload
+    head = {"id": notice.id, "type": EVENT_TYPES[notice.kind], "request_id": notice.request_id}
+    if notice.kind == "decided":
+        keys = ("requested_by", "decided_by", "decided_at", "waiting", "actions")
+        return {**head, "thread_id": notice.thread_id, **{k: p[k] for k in keys}, "url": link}
+    if notice.kind == "finished":
+        keys = ("request_ids", "status", "detail", "ran")
+        return {**head, "thread_id": notice.thread_id, **{k: p[k] for k in keys}, "url": link}
     return {
-        "id": notice.id,
-        "type": EVENT_TYPES[notice.kind],
-        "request_id": notice.request_id,
+        **head,
         "thread_id": notice.thread_id,
         "requested_by": p["requested_by"],
         "requested_at": p["requested_at"],
@@ -232,9 +257,37 @@ def _utc(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
 
 
+def told_lines(notice: Notification) -> list[str]:
+    """What a `decided` or `finished` notice says, in words: who decided what, or how the request ended."""
+    p = notice.payload
+    if notice.kind == "decided":
+        each = ", ".join(
+            f"{DECISION_WORDS.get(a['decision'] or '', a['decision'])} {a['tool']} ({a['tool_call_id']})"
+            for a in p["actions"]
+        )
+        waits = "; the request still waits for more approvals" if p["waiting"] else ""
+        return [f"{p['decided_by']} {each} at {_utc(p['decided_at'])}{waits}"]
+    ran = ", ".join(f"{r['tool']} ({r['tool_call_id']}): {r['status']}" for r in p["ran"]) or "no tool"
+    detail = f" ({p['detail']})" if p["detail"] else ""
+    return [f"The request ended: {p['status']}{detail}", f"Tool answers: {ran}"]
+
+
 def slack_body(notice: Notification, link: str) -> dict[str, Any]:
     """Slack's incoming-webhook body: `text` (the notification's fallback) and Block Kit blocks."""
     p = notice.payload
+    if notice.kind in TELLS:
+        lines = told_lines(notice)
+        text = f"{HEADLINES[notice.kind]} (thread {notice.thread_id}): {lines[0]}"
+        shown = [f"*{HEADLINES[notice.kind]}*, thread `{_slack_escape(notice.thread_id)}`"]
+        shown += [_slack_escape(line) for line in lines]
+        button = {"type": "button", "text": {"type": "plain_text", "text": "Open in inbox"}, "url": link}
+        return {
+            "text": text,
+            "blocks": [
+                {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(shown)}},
+                {"type": "actions", "elements": [button]},
+            ],
+        }
     tools = ", ".join(a["tool"] for a in p["actions"])
     headline = f"{HEADLINES[notice.kind]}: {tools}"
     lines = [f"*{_slack_escape(headline)}*", f"Thread `{_slack_escape(notice.thread_id)}`"]
@@ -268,6 +321,8 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
     """Why the request needs no reviewer any more (None: it still does), from the ledger's evidence only: it
     expired, its thread was cancelled, or every call in it was decided (answered, started, edited, or approved
     by as many reviewers as it needs; for an unknown outcome's question, settled)."""
+    if notice.kind in TELLS:
+        return None
     if notice.expires_at is not None and now >= notice.expires_at:
         return "expired before delivery"
     if ledger.cancel_requested(notice.thread_id):
@@ -375,7 +430,10 @@ class Deliverer:
             rows: list[tuple[str, str, str, DeliveryState, str | None]] = []
             for notice in self.ledger.undispatched(webhook.endpoint):
                 if notice.id not in reasons:
-                    reasons[notice.id] = closed_reason(self.ledger, notice, now)
+                    stale = notice.kind in TELLS and now - notice.created_at > self.config.history_s
+                    reasons[notice.id] = (
+                        "older than the history window" if stale else closed_reason(self.ledger, notice, now)
+                    )
                 reason = reasons[notice.id]
                 rows.append((notice.id, webhook.endpoint, webhook.shown, "skipped" if reason else "pending", reason))
             self.ledger.dispatch(rows, now)

@@ -44,7 +44,7 @@ from gatedloop.nodes.gate.hitl import (
     check_decisions,
     decider,
 )
-from gatedloop.nodes.gate.notices import queue_approval_notice
+from gatedloop.nodes.gate.notices import queue_approval_notice, queue_decided_notice
 from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.senders import received
 from gatedloop.nodes.running_step import current_thread_id
@@ -219,7 +219,9 @@ def make_approve_node(parts: LoopParts):
         # An edit's secret values are kept before the approval that lets them run (the state shows them masked).
         parts.ledger.record_edited_args(thread_id, _secret_edits(parts, live, applied))
         parts.ledger.record_approvals(thread_id, fresh, events)  # one transaction: a crash keeps all or none
-        return _update(parts, state, thread_id, list(plans.values()), answers, error=None)
+        decided = [plans[p["id"]] for p in live]
+        queue_decided_notice(parts, thread_id, request, reviewer, decided)
+        return _update(parts, state, thread_id, list(plans.values()), answers, error=None, decided=request)
 
     return approve
 
@@ -231,10 +233,14 @@ def _update(
     plans: list[CallPlan],
     answers: list[ToolMessage],
     error: str | None,
+    decided: GatedHITLRequest | None = None,
 ) -> dict[str, Any]:
     update: dict[str, Any] = {"calls": [for_state(parts.registry, p) for p in plans], "review_error": error}
     if error is None:
         counters: RequestCounters = {**state["counters"]}
+        reviewed = counters.get("reviewed") or []
+        if decided is not None and decided["request_id"] not in reviewed:
+            counters["reviewed"] = [*reviewed, decided["request_id"]]
         paused_at = counters.get("paused_at")
         if paused_at is not None and not any(p["verdict"] == "ask" for p in plans):
             counters["waited_s"] += max(0.0, parts.clock() - paused_at)

@@ -16,6 +16,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from gatedloop.nodes.gate.answers import error_message, record_answers, tool_message
+from gatedloop.nodes.gate.notices import queue_finished_notice
 from gatedloop.nodes.gate.open_calls import recorded_answer
 from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.running import UnknownReason, unknown
@@ -71,6 +72,9 @@ def make_finalize_node(parts: LoopParts):
         removals = check.removals()
         answered = record_answers(parts.ledger, thread_id, leftovers, "finalize").get("messages", [])
         update: dict[str, Any] = {"status": status, "answer": answer, "stop_detail": detail, "calls": []}
+        reviewed = (state.get("counters") or {}).get("reviewed")
+        if reviewed:
+            queue_finished_notice(parts, thread_id, reviewed, status, detail, [*messages, *answered])
         if removals or answered:
             update["messages"] = [*removals, *answered]
         if parts.middleware is not None and parts.middleware.after_agent:

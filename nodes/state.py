@@ -73,6 +73,8 @@ class RequestCounters(TypedDict):
     tokens: int
     per_tool: dict[str, int]
     retries: int
+    reviewed: NotRequired[list[str]]
+    """The approval requests a reviewer decided in this request (its end is then told them: a `finished` notice)."""
 
 
 class SeenRead(TypedDict):

@@ -182,6 +182,57 @@ def test_a_request_is_queued_once_and_delivered_once_signed_with_its_secret_mask
     assert HIDDEN not in json.dumps(body)
 
 
+def test_the_loop_closes_each_decision_and_how_the_request_ended_are_delivered(db, receiver):
+    """Issue 32: a quorum of two on one thread, a rejection on another. Each accepted decision is an
+    `approval_decided` (who, what per call, whether the request still waits), and a request a reviewer decided
+    ends with a `request_finished` (its status and each tool answer); secrets masked, signatures verified, each
+    notice once."""
+    cy = CallContext(user_id="cy", roles={"finance"})
+    with open_sqlite(db) as saver:
+        request = pause(saver, "t1", approvals_required=2)
+        pause(saver, "t2", "pay 300 to " + HIDDEN + " as c2", approvals_required=2)
+        graph = build(saver, effects_for(saver), approval="always", secret_args=frozenset({"to"}), approvals_required=2)
+        assert runs.resume(graph, "t1", {"decisions": [{"type": "approve"}]}, context=BO).get("__interrupt__")
+        assert runs.resume(graph, "t1", {"decisions": [{"type": "approve"}]}, context=cy)["status"] == "completed"
+        reason = {"type": "reject", "message": "not this month"}
+        assert runs.resume(graph, "t2", {"decisions": [reason]}, context=BO)["status"] == "completed"
+        sender = deliverer(saver, Webhook(receiver.url))
+        assert sender.run_once().delivered == 5  # 3 decisions, 2 ends (the requests were decided: skipped)
+        assert sender.run_once().delivered == 0
+    assert receiver.bad_signatures == 0 and len(receiver.unique()) == 5
+    told = [b for _, b in receiver.posts if b["type"] in ("approval_decided", "request_finished")]
+    summary = [(b["thread_id"], b["type"], b.get("decided_by"), b.get("waiting"), b.get("status")) for b in told]
+    assert summary == [
+        ("t1", "approval_decided", "bo", True, None),
+        ("t1", "approval_decided", "cy", False, None),
+        ("t1", "request_finished", None, None, "completed"),
+        ("t2", "approval_decided", "bo", False, None),
+        ("t2", "request_finished", None, None, "completed"),
+    ]
+    bo_first, _, t1_end, rejected, t2_end = told
+    assert bo_first["request_id"] == request["request_id"] and bo_first["requested_by"] == "ana"
+    assert bo_first["actions"] == [
+        {"tool": "pay", "tool_call_id": "c1", "decision": "approve", "args": {"amount": 250.0, "to": "***"}}
+    ]
+    assert rejected["actions"][0]["decision"] == "reject"
+    assert t1_end["ran"] == [{"tool": "pay", "tool_call_id": "c1", "status": "success"}]
+    assert t2_end["ran"] == [{"tool": "pay", "tool_call_id": "c2", "status": "error"}]
+    assert t1_end["url"] == "http://inbox.example:8765/inbox/thread/t1"
+    assert HIDDEN not in json.dumps(told)
+
+
+def test_a_slack_webhook_is_told_who_decided_and_how_it_ended(db, receiver):
+    with open_sqlite(db) as saver:
+        pause(saver, "t1")
+        graph = build(saver, effects_for(saver), approval="always", secret_args=frozenset({"to"}))
+        assert runs.resume(graph, "t1", {"decisions": [{"type": "approve"}]}, context=BO)["status"] == "completed"
+        assert deliverer(saver, Webhook(receiver.url, "slack")).run_once().delivered == 2
+    texts = [body["text"] for _, body in receiver.posts]
+    assert texts[0].startswith("Decided (thread t1): bo approved pay (c1) at ")
+    assert texts[1] == "Finished (thread t1): The request ended: completed"
+    assert "Tool answers: pay (c1): success" in receiver.posts[1][1]["blocks"][0]["text"]["text"]
+
+
 def test_a_captured_post_replayed_with_a_new_id_fails_the_signature(db, receiver):
     """The hole of the old recipe (its id outside the signature): a replay inside the window under a fresh id passed
     the verifier and the de-duplication. Standard Webhooks signs the id."""
@@ -251,15 +302,17 @@ def test_an_expiry_notice_goes_out_once_and_only_for_a_request_still_undecided(d
         graph = build(saver, effects_for(saver), approval="always", secret_args=frozenset({"to"}), approval_ttl_s=100)
         done = runs.resume(graph, "t2", {"decisions": [{"type": "approve"}]}, context=BO)
         assert done["status"] == "completed"
-        assert sender.run_once().delivered == 0  # not yet near the expiry
+        assert sender.run_once().delivered == 2  # t2's decision and its end; t1 is not yet near its expiry
         clock.offset += 75
         assert sender.run_once().delivered == 1
         clock.offset += 10
         assert sender.run_once().delivered == 0
-    expiring = [(b["type"], b["request_id"], b["thread_id"]) for _, b in receiver.posts[2:]]
+    told = [b["type"] for _, b in receiver.posts[2:4]]
+    assert told == ["approval_decided", "request_finished"]
+    expiring = [(b["type"], b["request_id"], b["thread_id"]) for _, b in receiver.posts[4:]]
     assert expiring == [("approval_expiring", waiting["request_id"], "t1")]
     assert decided["request_id"] != waiting["request_id"]
-    assert len(receiver.unique()) == 3
+    assert len(receiver.unique()) == 5
 
 
 def test_a_slack_webhook_gets_slacks_body_with_the_link_and_masked_arguments(db, receiver):
@@ -406,6 +459,49 @@ def test_the_outbox_keeps_one_row_per_request_and_one_lease_holder_on_each_backe
         assert not ledger.finish_delivery(notice, "e1", "a#1", "delivered", now=6.0, next_attempt_at=6.0, error=None)
         assert ledger.finish_delivery(notice, "e1", "b#2", "delivered", now=6.0, next_attempt_at=6.0, error=None)
         assert [d.state for d, n in ledger.deliveries(["delivered"]) if n.id == notice] == ["delivered"]
+
+
+OLD_OUTBOX = """CREATE TABLE gatedloop_outbox (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('request', 'expiring', 'unknown')),
+    thread_id TEXT NOT NULL, request_id TEXT NOT NULL, payload TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL
+)"""
+"""The outbox as gatedloop made it before the `decided` and `finished` notices (stop 36)."""
+
+
+@contextmanager
+def old_outbox(kind: str, tmp_path: Path) -> Iterator[Any]:
+    """A database whose outbox has the old CHECK and one old row, opened as gatedloop opens it now."""
+    row = ("ntf-old", "request", "t0", "req-0", "{}", 1.0, None)
+    if kind == "sqlite":
+        path = str(tmp_path / "old.sqlite")
+        with sqlite3.connect(path) as conn:
+            conn.execute(OLD_OUTBOX)
+            conn.execute("INSERT INTO gatedloop_outbox VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+        with open_sqlite(path) as saver:
+            yield saver.ledger
+        return
+    import psycopg
+    from aegra_servers import fresh_database
+    from pg_server import require_postgres
+
+    from gatedloop.checkpoints.postgres import open_postgres
+
+    with fresh_database(require_postgres()) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(OLD_OUTBOX.replace("REAL", "DOUBLE PRECISION"))
+            conn.execute("INSERT INTO gatedloop_outbox VALUES (%s, %s, %s, %s, %s, %s, %s)", row)
+        with open_postgres(url) as saver:
+            yield saver.ledger
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_an_outbox_made_before_the_loop_closed_takes_the_new_notices_and_keeps_its_rows(kind, tmp_path):
+    with old_outbox(kind, tmp_path) as ledger:
+        for notice in ("decided", "finished"):
+            assert ledger.record_notification("t1", "req-1", notice, {"n": notice}, created_at=2.0, expires_at=None)
+        assert ledger.notification("ntf-old").request_id == "req-0"
+        assert ledger.notification(notification_id("t1", "req-1", "finished")).payload == {"n": "finished"}
 
 
 # --- questions about a write whose outcome is unknown ---------------------------------------------------------------

@@ -1,8 +1,12 @@
-"""Notices for reviewers: the notification outbox rows (checkpoints/outbox.py) for the requests a person must answer.
+"""Notices for reviewers: the notification outbox rows (checkpoints/outbox.py) for the requests a person must answer,
+and for what became of them.
 
-Two kinds are queued here, each when its `interrupt()` really puts the request to a person (it raises
+Two kinds ask, each queued when its `interrupt()` really puts the request to a person (it raises
 `GraphInterrupt`; on resume it returns the answer, and nothing is written): `request` for an approval request
 (nodes/approve.py) and `unknown` for a question about a write whose outcome is unknown (nodes/gate/unknown.py).
+Two close the loop: `decided` for each reviewer's accepted answer (who decided what; queued after the decision is
+recorded, so a crash in between queues it on the node's re-run), and `finished` when a request a reviewer decided
+ends (its status and what ran, from `finalize`).
 Each row is one `INSERT ... ON CONFLICT DO NOTHING` keyed by (thread, request id, kind): a request asked again after
 a refused answer writes nothing new. It is committed before the interrupt is
 checkpointed; a crash in between re-runs the asking code, which builds the same request. Arguments are the
@@ -13,9 +17,15 @@ the rows.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import Any
 
-from gatedloop.nodes.gate.hitl import GatedHITLRequest, UnknownOutcomeRequest
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+
+from gatedloop.nodes.gate.hitl import ANONYMOUS, GatedHITLRequest, UnknownOutcomeRequest
 from gatedloop.nodes.gate.parts import LoopParts
+from gatedloop.nodes.state import CallPlan
+from gatedloop.tools.policy import CallContext
 
 UNKNOWN_PREFIX = "unknown:"
 
@@ -81,3 +91,55 @@ def queue_unknown_notice(
         ],
     }
     parts.ledger.record_notification(thread_id, request_id, "unknown", payload, created_at=time.time(), expires_at=None)
+
+
+def queue_decided_notice(
+    parts: LoopParts, thread_id: str, request: GatedHITLRequest, reviewer: CallContext, decided: Sequence[CallPlan]
+) -> None:
+    """One per reviewer per request: what she decided for each call (arguments as they will run, masked), and
+    whether the request still waits (a quorum, or a call left to decide)."""
+    who = reviewer.user_id or ANONYMOUS
+    payload = {
+        "request_id": request["request_id"],
+        "thread_id": thread_id,
+        "requested_by": request["action_requests"][0]["requested_by"],
+        "decided_by": who,
+        "decided_at": parts.clock(),
+        "waiting": any(plan["verdict"] == "ask" for plan in decided),
+        "actions": [
+            {
+                "tool": plan["name"],
+                "tool_call_id": plan["id"],
+                "decision": plan.get("decision"),
+                "args": parts.registry.policy(plan["name"]).masked(plan["args"]),
+            }
+            for plan in decided
+        ],
+    }
+    parts.ledger.record_notification(
+        thread_id, request["request_id"], "decided", payload, created_at=time.time(), expires_at=None, part=who
+    )
+
+
+def queue_finished_notice(
+    parts: LoopParts, thread_id: str, reviewed: Sequence[str], status: str, detail: str | None, messages: Sequence[Any]
+) -> None:
+    """When a request that a reviewer decided ends: its status and each tool answer of the request (tool, call,
+    whether it succeeded), so whoever approved hears what then happened. Named by the last request decided."""
+    payload = {
+        "request_id": reviewed[-1],
+        "request_ids": list(reviewed),
+        "thread_id": thread_id,
+        "status": status,
+        "detail": detail,
+        "ran": [{"tool": m.name, "tool_call_id": m.tool_call_id, "status": m.status} for m in _answers(messages)],
+    }
+    parts.ledger.record_notification(
+        thread_id, reviewed[-1], "finished", payload, created_at=time.time(), expires_at=None
+    )
+
+
+def _answers(messages: Sequence[BaseMessage]) -> list[ToolMessage]:
+    """The tool answers since the request's message."""
+    start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+    return [m for m in messages[start + 1 :] if isinstance(m, ToolMessage)]
