@@ -9,6 +9,7 @@ import logging
 import os
 import pty
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -25,6 +26,8 @@ from cli_in_process import run_cli
 from doc_text import section
 
 from gatedloop.cli.main import (
+    ANSWER_HINT,
+    DEFAULT_DB,
     EXIT_BUSY,
     EXIT_COMPLETED,
     EXIT_FAILED,
@@ -156,6 +159,22 @@ def test_a_paused_thread_refusals_unknown_threads_json_and_show(tmp_path):
     assert "not waiting for an answer (status: completed" in one_line(again.stderr)
 
 
+def test_the_answer_hint_pasted_as_printed_resumes_the_same_thread_in_the_same_database(tmp_path):
+    """A run on `--db` other than the default prints a hint naming that database (quoted: the name has a space);
+    run word for word, it approves the same thread, and no default database appears (issue 32, item 1)."""
+    env = {k: v for k, v in cli_env().items() if k != "GATEDLOOP_DB"}
+    ran = run_cli(["--db", "other runs.sqlite", "run", SEAT, "--thread", "h1"], env, cwd=tmp_path)
+    assert ran.returncode == EXIT_PAUSED, ran.stdout + ran.stderr
+    [line] = [line for line in ran.stdout.splitlines() if "Answer with: " in line]
+    command = line.split("Answer with: ")[1].removesuffix(" " + ANSWER_HINT)
+    words = shlex.split(command)
+    assert words[:3] == ["gatedloop", "resume", "h1"] and "other runs.sqlite" in words
+    resumed = run_cli([*words[1:], "--approve"], env, cwd=tmp_path)
+    assert resumed.returncode == EXIT_COMPLETED, resumed.stdout + resumed.stderr
+    assert "thread: h1  status: completed" in resumed.stdout
+    assert not (tmp_path / DEFAULT_DB).exists()
+
+
 def test_an_answer_for_a_request_no_longer_pending_is_refused(tmp_path):
     """The reviewer was shown WS-101 for Ana; the user then asked for WS-102 for Mallory (issue 10, finding 5)."""
     db = str(tmp_path / "runs.sqlite")
@@ -270,7 +289,7 @@ def test_ctrl_c_mid_run_is_one_line_and_the_thread_goes_on_from_its_last_step(tm
         child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=60)
     assert child.returncode == 130
-    assert "interrupted; thread i1 stopped mid-run: gatedloop resume i1 goes on" in one_line(err)
+    assert f"interrupted; thread i1 stopped mid-run: gatedloop resume i1 --db {db} goes on" in one_line(err)
     listed = cli("threads", db=db).stdout
     assert "i1" in listed and "resume to go on" in listed and "stopped before ;" not in listed
     assert "status: completed" in cli("resume", "i1", db=db).stdout
