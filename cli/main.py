@@ -589,8 +589,10 @@ def parser() -> argparse.ArgumentParser:
     resume.add_argument("thread")
     resume.add_argument("--request", metavar="ID", help="the approval request you answer (shown with it)")
     group = resume.add_mutually_exclusive_group()
-    group.add_argument("--approve", action="store_true")
-    group.add_argument("--reject", nargs="?", const="", metavar="REASON")
+    group.add_argument("--approve", action="store_true", help="approve every pending call, with the arguments shown")
+    group.add_argument(
+        "--reject", nargs="?", const="", metavar="REASON", help="reject every pending call; the model is told REASON"
+    )
     group.add_argument("--edit", metavar="JSON", help="new args: an object, or a list of objects, one per call")
     group.add_argument("--respond", metavar="TEXT", help="answer the model in the tool's place")
     group.add_argument("--done", metavar="JSON", help="unknown outcome: it happened, with this result")

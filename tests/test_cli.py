@@ -3,6 +3,7 @@ as one line on stderr with its documented exit code (no traceback without --debu
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -27,6 +28,7 @@ from doc_text import section
 
 from gatedloop.cli.main import (
     ANSWER_HINT,
+    DECISION_FLAGS,
     DEFAULT_DB,
     EXIT_BUSY,
     EXIT_COMPLETED,
@@ -35,6 +37,7 @@ from gatedloop.cli.main import (
     EXIT_PAUSED,
     EXIT_REFUSED,
     EXIT_USAGE,
+    parser,
 )
 
 SEAT = "Reserve a seat in workshop WS-101 for Alice"
@@ -468,6 +471,18 @@ def test_usage_and_configuration_errors_are_one_line_and_debug_shows_the_traceba
     for code in EXIT_CODES:
         assert f"| {code} |" in exit_codes, code
         assert f"{code:>3}  " in helptext
+
+
+def test_resume_help_explains_every_decision_flag():
+    """Each decision flag of `resume` is listed in its --help with a line saying what it does (issue 32, item 3:
+    --approve and --reject had none)."""
+    shown = " ".join(cli("resume", "--help", db=None).stdout.split())
+    [commands] = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    options = {o: a for a in commands.choices["resume"]._actions for o in a.option_strings}
+    for flag in DECISION_FLAGS:
+        action = options["--" + flag.replace("_", "-")]
+        assert action.help, f"{action.option_strings[0]} has no help"
+        assert action.option_strings[0] in shown and " ".join(action.help.split()) in shown
 
 
 def test_a_port_outside_1_to_65535_is_refused_before_anything_listens(tmp_path):
