@@ -25,10 +25,18 @@ class GraphMismatch(ValueError):
         self.recorded, self.offered = recorded, offered
         self.changes = identity_changes(recorded, offered)
         super().__init__(
-            f"thread {thread_id!r} was made by graph {recorded}, not by graph {offered}"
+            f"thread {thread_id!r} was made by graph {recorded}, not by {offered_graph(recorded, offered)}"
             f" (changed: {'; '.join(self.changes)}): resume it with the graph that made it, or upgrade it to this"
             " one explicitly (upgrade=True; CLI: --upgrade-graph)"
         )
+
+
+def offered_graph(recorded: GraphIdentity, offered: GraphIdentity) -> str:
+    """The graph offered, named so it cannot be taken for the thread's: one of the same name (its tools or
+    policies changed) is "this graph, another of that name" with its digests, never a second "graph 'x'"."""
+    if offered.name != recorded.name:
+        return f"graph {offered}"
+    return f"this graph, another of that name ({offered.digests()})"
 
 
 NOT_RECORDED = "policies not recorded for this thread (it was recorded before gatedloop kept them)"
