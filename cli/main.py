@@ -323,20 +323,20 @@ def cmd_show(args: argparse.Namespace) -> int:
     with open_app(args.db, named=named_graph(args.graph), with_model=False, read_only=True) as (graph, saver):
         require_thread(graph, thread_id, args.db)
         thread_graph.check_thread_graph(graph, thread_id)  # another graph's secret_args would not mask these
-        out = Output(args.json, Display.for_graph(graph))
+        messages = runs.output(graph, thread_id).get("messages", [])
+        out = Output(args.json, Display.for_thread(graph, thread_id, messages))  # redacted as the inbox does
         summary = describe_thread(graph, thread_id, saver.ledger)
         if args.mermaid:
             drawing = path_mermaid(node_path(graph, thread_id), summary.status)
             out.record("mermaid", thread_id=thread_id, text=drawing)
             out.say(drawing)
             return EXIT_COMPLETED
-        messages = runs.output(graph, thread_id).get("messages", [])
         audit = saver.ledger.audit(thread_id)
         if out.as_json:
             for message in messages:
                 out.record("message", thread_id=thread_id, **out.display.message_json(message))
             for event in audit:
-                out.record("audit", thread_id=thread_id, **event)
+                out.record("audit", thread_id=thread_id, **out.display.redacted(event))
         for line in out.display.history_lines(messages, audit):
             out.say(line)
         out.record(

@@ -160,6 +160,14 @@ def check_thread_graph(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id:
         raise GraphMismatch(thread_id, recorded, offered)
 
 
+def made_by(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> bool:
+    """Whether `graph` is recorded as the graph that made the thread, so its policies are the thread's. False for
+    a thread with none recorded (from before graphs were, which any graph may read) and for a graph gatedloop did
+    not build: what is secret in such a thread cannot be known from the graph at hand."""
+    ledger = ledger_of(graph)
+    return ledger is not None and ledger.thread_graph(thread_id) == graph_identity(graph)
+
+
 def ledger_of(graph: CompiledStateGraph[Any, Any, Any, Any]) -> Ledger | None:
     """The ledger a run of `graph` will use, found before the run starts: a served graph's (`LedgerOfTheRun`) is
     its checkpointer's, which the server sets on the graph it runs; None for a graph not from `build_graph`."""
