@@ -163,8 +163,12 @@ class GraphIdentity:
     policies: Mapping[str, Mapping[str, Any]] | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
+        return f"{self.name!r} ({self.digests()})"
+
+    def digests(self) -> str:
+        """Its digests, short: all that tells apart two graphs of one name."""
         policies = f"policies {self.policy_digest[:8]}" if self.policy_digest else "policies not recorded"
-        return f"{self.name!r} (tools {self.digest[:8]}, {policies})"
+        return f"tools {self.digest[:8]}, {policies}"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sqlite3
 import sys
 import threading
@@ -111,6 +112,20 @@ def require_thread(graph: CompiledStateGraph, thread_id: str, db: str) -> None:
         raise UnknownThread(thread_id, shown_db(db))
 
 
+def resume_command(thread_id: str, args: argparse.Namespace) -> str:
+    """`gatedloop resume THREAD` with the options that reach this thread again, shell-quoted: the same database
+    (when not the default), graph and upgrade. Without them a pasted hint resumes against the default database,
+    where it creates an empty file and finds no such thread, or against another graph, which is refused."""
+    words = ["gatedloop", "resume", thread_id]
+    if args.db != DEFAULT_DB:
+        words += ["--db", shown_db(args.db)]
+    if args.graph:
+        words += ["--graph", args.graph]
+    if args.upgrade_graph:
+        words.append("--upgrade-graph")
+    return shlex.join(words)
+
+
 def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, out: Output) -> int:
     """After a run: the result, or the pending request (asked at a terminal, else printed and exit 3)."""
     while True:
@@ -138,32 +153,30 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, 
         if not interactive(args):
             out.record("request", thread_id=thread_id, request=request)
             out.say(out.display.approval_table(request))
-            named = f" --request {request['request_id']}" if request.get("request_id") else ""
-            if args.graph:
-                named = f" --graph {args.graph}{named}"
+            named = f" --request {shlex.quote(request['request_id'])}" if request.get("request_id") else ""
             hint = UNKNOWN_HINT if request.get("kind") == "unknown_outcome" else ANSWER_HINT
-            out.say(f"\nthread {thread_id} is waiting. Answer with: gatedloop resume {thread_id}{named} {hint}")
+            out.say(f"\nthread {thread_id} is waiting. Answer with: {resume_command(thread_id, args)}{named} {hint}")
             return EXIT_PAUSED
         try:
             answer = ask_reviewer(request, args.user, out.display)
         except (KeyboardInterrupt, EOFError):
             raise CliError(
-                f"no answer given; thread {thread_id} is still waiting: gatedloop resume {thread_id}", EXIT_PAUSED
+                f"no answer given; thread {thread_id} is still waiting: {resume_command(thread_id, args)}", EXIT_PAUSED
             ) from None
         try:
-            stream(out, thread_id, runs.stream_resume(graph, thread_id, answer, context=run_context(args, graph)))
+            stream(out, args, thread_id, runs.stream_resume(graph, thread_id, answer, context=run_context(args, graph)))
         except InvalidDecision as exc:
             print(f"answer refused: {exc}", file=sys.stderr)
 
 
-def stream(out: Output, thread_id: str, events: Iterator[tuple[str, Any]]) -> None:
+def stream(out: Output, args: argparse.Namespace, thread_id: str, events: Iterator[tuple[str, Any]]) -> None:
     """Print a run's events; Ctrl-C leaves the thread at its last saved step and says how to go on."""
     try:
         out.events(events)
     except KeyboardInterrupt:
         raise CliError(
-            f"interrupted; thread {thread_id} stopped mid-run: gatedloop resume {thread_id} goes on from its last "
-            "saved step",
+            f"interrupted; thread {thread_id} stopped mid-run: {resume_command(thread_id, args)} goes on from its "
+            "last saved step",
             EXIT_INTERRUPTED,
         ) from None
 
@@ -178,7 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         events = runs.stream_start(
             graph, thread_id, args.question, context=run_context(args, graph), upgrade=args.upgrade_graph
         )
-        stream(out, thread_id, events)
+        stream(out, args, thread_id, events)
         return settle(graph, thread_id, args, out)
 
 
@@ -278,7 +291,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         events = runs.stream_resume(
             graph, thread_id, answer, context=run_context(args, graph), upgrade=args.upgrade_graph
         )
-        stream(out, thread_id, events)
+        stream(out, args, thread_id, events)
         after = runs.pending_request(graph, thread_id)
         if request is not None and after is not None and after.get("error"):
             raise CliError(f"answer refused: {after['error']}; thread {thread_id} is still waiting", EXIT_REFUSED)
@@ -310,20 +323,20 @@ def cmd_show(args: argparse.Namespace) -> int:
     with open_app(args.db, named=named_graph(args.graph), with_model=False, read_only=True) as (graph, saver):
         require_thread(graph, thread_id, args.db)
         thread_graph.check_thread_graph(graph, thread_id)  # another graph's secret_args would not mask these
-        out = Output(args.json, Display.for_graph(graph))
+        messages = runs.output(graph, thread_id).get("messages", [])
+        out = Output(args.json, Display.for_thread(graph, thread_id, messages))  # redacted as the inbox does
         summary = describe_thread(graph, thread_id, saver.ledger)
         if args.mermaid:
             drawing = path_mermaid(node_path(graph, thread_id), summary.status)
             out.record("mermaid", thread_id=thread_id, text=drawing)
             out.say(drawing)
             return EXIT_COMPLETED
-        messages = runs.output(graph, thread_id).get("messages", [])
         audit = saver.ledger.audit(thread_id)
         if out.as_json:
             for message in messages:
                 out.record("message", thread_id=thread_id, **out.display.message_json(message))
             for event in audit:
-                out.record("audit", thread_id=thread_id, **event)
+                out.record("audit", thread_id=thread_id, **out.display.redacted(event))
         for line in out.display.history_lines(messages, audit):
             out.say(line)
         out.record(
@@ -576,8 +589,10 @@ def parser() -> argparse.ArgumentParser:
     resume.add_argument("thread")
     resume.add_argument("--request", metavar="ID", help="the approval request you answer (shown with it)")
     group = resume.add_mutually_exclusive_group()
-    group.add_argument("--approve", action="store_true")
-    group.add_argument("--reject", nargs="?", const="", metavar="REASON")
+    group.add_argument("--approve", action="store_true", help="approve every pending call, with the arguments shown")
+    group.add_argument(
+        "--reject", nargs="?", const="", metavar="REASON", help="reject every pending call; the model is told REASON"
+    )
     group.add_argument("--edit", metavar="JSON", help="new args: an object, or a list of objects, one per call")
     group.add_argument("--respond", metavar="TEXT", help="answer the model in the tool's place")
     group.add_argument("--done", metavar="JSON", help="unknown outcome: it happened, with this result")

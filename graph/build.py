@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
@@ -32,6 +32,9 @@ from gatedloop.nodes.validate import make_validate_node
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import ToolRegistry
 
+if TYPE_CHECKING:
+    from langchain.agents.structured_output import ToolStrategy  # the optional `middleware` extra
+
 
 def build_graph(
     model: BaseChatModel,
@@ -43,7 +46,7 @@ def build_graph(
     ledger: Ledger | None = None,
     store: BaseStore | None = None,
     system_prompt: SystemPrompt | None = None,
-    response_format: type[BaseModel] | Mapping[str, Any] | None = None,
+    response_format: type[BaseModel] | Mapping[str, Any] | ToolStrategy[Any] | None = None,
     name: str = "gatedloop",
     context_schema: type[Any] = CallContext,
     middleware: Sequence[Any] = (),
@@ -54,7 +57,8 @@ def build_graph(
     gatedloop's savers, gatedloop's ledger in a plain `SqliteSaver`'s file, or in memory for an in-memory saver (or
     none, as under `langgraph dev`: pass `ledger=`); another saver is refused (`gatedloop.checkpoints.ledger_for`).
     `system_prompt` (a string, or a function of (state, context)) starts every model call and is never stored;
-    `response_format` (a pydantic model or JSON schema) makes the final answer a validated `structured_response`;
+    `response_format` (a pydantic model or JSON schema, or LangChain's `ToolStrategy` of one) makes the final
+    answer a validated `structured_response`;
     `store` is compiled into the graph and handed to tools (`ToolRuntime.store`, `InjectedStore`).
     `context_schema` is the runtime context's type, as in `create_agent` (Studio's context form, `Runtime.context`);
     whatever it is, the caller's identity is read from its `user_id` and `roles` (gatedloop.nodes.gate.identity).
@@ -71,7 +75,7 @@ def build_graph(
         ledger = ledger_for(checkpointer)
     if system_prompt is not None and not (isinstance(system_prompt, str) or callable(system_prompt)):
         raise TypeError("system_prompt must be a string or a function of (state, context)")
-    answer = AnswerFormat(response_format) if response_format is not None else None
+    answer = AnswerFormat.of(response_format) if response_format is not None else None
     if answer is not None and answer.name in registry:
         raise ValueError(f"response_format's name {answer.name!r} is also a tool's name; give the schema a title")
     bound = (

@@ -12,7 +12,7 @@ import shutil
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, TextIO
 
@@ -20,8 +20,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Interrupt
 
+from gatedloop.graph.masking import Redactor, thread_redactor, unknown_policies
 from gatedloop.graph.parts_of import parts_of
-from gatedloop.tools.policy import MASK, ToolPolicy
+from gatedloop.graph.thread_graph import ledger_of, made_by
+from gatedloop.tools.policy import GATED_WRITE, MASK, ToolPolicy
 
 STOP_WORDS = {
     "completed": "completed",
@@ -154,9 +156,11 @@ def print_lines(lines: Iterable[str], out: TextIO) -> None:
 @dataclass(frozen=True)
 class Display:
     """Renderers for one graph's threads: every one that can print a call's arguments masks its tools'
-    `secret_args` (policies given here, explicitly)."""
+    `secret_args` (policies given here, explicitly); a thread's history also has its free text redacted of the
+    thread's secret values (`redact`, see `for_thread`)."""
 
     policies: Mapping[str, ToolPolicy] = field(default_factory=lambda: MappingProxyType({}))
+    redact: Redactor = field(default_factory=Redactor)
 
     @classmethod
     def for_graph(cls, graph: CompiledStateGraph[Any, Any, Any, Any]) -> Display:
@@ -164,6 +168,35 @@ class Display:
         has no policies to mask by."""
         parts = parts_of(graph)
         return cls(parts.registry.policies if parts is not None else {})
+
+    @classmethod
+    def for_thread(
+        cls, graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, messages: list[BaseMessage]
+    ) -> Display:
+        """The display of one thread's history (`gatedloop show`), redacted as the inbox redacts it, by the same
+        function (`thread_redactor`: every text cleared of the secret values of the thread's calls and edits). By
+        the graph's policies if it made the thread; else nothing says which arguments are secret, so every one is
+        (`unknown_policies`)."""
+        known = made_by(graph, thread_id)
+        display = cls.for_graph(graph) if known else cls(unknown_policies(messages))
+        ledger = ledger_of(graph)
+        calls = [str(c.get("id")) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
+        edited = ledger.edited_args(thread_id, calls) if ledger is not None else None
+        return replace(display, redact=thread_redactor(messages, display.policy, edited))
+
+    def policy(self, name: str) -> ToolPolicy:
+        """A tool's policy; one without is a gated write (fail closed), as the registry and the inbox have it."""
+        return self.policies.get(name, GATED_WRITE)
+
+    def redacted(self, value: Any) -> Any:
+        """`value` with the thread's secret values replaced in every string it holds (lists and dicts walked)."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, list):
+            return [self.redacted(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.redacted(v) for k, v in value.items()}
+        return value
 
     def shown_args(self, name: str, args: Any) -> Any:
         """`args` with the tool's `secret_args` masked; unparsed text of a tool with secrets is masked whole (nobody
@@ -237,15 +270,15 @@ class Display:
 
     def message_json(self, message: BaseMessage) -> dict[str, Any]:
         """A message as compact JSON: role, content, and the tool-call fields that matter."""
-        body: dict[str, Any] = {"role": message.type, "id": message.id, "content": message.content}
+        body: dict[str, Any] = {"role": message.type, "id": message.id, "content": self.redacted(message.content)}
         if isinstance(message, AIMessage):
             body["tool_calls"] = [
-                {"id": c["id"], "name": c["name"], "args": self.shown_args(c["name"], c["args"])}
+                {"id": c["id"], "name": c["name"], "args": self.redacted(self.shown_args(c["name"], c["args"]))}
                 for c in message.tool_calls
             ]
             if message.invalid_tool_calls:
                 body["invalid_tool_calls"] = [
-                    {**c, "args": self.shown_args(c.get("name") or "", c.get("args"))}
+                    {**c, "args": self.redacted(self.shown_args(c.get("name") or "", c.get("args")))}
                     for c in message.invalid_tool_calls
                 ]
         if isinstance(message, ToolMessage):
@@ -279,18 +312,19 @@ class Display:
             lines.append(f"first event {day_and_clock(audit[0]['at'])}, last {day_and_clock(audit[-1]['at'])}")
         for message in messages:
             if isinstance(message, HumanMessage):
-                lines.append(f"user: {short(message.content, 300)}")
+                lines.append(f"user: {short(self.redacted(message.content), 300)}")
             elif isinstance(message, AIMessage):
                 for call in [*message.tool_calls, *message.invalid_tool_calls]:
                     lines.append(f"model: call {call.get('id')}")
-                    lines.extend(wrapped(self.call_text(call.get("name") or "?", call.get("args")), "      "))
+                    text = self.redact(self.call_text(call.get("name") or "?", call.get("args")))
+                    lines.extend(wrapped(text, "      "))
                     seen = events.get(call.get("id") or "", [])
                     for index, event in enumerate(seen):
-                        lines.append(f"    {clock(event['at'])}  {audit_text(event, seen[:index])}")
+                        lines.append(f"    {clock(event['at'])}  {self.redact(audit_text(event, seen[:index]))}")
                 if message.content:
-                    lines.append(f"model: {short(message.content, 300)}")
+                    lines.append(f"model: {short(self.redacted(message.content), 300)}")
             elif isinstance(message, ToolMessage):
-                lines.append(f"tool {message.tool_call_id}: {short(message.content, 160)}")
+                lines.append(f"tool {message.tool_call_id}: {short(self.redacted(message.content), 160)}")
         return lines
 
 

@@ -25,10 +25,18 @@ class GraphMismatch(ValueError):
         self.recorded, self.offered = recorded, offered
         self.changes = identity_changes(recorded, offered)
         super().__init__(
-            f"thread {thread_id!r} was made by graph {recorded}, not by graph {offered}"
+            f"thread {thread_id!r} was made by graph {recorded}, not by {offered_graph(recorded, offered)}"
             f" (changed: {'; '.join(self.changes)}): resume it with the graph that made it, or upgrade it to this"
             " one explicitly (upgrade=True; CLI: --upgrade-graph)"
         )
+
+
+def offered_graph(recorded: GraphIdentity, offered: GraphIdentity) -> str:
+    """The graph offered, named so it cannot be taken for the thread's: one of the same name (its tools or
+    policies changed) is "this graph, another of that name" with its digests, never a second "graph 'x'"."""
+    if offered.name != recorded.name:
+        return f"graph {offered}"
+    return f"this graph, another of that name ({offered.digests()})"
 
 
 NOT_RECORDED = "policies not recorded for this thread (it was recorded before gatedloop kept them)"
@@ -150,6 +158,14 @@ def check_thread_graph(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id:
     offered = graph_identity(graph)
     if recorded != offered:
         raise GraphMismatch(thread_id, recorded, offered)
+
+
+def made_by(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> bool:
+    """Whether `graph` is recorded as the graph that made the thread, so its policies are the thread's. False for
+    a thread with none recorded (from before graphs were, which any graph may read) and for a graph gatedloop did
+    not build: what is secret in such a thread cannot be known from the graph at hand."""
+    ledger = ledger_of(graph)
+    return ledger is not None and ledger.thread_graph(thread_id) == graph_identity(graph)
 
 
 def ledger_of(graph: CompiledStateGraph[Any, Any, Any, Any]) -> Ledger | None:

@@ -31,11 +31,11 @@ from gatedloop.checkpoints.threads import describe_thread
 from gatedloop.graph import runs
 from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, day_and_clock
+from gatedloop.graph.masking import thread_redactor
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox.filters import ORDERS, Filters, choices
 from gatedloop.inbox.forms import FormError, parse_edit
 from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
-from gatedloop.inbox.masking import thread_redactor
 from gatedloop.inbox.pending import PendingRequests, PendingView, age_text, pending_view
 from gatedloop.inbox.review import answers_by_call, call_story, find_request, thread_story
 from gatedloop.inbox.slack_actions import SlackActions

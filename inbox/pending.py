@@ -20,8 +20,8 @@ from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 
 from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.graph.masking import Redactor, thread_redactor
 from gatedloop.inbox.forms import FormField, edit_fields
-from gatedloop.inbox.masking import Redactor, thread_redactor
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 RECENT_MESSAGES = 6

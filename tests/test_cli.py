@@ -3,12 +3,14 @@ as one line on stderr with its documented exit code (no traceback without --debu
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
 import os
 import pty
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -25,6 +27,9 @@ from cli_in_process import run_cli
 from doc_text import section
 
 from gatedloop.cli.main import (
+    ANSWER_HINT,
+    DECISION_FLAGS,
+    DEFAULT_DB,
     EXIT_BUSY,
     EXIT_COMPLETED,
     EXIT_FAILED,
@@ -32,6 +37,7 @@ from gatedloop.cli.main import (
     EXIT_PAUSED,
     EXIT_REFUSED,
     EXIT_USAGE,
+    parser,
 )
 
 SEAT = "Reserve a seat in workshop WS-101 for Alice"
@@ -156,6 +162,22 @@ def test_a_paused_thread_refusals_unknown_threads_json_and_show(tmp_path):
     assert "not waiting for an answer (status: completed" in one_line(again.stderr)
 
 
+def test_the_answer_hint_pasted_as_printed_resumes_the_same_thread_in_the_same_database(tmp_path):
+    """A run on `--db` other than the default prints a hint naming that database (quoted: the name has a space);
+    run word for word, it approves the same thread, and no default database appears (issue 32, item 1)."""
+    env = {k: v for k, v in cli_env().items() if k != "GATEDLOOP_DB"}
+    ran = run_cli(["--db", "other runs.sqlite", "run", SEAT, "--thread", "h1"], env, cwd=tmp_path)
+    assert ran.returncode == EXIT_PAUSED, ran.stdout + ran.stderr
+    [line] = [line for line in ran.stdout.splitlines() if "Answer with: " in line]
+    command = line.split("Answer with: ")[1].removesuffix(" " + ANSWER_HINT)
+    words = shlex.split(command)
+    assert words[:3] == ["gatedloop", "resume", "h1"] and "other runs.sqlite" in words
+    resumed = run_cli([*words[1:], "--approve"], env, cwd=tmp_path)
+    assert resumed.returncode == EXIT_COMPLETED, resumed.stdout + resumed.stderr
+    assert "thread: h1  status: completed" in resumed.stdout
+    assert not (tmp_path / DEFAULT_DB).exists()
+
+
 def test_an_answer_for_a_request_no_longer_pending_is_refused(tmp_path):
     """The reviewer was shown WS-101 for Ana; the user then asked for WS-102 for Mallory (issue 10, finding 5)."""
     db = str(tmp_path / "runs.sqlite")
@@ -270,7 +292,7 @@ def test_ctrl_c_mid_run_is_one_line_and_the_thread_goes_on_from_its_last_step(tm
         child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=60)
     assert child.returncode == 130
-    assert "interrupted; thread i1 stopped mid-run: gatedloop resume i1 goes on" in one_line(err)
+    assert f"interrupted; thread i1 stopped mid-run: gatedloop resume i1 --db {db} goes on" in one_line(err)
     listed = cli("threads", db=db).stdout
     assert "i1" in listed and "resume to go on" in listed and "stopped before ;" not in listed
     assert "status: completed" in cli("resume", "i1", db=db).stdout
@@ -449,6 +471,18 @@ def test_usage_and_configuration_errors_are_one_line_and_debug_shows_the_traceba
     for code in EXIT_CODES:
         assert f"| {code} |" in exit_codes, code
         assert f"{code:>3}  " in helptext
+
+
+def test_resume_help_explains_every_decision_flag():
+    """Each decision flag of `resume` is listed in its --help with a line saying what it does (issue 32, item 3:
+    --approve and --reject had none)."""
+    shown = " ".join(cli("resume", "--help", db=None).stdout.split())
+    [commands] = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    options = {o: a for a in commands.choices["resume"]._actions for o in a.option_strings}
+    for flag in DECISION_FLAGS:
+        action = options["--" + flag.replace("_", "-")]
+        assert action.help, f"{action.option_strings[0]} has no help"
+        assert action.option_strings[0] in shown and " ".join(action.help.split()) in shown
 
 
 def test_a_port_outside_1_to_65535_is_refused_before_anything_listens(tmp_path):

@@ -128,6 +128,21 @@ def test_a_changed_policy_is_another_graph_and_resuming_with_it_changes_nothing(
         assert upgrades(saver) == []
 
 
+def test_the_refusal_tells_the_threads_graph_from_another_of_the_same_name(db: str):
+    """Same name, other policies: the message names the thread's graph once, and this one as another of that name
+    with its own digests, never "made by graph 'gate_app', not by graph 'gate_app'" (issue 32, item 2)."""
+    with open_sqlite(db) as saver:
+        made = graph_identity(started(saver, **STRICT))
+        other = build(saver, effects_for(saver), **{**STRICT, "approvers": None})
+        with pytest.raises(thread_graph.GraphMismatch) as refused:
+            thread_graph.check_thread_graph(other, T)
+    message = str(refused.value)
+    assert message.count("graph 'gate_app'") == 1 and f"was made by graph {made}," in message
+    assert f"not by this graph, another of that name ({graph_identity(other).digests()})" in message
+    assert made.digests() != graph_identity(other).digests()
+    assert "policy of pay: approvers ['finance'] -> None" in message
+
+
 def test_approvers_dropped_and_the_quorum_lowered_are_refused_then_an_explicit_upgrade_is_audited(db: str):
     """The finding's case: an old pending request is not approvable under the weaker rule until an operator says
     so; then the audit says who upgraded and what each tool's policy was and is."""

@@ -150,6 +150,49 @@ def test_answers_that_stay_invalid_end_with_an_honest_status(db, bad):
     model.assert_complete()
 
 
+def test_create_agents_tool_strategy_is_taken_as_its_schema_with_its_options(db):
+    """`response_format=ToolStrategy(Forecast)`, as written for `create_agent`, runs as `Forecast` does; its
+    `tool_message_content` answers the answer's call and a `handle_errors` message is what an invalid answer is
+    told (issue 32, item 5)."""
+    from langchain.agents.structured_output import ToolStrategy
+
+    script = [reply(calls=[call("lookup", {"city": "Oslo"}, "l1")]), answer({"city": "Oslo", "temp_c": 21}, "a1")]
+    plain, wrapped = Recording(script=script), Recording(script=[m.model_copy(deep=True) for m in script])
+    out = ask(db, wrapped, "weather?", response_format=ToolStrategy(Forecast))
+    assert wrapped.bound == {"names": ["lookup", "Forecast"], "tool_choice": "any"}
+    assert out["status"] == "completed" and out["structured_response"] == {"city": "Oslo", "temp_c": 21}
+    same = ask(db.replace(".sqlite", "-plain.sqlite"), plain, "weather?", response_format=Forecast)
+    assert (out["structured_response"], out["answer"]) == (same["structured_response"], same["answer"])
+
+    model = Recording(
+        script=[answer({"city": "Oslo", "temp_c": 999}, "bad1"), answer({"city": "Oslo", "temp_c": 5}, "a2")]
+    )
+    strategy = ToolStrategy(Forecast, tool_message_content="Noted.", handle_errors="Try again, within -90..60.")
+    out = ask(db.replace(".sqlite", "-options.sqlite"), model, "weather?", response_format=strategy)
+    assert out["structured_response"] == {"city": "Oslo", "temp_c": 5}
+    assert (
+        model.requests[1][-1].tool_call_id == "bad1" and "Try again, within -90..60." in model.requests[1][-1].content
+    )
+    assert [(m.tool_call_id, m.content) for m in out["messages"] if isinstance(m, ToolMessage)] == [("a2", "Noted.")]
+
+
+def test_tool_strategy_options_gatedloop_cannot_honour_are_refused_at_build():
+    from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
+
+    class Other(BaseModel):
+        note: str
+
+    for strategy, error in [
+        (ToolStrategy(Forecast, handle_errors=False), r"ToolStrategy\(handle_errors=False\) is not supported"),
+        (ToolStrategy(Forecast, handle_errors=ValueError), "handle_errors=<class 'ValueError'>"),
+        (ToolStrategy(Forecast | Other), "a union of schemas"),
+        (ProviderStrategy(Forecast), "pydantic model class or a JSON schema dict, not ProviderStrategy"),
+    ]:
+        with pytest.raises((TypeError, ValueError), match=error) as refused:
+            build_graph(ScriptedChatModel(script=[]), [lookup], policies=READ, response_format=strategy)
+        assert "\n" not in str(refused.value)
+
+
 SCHEMA = {
     "title": "Verdict",
     "type": "object",

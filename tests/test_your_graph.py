@@ -166,6 +166,40 @@ def test_another_graph_never_resumes_your_thread_and_nothing_is_written(folder: 
     assert len(effects(folder)) == 1
 
 
+def inbox_recent(folder: Path, thread_id: str) -> list[tuple[str, str]]:
+    """The recent conversation the standalone inbox shows beside the thread's pending request, over your graph."""
+    from gatedloop.checkpoints import open_sqlite
+    from gatedloop.graph.build import with_saver
+    from gatedloop.graph.load import load_graph
+    from gatedloop.inbox import InboxBackend
+
+    with open_sqlite(folder / "runs.sqlite") as saver:
+        backend = InboxBackend.over(with_saver(load_graph("./my_agent.py:graph", folder), saver), saver)
+        view = backend.pending.get(thread_id)
+    assert view is not None
+    return view.recent
+
+
+def test_show_redacts_the_secret_as_the_inbox_does_and_masks_every_argument_when_it_cannot_know(folder: Path):
+    """Issue 32, item 4. The user typed the card into the message: `show` redacts it from that text as the inbox
+    does (the same function). A thread no graph is recorded for (as threads written before gatedloop recorded
+    them, whose rows it lacks) is shown by whatever graph is at hand, here the demo, whose policies cannot say what
+    is secret in it: every argument is masked, and the card is in no text, plain or --json."""
+    asked = f"two seats, card {CARD}"
+    gatedloop(folder, "--graph", "my_agent:graph", "run", asked, "--thread", "t1", code=3)
+    shown = gatedloop(folder, "--graph", "my_agent:graph", "show", "t1", code=0).stdout
+    assert ("user", "two seats, card ***") in inbox_recent(folder, "t1")
+    assert "user: two seats, card ***" in shown and '"seats": 2, "card": "***"' in shown and CARD not in shown
+
+    with sqlite3.connect(folder / "runs.sqlite") as conn:
+        conn.execute("DELETE FROM gatedloop_thread_graphs")
+        conn.execute("DELETE FROM gatedloop_thread_policies")
+    shown = gatedloop(folder, "show", "t1", code=0).stdout
+    assert "user: two seats, card ***" in shown and 'reserve_seat({"seats": "***", "card": "***"})' in shown
+    records = gatedloop(folder, "--json", "show", "t1", code=0).stdout
+    assert CARD not in shown + records and '"card": "***"' in records
+
+
 def test_an_explicit_upgrade_lets_the_new_graph_run_the_thread_and_is_audited(folder: Path):
     asked = gatedloop(folder, "--graph", "my_agent:graph", "--json", "run", "two seats", "--thread", "t1", code=3)
     (folder / "my_agent.py").write_text(MY_AGENT.replace("paid with a card", "paid with a card (v2)"))

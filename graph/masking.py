@@ -1,22 +1,26 @@
-"""Secret arguments kept off every page of the inbox, wherever their values turn up.
+"""Secret arguments kept off every page of the inbox and out of `gatedloop show`, wherever their values turn up.
 
 The approval request and the audit trail already mask a tool's `secret_args` ("***"). But the value can also sit in
-free text the inbox shows: the user's own message ("pay with card 4111..."), a tool's result that echoes its input,
-the model's words. So the inbox collects the secret values of the thread's calls (from its messages, where the
-model's calls keep them, and from the ledger's kept edits) and replaces each of them in any text it renders.
-Values shorter than `MIN_SECRET_CHARS` are not searched for: replacing "1" or "no" everywhere would garble the
-page and tell a reader which short strings are secret.
+free text a person is shown: the user's own message ("pay with card 4111..."), a tool's result that echoes its
+input, the model's words. So the inbox and the CLI collect the secret values of the thread's calls (from its
+messages, where the model's calls keep them, and from the ledger's kept edits) and replace each of them in any text
+they render. Values shorter than `MIN_SECRET_CHARS` are not searched for: replacing "1" or "no" everywhere would
+garble the page and tell a reader which short strings are secret.
+
+A thread whose policies cannot be known (no graph recorded for it) is shown with `unknown_policies`: each of its
+tools' arguments treated as secret, since nothing says which of them are not.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from gatedloop.tools.policy import MASK, ToolPolicy
+from gatedloop.tools.policy import GATED_WRITE, MASK, ToolPolicy
 
 MIN_SECRET_CHARS = 4
 
@@ -58,3 +62,19 @@ def thread_redactor(
         secret = policy(names.get(call_id, "")).secret_args
         values.extend(_text(v) for k, v in args.items() if k in secret)
     return Redactor(values)
+
+
+def unknown_policies(messages: Sequence[BaseMessage]) -> dict[str, ToolPolicy]:
+    """The policies to show a thread by when the graph that made it is not known (none recorded): each tool its
+    calls name as a gated write whose every argument is secret. Fail closed: the graph at hand may have other
+    policies, or other tools of the same names, so its `secret_args` cannot be trusted to name the thread's."""
+    arguments: dict[str, set[str]] = {}
+    for message in messages:
+        if not isinstance(message, AIMessage):
+            continue
+        for call in message.tool_calls:
+            arguments.setdefault(call["name"], set()).update(call.get("args") or {})
+        for bad in message.invalid_tool_calls:
+            arguments.setdefault(bad.get("name") or "?", set())
+    # A tool with any secret has its unparsed text masked whole (`Display.shown_args`): never none.
+    return {tool: replace(GATED_WRITE, secret_args=frozenset(names or {MASK})) for tool, names in arguments.items()}
