@@ -503,8 +503,12 @@ def _request_card(
         call_story(a.tool_call_id, a.name, a.args, audit, answers.get(a.tool_call_id), redact) for a in view.actions
     ]
     summary = describe_thread(backend.graph, found.thread_id, backend.ledger)
+    waiting = [
+        v for v in _visible(backend, reviewer, origin) if (v.thread_id, v.request_id) != (view.thread_id, request_id)
+    ]
     return {
         "view": view,
+        "next": waiting[0] if waiting else None,
         "pending": pending,
         "stories": stories,
         "request_id": request_id,

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -22,6 +22,7 @@ from langgraph.graph.state import CompiledStateGraph
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.masking import Redactor, thread_redactor
 from gatedloop.inbox.forms import FormField, edit_fields
+from gatedloop.nodes.gate.hitl import GatedActionRequest, approving_text
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 RECENT_MESSAGES = 6
@@ -45,6 +46,8 @@ class ActionView:
     summary: str = ""  # the tool's own description (what it does), without the request's facts
     proposed: dict[str, Any] | None = None  # what the model proposed (masked), when the pending args differ from it
     justification_required: list[str] = field(default_factory=list)  # decisions the policy wants a reason for
+    note: str = ""  # the policy's note for reviewers (an MCP tool: its server and hints)
+    approving: str = ""  # what approving will do, in one line (`approving_text`)
 
     @property
     def rows(self) -> list[tuple[str, str, str | None]]:
@@ -76,6 +79,7 @@ class PendingView:
     error: str | None
     recent: list[tuple[str, str]]
     graph: str = ""  # under LangGraph Server: the graph (assistant) the thread runs, which answers go to
+    title: str = ""  # the thread's first user message, shortened (redacted as the conversation is)
 
     @property
     def version(self) -> str:
@@ -111,6 +115,18 @@ def _text(message: BaseMessage) -> tuple[str, str]:
 
 def recent_conversation(messages: Sequence[BaseMessage], redact: Redactor) -> list[tuple[str, str]]:
     return [(who, redact(text)) for who, text in (_text(m) for m in messages[-RECENT_MESSAGES:])]
+
+
+TITLE_CHARS = 60
+
+
+def thread_title(messages: Sequence[BaseMessage], redact: Redactor) -> str:
+    """The thread's first user message, shortened: what a reviewer calls the thread (its id says nothing)."""
+    first = next((m for m in messages if isinstance(m, HumanMessage)), None)
+    if first is None:
+        return ""
+    text = " ".join(redact(_text(first)[1]).split())
+    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 def shown_value(value: Any) -> str:
@@ -257,9 +273,12 @@ def pending_view(
                     effect=rules.effect,
                     summary=tool.description if tool is not None else "",
                     proposed=proposed if proposed is not None and proposed != args else None,
+                    note=str(action.get("review_note") or rules.review_note or ""),
+                    approving=approving_text(cast(GatedActionRequest, action), rules.effect),
                 )
             )
     first = (request.get("action_requests") or [{}])[0] if kind != "unknown_outcome" else {}
+    redact = thread_redactor(messages, policy)
     return PendingView(
         thread_id=thread_id,
         interrupt_id=interrupt_id,
@@ -270,8 +289,9 @@ def pending_view(
         requested_at=first.get("requested_at") or _epoch(checkpoint_ts),
         expires_at=first.get("expires_at"),
         error=request.get("error"),
-        recent=recent_conversation(messages, thread_redactor(messages, policy)),
+        recent=recent_conversation(messages, redact),
         graph=graph,
+        title=thread_title(messages, redact),
     )
 
 

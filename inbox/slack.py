@@ -104,6 +104,10 @@ def approval_message(payload: Mapping[str, Any], link: str) -> dict[str, Any]:
         quorum = action.get("approvals_required") or 1
         needs = f" (needs {quorum} approvals)" if quorum > 1 else ""
         text = f"`{escape(action['tool'])}`{needs} ```{escape(args)}```"
+        if action.get("note"):
+            text += f"\n_{escape(action['note'])}_"
+        if action.get("approving"):
+            text += f"\nIf approved: {escape(action['approving'])}"
         section: dict[str, Any] = {
             "type": "section",
             "block_id": call_block(index),

@@ -13,6 +13,7 @@ latest caller's identity). Nothing before `interrupt()` has a side effect beyond
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -40,6 +41,7 @@ from gatedloop.nodes.gate.hitl import (
     GatedHITLRequest,
     InvalidDecision,
     ReviewConfig,
+    approving_text,
     check_addressed,
     check_decisions,
     decider,
@@ -54,6 +56,8 @@ from gatedloop.tools.arguments import digest, storable_text
 from gatedloop.tools.policy import MASK, CallContext
 from gatedloop.tools.registry import CheckedCall, describe_tool
 from gatedloop.tools.results import responded_result
+
+log = logging.getLogger("gatedloop.approve")
 
 SHOWN_EVENT = "replaced_request_shown"
 EXPIRED = "Not run: the approval request expired before a reviewer approved it."
@@ -93,6 +97,11 @@ def approval_request(
             "approved_by": approved,
             "approvers": sorted(policy.approvers) if policy.approvers is not None else None,
         }
+        if policy.review_note:
+            action["review_note"] = policy.review_note
+        preview = _preview(policy, shown, plan["name"])
+        if preview:
+            action["preview"] = preview
         action["description"] = _description(parts, action, error)
         actions.append(action)
         configs.append({"action_name": plan["name"], "allowed_decisions": list(policy.allowed_decisions)})
@@ -118,9 +127,9 @@ def _description(parts: LoopParts, action: GatedActionRequest, error: str | None
         "Args: " + json.dumps(action["args"], ensure_ascii=False),
         f"Requested by: {action['requested_by'] or 'unknown'}",
     ]
-    note = parts.registry.policy(action["name"]).review_note
-    if note:
-        lines.append(note)
+    if action.get("review_note"):
+        lines.append(action["review_note"])
+    lines.append("If approved: " + approving_text(action, parts.registry.policy(action["name"]).effect))
     if action["approvers"] is not None:
         lines.append(f"Approvers: one of the roles {', '.join(action['approvers'])}")
     if action["approvals_required"] > 1:
@@ -133,6 +142,16 @@ def _description(parts: LoopParts, action: GatedActionRequest, error: str | None
     if error:
         lines.append(f"Previous answer refused: {error}")
     return "\n".join(lines)
+
+
+def _preview(policy: Any, shown: dict[str, Any], name: str) -> str | None:
+    if policy.preview is None:
+        return None
+    try:
+        return str(policy.preview(shown)).strip()[:300] or None
+    except Exception:
+        log.warning("the preview of %s raised; the request is shown without it", name, exc_info=True)
+        return None
 
 
 def make_approve_node(parts: LoopParts):

@@ -62,6 +62,9 @@ class ToolPolicy:
     - `approval_ttl_s`: a request older than this cannot be approved; the call is answered `approval_expired`.
     - `secret_args`: argument names whose values are masked in requests, audit, CLI, logs and stream events.
     - `review_note`: a line shown to the reviewer with every request for this tool (e.g. an MCP server's hints).
+    - `preview`: what approving a call will do, in one line, from its arguments as the reviewer sees them
+      (`secret_args` masked), e.g. `lambda a: f"moves {a['amount']} EUR to {a['to']}"`; shown on the card, in
+      Slack and in `description`. A preview that raises is left out (and logged).
     - `justification`: the decisions that need the reviewer's reason (`"justification": "..."` in the decision):
       e.g. `("approve", "reject")`, `"approve"`, or True for every decision; a decision without one is refused and
       asked again. Any decision may carry one; it is kept in the decision's audit row and its receipt.
@@ -83,6 +86,7 @@ class ToolPolicy:
     secret_args: frozenset[str] = frozenset()
     review_note: str | None = None
     justification: tuple[DecisionType, ...] | DecisionType | bool = ()
+    preview: Callable[[dict[str, Any]], str] | None = None
 
     def __post_init__(self) -> None:
         if self.effect not in ("read", "write"):
@@ -177,7 +181,7 @@ class ToolPolicy:
         qualified name (`described`), so replacing or renaming it is a change, and editing its body is not seen.
         Not included, because they grant no authority and are applied as they are now to every call anyway:
         `validator` (run again on the exact arguments before a write starts), `reconcile`, `timeout_s`,
-        `max_calls`, `strict_json`, `review_note`."""
+        `max_calls`, `strict_json`, `review_note`, `preview`."""
         approval = self.approval if isinstance(self.approval, str) else f"predicate:{described(self.approval)}"
         return {
             "effect": self.effect,

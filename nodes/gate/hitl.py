@@ -37,22 +37,46 @@ class ReviewConfig(TypedDict):
 
 
 class GatedActionRequest(ActionRequest):
+    """One gated call as a reviewer is shown it: LangChain's `ActionRequest` (`name`, `args` with `secret_args`
+    masked, `description`: everything below in words, for clients that show only it) and the facts a decision is
+    bound to."""
+
     tool_call_id: str
+    """The model's id for the call; a decision that names it applies to this call only."""
     args_digest: str
+    """The digest of the exact arguments that will run; a decision carrying it is refused if they changed."""
     requested_by: str | None
+    """The user whose message the model answered with this call (bound as the message entered)."""
     requested_at: float
+    """When the call was proposed (epoch seconds)."""
     expires_at: float | None
+    """After this a decision is refused and the call is answered `approval_expired`; None: no expiry."""
     approvals_required: int
+    """Distinct authorized reviewers who must approve before it runs."""
     approved_by: list[str]
+    """Who has approved these exact arguments so far (a quorum in progress)."""
     approvers: list[str] | None
+    """The roles one of which a reviewer needs (None: any reviewer)."""
+    review_note: NotRequired[str]
+    """The policy's note for reviewers (an MCP tool: its server, and whether it is destructive or idempotent)."""
+    preview: NotRequired[str]
+    """What approving will do, in one line, from the policy's `preview` of the arguments shown."""
 
 
 class GatedHITLRequest(TypedDict):
+    """An approval request: LangChain v1's `HITLRequest` (`action_requests`, `review_configs`) with gatedloop's
+    request id, so Agent Chat UI and `HumanInTheLoopMiddleware` clients answer it unchanged."""
+
     kind: Literal["approval"]
+    """Tells it from an unknown outcome's question (`UnknownOutcomeRequest`)."""
     request_id: str
+    """Stable while the same calls with the same arguments wait; any change makes a new one."""
     action_requests: list[GatedActionRequest]
+    """The gated calls, in the model's order; an answer has one decision per call."""
     review_configs: list[ReviewConfig]
+    """Per call: the decisions its policy allows, and those that need a justification."""
     error: NotRequired[str]
+    """Why the previous answer to this request was refused (the request waits again)."""
     replaced: NotRequired[bool]
     """True when this request replaced one a new message left unanswered: an answer must name it (see
     `check_addressed`) until the reviewer has been shown it once."""
@@ -275,3 +299,17 @@ def check_unknown_answer(answer: Any, count: int) -> list[dict[str, Any]]:
             }
         )
     return checked
+
+
+def approving_text(action: GatedActionRequest, effect: str) -> str:
+    """What approving this call will do, in one line: it runs (once, for a write) or counts toward the quorum, and
+    the policy's preview if it gives one."""
+    name = action["name"]
+    needed, done = action["approvals_required"], len(action["approved_by"])
+    if needed > done + 1:
+        line = f"your approval makes {done + 1} of the {needed} needed; {name} runs after the last"
+    elif effect == "write":
+        line = f"{name} runs once with these arguments (a write: gatedloop cannot undo it)"
+    else:
+        line = f"{name} runs with these arguments (a read)"
+    return f"{line}; it {action['preview']}" if action.get("preview") else line

@@ -22,7 +22,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
-from gatedloop.nodes.gate.hitl import ANONYMOUS, GatedHITLRequest, UnknownOutcomeRequest
+from gatedloop.nodes.gate.hitl import ANONYMOUS, GatedHITLRequest, UnknownOutcomeRequest, approving_text
 from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools.policy import CallContext
@@ -51,6 +51,8 @@ def queue_approval_notice(parts: LoopParts, thread_id: str, request: GatedHITLRe
                 "args_digest": a["args_digest"],
                 "approvals_required": a["approvals_required"],
                 "expires_at": a["expires_at"],
+                "note": a.get("review_note"),
+                "approving": approving_text(a, parts.registry.policy(a["name"]).effect),
             }
             for a in actions
         ],
