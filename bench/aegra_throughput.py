@@ -1,7 +1,7 @@
 """Throughput under Aegra (issue 31): approval turns per second with one and with two `aegra serve` processes.
 
     .venv/bin/python -m bench.aegra_throughput [--threads 200] [--model-wait 0.2] [--processes 1 2]
-        [--workers 3] [--jobs-per-worker 10] [--warmup 2] [--keep DIR]
+        [--workers 3] [--jobs-per-worker 10] [--warmup 2] [--via stream|wait] [--keep DIR]
 
 Needs what tests/test_aegra.py needs: `GATEDLOOP_AEGRA` (.ci/aegra_venv.sh), `GATEDLOOP_TEST_PG_URL`
 (.ci/start_postgres.sh), `GATEDLOOP_TEST_REDIS_URL` (.ci/start_redis.sh).
