@@ -13,17 +13,23 @@ database).
   process that runs it. A later attempt (another worker, after the reaper) does not wait.
 
 The scripted model: "pay 500 to bo as c1" -> one `pay` call with id c1 (or `wire`); after the answer, "done: c1=...".
-Each model call appends its process id to `AEGRA_TEST_CONTROL/model-calls`.
+Each model call appends its process id to `AEGRA_TEST_CONTROL/model-calls`. `served_graph(model_wait_s=...)` (the
+`throughput` graph of tests/support/aegra_app/, for bench/aegra_throughput.py) makes every model call wait that long
+first, awaited on the run's event loop as a provider's HTTP call would be.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from sample_app import Effects
 
@@ -33,6 +39,8 @@ from gatedloop.tools import ToolPolicy
 
 EFFECTS_ENV = "AEGRA_TEST_EFFECTS"
 CONTROL_ENV = "AEGRA_TEST_CONTROL"
+MODEL_WAIT_ENV = "AEGRA_TEST_MODEL_WAIT"
+"""Seconds each model call of the `throughput` graph waits (bench/aegra_throughput.py sets it for the servers)."""
 HOLD_S = 300.0
 
 
@@ -47,6 +55,47 @@ def responder(messages: list[BaseMessage]) -> AIMessage:
     if len(words) != 6 or words[0] not in ("pay", "wire"):
         return reply("say: pay AMOUNT to WHO as ID")
     return reply(calls=[call(words[0], {"amount": float(words[1]), "to": words[3]}, words[5])])
+
+
+class WaitingModel(ScriptedChatModel):
+    """The scripted model behind a provider that takes `wait_s` per call: awaited under `ainvoke`/`astream` (the
+    run's event loop serves other runs meanwhile), slept under `invoke`. The reply is made after the wait, outside
+    it: the scripted model's lock is held only for the reply itself, so waits overlap as HTTP calls would."""
+
+    wait_s: float = 0.0
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        time.sleep(self.wait_s)
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        await asyncio.sleep(self.wait_s)
+        return super()._generate(messages, stop, None, **kwargs)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        await asyncio.sleep(self.wait_s)
+        for chunk in super()._stream(messages, stop, None, **kwargs):
+            if run_manager:
+                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
 
 
 def hold(to: str, when: str) -> None:
@@ -83,15 +132,21 @@ def make_tools(effects: Effects) -> list[BaseTool]:
     return [pay, wire]
 
 
-def served_graph() -> Any:
+def served_graph(*, model_wait_s: float | None = None, name: str = "payments") -> Any:
+    """The payments graph; with `model_wait_s` its model waits that long per call (`WaitingModel`)."""
     effects = Effects(os.environ[EFFECTS_ENV])
+    model = (
+        ScriptedChatModel(responder=responder)
+        if model_wait_s is None
+        else WaitingModel(responder=responder, wait_s=model_wait_s)
+    )
     gated = {"effect": "write", "approval": "always", "approvers": frozenset({"finance"}), "self_approval": True}
     return build_graph(
-        ScriptedChatModel(responder=responder),
+        model,
         make_tools(effects),
         policies={
             "pay": ToolPolicy(**gated, reconcile=lambda args, key: effects.find(key)),
             "wire": ToolPolicy(**gated),
         },
-        name="payments",
+        name=name,
     )
