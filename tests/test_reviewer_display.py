@@ -253,3 +253,61 @@ def test_unparsed_arguments_of_a_tool_with_secrets_are_masked_whole():
     display = Display(Login().policies)
     lines = display.step_lines("model", {"messages": [reply(calls=[call("login", '{"password": "' + SECRET)])]})
     assert lines == ["[model] proposes login(***) [unparseable]"]
+
+
+def test_the_card_names_the_thread_the_tools_note_and_what_approving_does(tmp_path: Path):
+    """Issue 32's card: the thread's title (its first message, shortened), the policy's review note (an MCP
+    server's hints), one line on what approving does (with the policy's preview, from the masked arguments), the
+    same facts in `description` for clients that show only it, and a link from one request to the next."""
+    from contextlib import contextmanager
+
+    from starlette.testclient import TestClient
+
+    from gatedloop.inbox import InboxBackend, create_app
+    from gatedloop.inbox.identity import Reviewer, Sessions
+
+    @tool
+    def pay(amount: float, to: str) -> str:
+        """Pay an amount to an account."""
+        return f"paid {amount}"
+
+    def responder(messages: list[Any]) -> Any:
+        if messages[-1].type == "tool":
+            return reply("done")
+        n = sum(m.type == "human" for m in messages)
+        return reply(calls=[call("pay", {"amount": 900.0, "to": "DE-IBAN-1"}, f"c{n}-{len(messages)}")])
+
+    policy = ToolPolicy(
+        effect="write",
+        secret_args=frozenset({"to"}),
+        approvals_required=2,
+        review_note="From MCP server bank: destructive, not idempotent.",
+        preview=lambda args: f"moves {args['amount']:.0f} EUR to {args['to']}",
+    )
+    text = "Pay the March rent of 900 EUR to the landlord, please, and tell me when it is done"
+    with open_sqlite(str(tmp_path / "runs.sqlite")) as saver:
+        graph = build_graph(ScriptedChatModel(responder=responder), [pay], policies={"pay": policy}, checkpointer=saver)
+        ana = CallContext(user_id="ana", roles={"staff"})
+        first = runs.start(graph, "thread-0b4f7e2a-5c1d", text, context=ana)["__interrupt__"][0].value
+        second = runs.start(graph, "thread-9a1c", "Pay the gym", context=ana)["__interrupt__"][0].value
+        [action] = first["action_requests"]
+        approving = "your approval makes 1 of the 2 needed; pay runs after the last"
+        assert action["review_note"] == "From MCP server bank: destructive, not idempotent."
+        assert action["preview"] == "moves 900 EUR to ***"
+        assert f"If approved: {approving}; it moves 900 EUR to ***" in action["description"]
+
+        @contextmanager
+        def backend() -> Any:
+            yield InboxBackend.over(graph, saver)
+
+        bo = Reviewer("bo", frozenset({"finance"}), "fixed")
+        with TestClient(create_app(backend, Sessions(None, bo))) as client:
+            page = client.get("/inbox").text
+            link = f"/inbox/requests/{first['request_id']}?thread=thread-0b4f7e2a-5c1d"
+            card = client.get(link).text
+    assert "“Pay the March rent of 900 EUR to the landlord, please, and…”" in page
+    assert "From MCP server bank: destructive, not idempotent." in page
+    assert f"<strong>If you approve:</strong> {approving}; it moves 900 EUR to ***" in page
+    assert "DE-IBAN-1" not in page and "DE-IBAN-1" not in card
+    nxt = f'href="/inbox/requests/{second["request_id"]}?thread=thread-9a1c">next waiting: pay (“Pay the gym”)'
+    assert nxt in card
