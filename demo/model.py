@@ -172,7 +172,7 @@ def demo_responder(messages: list[BaseMessage]) -> AIMessage:
     if not humans:
         return reply("Ask me about an order, a lunch, a workshop seat, a train, or some arithmetic.")
     start = humans[-1]
-    question = str(messages[start].content)
+    question = messages[start].text  # a string or content blocks (Agent Chat UI sends [{"type": "text", ...}])
     step = _scenario(question)
     if step is None:
         return reply(

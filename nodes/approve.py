@@ -119,7 +119,9 @@ def approval_request(
 
 
 def _description(parts: LoopParts, action: GatedActionRequest, error: str | None) -> str:
-    """What a client that shows only `description` (Agent Chat UI) must still tell the reviewer."""
+    """What a client that shows only `description` (Agent Chat UI) must still tell the reviewer. A refusal is a
+    paragraph of its own after the facts: Agent Chat UI renders `description` as Markdown, which runs single lines
+    together (the facts read as one paragraph; the refusal must not read as part of its last line)."""
     lines = [
         describe_tool(parts.registry.tools[action["name"]]),
         "",
@@ -140,7 +142,7 @@ def _description(parts: LoopParts, action: GatedActionRequest, error: str | None
     if action["expires_at"] is not None:
         lines.append("Expires: " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(action["expires_at"])))
     if error:
-        lines.append(f"Previous answer refused: {error}")
+        lines += ["", f"Previous answer refused: {error}"]
     return "\n".join(lines)
 
 

@@ -33,6 +33,7 @@ TOOL_NAMES = {
     "reserve_seat",
 }
 WRITES = {"create_event", "reserve_seat"}
+SEAT_REQUEST = "Reserve a seat in workshop WS-101 for Ana"
 LUNCH: dict[str, Any] = {
     "title": "午餐",
     "date": "2026-03-06",
@@ -59,6 +60,18 @@ def tools(store: DemoStore) -> dict[str, BaseTool]:
 
 def run(tools: dict[str, BaseTool], name: str, /, **args: Any) -> Any:
     return tools[name].invoke(args)
+
+
+@pytest.mark.parametrize("content", [SEAT_REQUEST, [{"type": "text", "text": SEAT_REQUEST}]])
+def test_the_offline_model_reads_the_question_as_text_or_as_content_blocks(content: Any) -> None:
+    """Agent Chat UI sends a message's content as blocks (`[{"type": "text", "text": ...}]`): the demo's scripted
+    model reads the text, not the blocks' repr (which made the participant "Ana', 'type': 'text'}]")."""
+    from langchain_core.messages import HumanMessage
+
+    from gatedloop.demo.model import demo_responder
+
+    [proposed] = demo_responder([HumanMessage(content=content)]).tool_calls
+    assert (proposed["name"], proposed["args"]) == ("reserve_seat", {"event_id": "WS-101", "participant": "Ana"})
 
 
 def test_tool_names_are_the_articles_and_each_has_a_one_line_description(tools: dict[str, BaseTool]) -> None:

@@ -181,7 +181,10 @@ def test_the_reviewer_string_is_never_authority_and_an_unauthorized_answer_chang
             runs.resume(graph, T, answer, context=MALLORY)
         assert paid(saver) == []
         request = runs.pending_request(graph, T)
-        assert "finance" in request["error"] and "finance" in request["action_requests"][0]["description"]
+        assert "finance" in request["error"]
+        # the reason also ends each description, as a paragraph of its own (Agent Chat UI renders it as Markdown)
+        described = request["action_requests"][0]["description"]
+        assert described.endswith(f"\n\nPrevious answer refused: {request['error']}"), described
         refused = [a for a in saver.ledger.audit(T) if a["event"].startswith("answer_refused")]
         assert [a["actor"] for a in refused] == ["mallory"]
         runs.resume(graph, T, {"decisions": [{"type": "approve"}]}, context=BO)

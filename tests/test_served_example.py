@@ -155,3 +155,21 @@ def test_each_served_graph_has_real_input_and_output_schemas_for_studio(served: 
         schemas = api.assistants.get_schemas(assistant["assistant_id"])
         assert "messages" in schemas["input_schema"]["properties"], assistant["graph_id"]
         assert {"messages", "status", "answer"} <= set(schemas["output_schema"]["properties"]), assistant["graph_id"]
+
+
+TABLE_REQUEST = "a table for 4 at Chez Ana"
+
+
+@pytest.mark.parametrize("content", [TABLE_REQUEST, [{"type": "text", "text": TABLE_REQUEST}]])
+def test_the_offline_model_reads_the_request_as_text_or_as_content_blocks(
+    content: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agent Chat UI sends a message's content as blocks (`[{"type": "text", "text": ...}]`): the scripted model
+    reads the text, not the blocks' repr (which made the restaurant "Chez Ana', 'type': 'text'}]")."""
+    from langchain_core.messages import HumanMessage
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    from bookings_agent.graphs import scripted_booking
+
+    [proposed] = scripted_booking([HumanMessage(content=content)]).tool_calls
+    assert (proposed["name"], proposed["args"]) == ("reserve_table", {"restaurant": "Chez Ana", "people": 4})

@@ -324,7 +324,7 @@ def test_respond_completes(studio: Server) -> None:
 def refused(request: dict[str, Any], error: str) -> dict[str, Any]:
     """The same request again with the reason, also in each action's description (all Agent Chat UI shows)."""
     actions = [
-        {**a, "description": f"{a['description']}\nPrevious answer refused: {error}"}
+        {**a, "description": f"{a['description']}\n\nPrevious answer refused: {error}"}
         for a in request["action_requests"]
     ]
     return {**request, "action_requests": actions, "error": error}

@@ -25,7 +25,7 @@ def scripted_booking(messages: list[BaseMessage]) -> AIMessage:
     """'a table for 4 at Chez Ana' or 'a room for 2 nights at Hotel Sol' -> that booking, then a summary."""
     if isinstance(messages[-1], ToolMessage):
         return reply(f"Done: {messages[-1].content}")
-    text = str([m for m in messages if isinstance(m, HumanMessage)][-1].content)
+    text = [m for m in messages if isinstance(m, HumanMessage)][-1].text  # a string or content blocks
     table = re.search(r"table for (\d+) at (.+)", text)
     if table:
         return reply(calls=[call("reserve_table", {"restaurant": table[2], "people": int(table[1])})])
