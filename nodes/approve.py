@@ -131,7 +131,6 @@ def _description(parts: LoopParts, action: GatedActionRequest, error: str | None
     ]
     if action.get("review_note"):
         lines.append(action["review_note"])
-    lines.append("If approved: " + approving_text(action, parts.registry.policy(action["name"]).effect))
     if action["approvers"] is not None:
         lines.append(f"Approvers: one of the roles {', '.join(action['approvers'])}")
     if action["approvals_required"] > 1:
@@ -141,6 +140,7 @@ def _description(parts: LoopParts, action: GatedActionRequest, error: str | None
         )
     if action["expires_at"] is not None:
         lines.append("Expires: " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(action["expires_at"])))
+    lines.append("If approved: " + approving_text(action, parts.registry.policy(action["name"]).effect))
     if error:
         lines += ["", f"Previous answer refused: {error}"]
     return "\n".join(lines)
