@@ -20,6 +20,7 @@ from gatedloop.cli.output import Output
 from gatedloop.demo import DEMO_QUESTIONS
 from gatedloop.graph import runs
 from gatedloop.graph.display import Display
+from gatedloop.graph.pending import PendingRequest
 from gatedloop.tools import CallContext
 
 REVIEWER = "demo-reviewer"
@@ -54,7 +55,7 @@ def run_demo(db: str | None = None, given: Output | None = None) -> int:
     child = subprocess.run(
         [
             *(sys.executable, "-m", "gatedloop.cli.main", "--db", db, "--reviewer", REVIEWER),
-            *("resume", lunch, "--request", request["request_id"], "--approve"),
+            *("resume", lunch, "--request", PendingRequest.parse(request).request_id, "--approve"),
             *(["--json"] if out.as_json else []),
         ],
         env={**os.environ, "GATEDLOOP_MODEL": "demo"},

@@ -59,11 +59,13 @@ from gatedloop.cli.output import Output, configure_logging, wants_json
 from gatedloop.cli.review import ask_reviewer
 from gatedloop.demo import choose_model
 from gatedloop.demo.model import describe_choice
+from gatedloop.graph import pending as decide
 from gatedloop.graph import runs, thread_graph
 from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, Display
 from gatedloop.graph.models import ModelConfigError
-from gatedloop.nodes.gate.hitl import InvalidDecision, pending_summary
+from gatedloop.graph.pending import PendingRequest
+from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools.policy import CallContext
 
 DEFAULT_DB = "gatedloop.sqlite"
@@ -153,8 +155,9 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, 
         if not interactive(args):
             out.record("request", thread_id=thread_id, request=request)
             out.say(out.display.approval_table(request))
-            named = f" --request {shlex.quote(request['request_id'])}" if request.get("request_id") else ""
-            hint = UNKNOWN_HINT if request.get("kind") == "unknown_outcome" else ANSWER_HINT
+            asked = PendingRequest.parse(request, pending[0].id)
+            named = f" --request {shlex.quote(asked.request_id)}" if asked.named else ""
+            hint = UNKNOWN_HINT if asked.kind == "unknown_outcome" else ANSWER_HINT
             out.say(f"\nthread {thread_id} is waiting. Answer with: {resume_command(thread_id, args)}{named} {hint}")
             return EXIT_PAUSED
         try:
@@ -207,49 +210,40 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
     """Turn --approve/--reject/--edit/... into one decision per pending action, each naming its call, and the
     answer naming the request it answers (`--request`), so it can never land on a request the reviewer did not
     see."""
-    count = len(request.get("calls") or request.get("action_requests") or [])
-    if request.get("kind") == "unknown_outcome":
+    asked = PendingRequest.parse(request)
+    calls = asked.calls
+    if asked.kind == "unknown_outcome":
         if args.done is not None:
-            decision: dict[str, Any] = {"type": "done", "result": _json_option(args.done, "--done")}
+            decision: dict[str, Any] = decide.done(_json_option(args.done, "--done"))
         elif args.not_done:
-            decision = {"type": "not_done"}
+            decision = decide.not_done()
         elif args.abandon:
-            decision = {"type": "abandon"}
+            decision = decide.abandon()
         else:
             raise InvalidDecision(f"this thread waits on a write of unknown outcome: use {UNKNOWN_HINT}")
-        if args.justification:
-            decision["justification"] = args.justification
-        return {"decisions": [decision] * count, "reviewer": args.user}
-    actions = request["action_requests"]
+        return asked.answer([dict(decision) for _ in calls], args.user, justification=args.justification)
     if args.request is None:
-        raise CliError(
-            f"name the request you answer: --request {request.get('request_id')} (pending: {pending_summary(actions)})",
-            EXIT_USAGE,
-        )
+        summary = ", ".join(f"{c.name} (tool_call_id {c.tool_call_id})" for c in calls) or "nothing"
+        raise CliError(f"name the request you answer: --request {asked.request_id} (pending: {summary})", EXIT_USAGE)
     if args.approve:
-        decisions = [{"type": "approve", "args_digest": a["args_digest"]} for a in actions]
+        decisions = [decide.approve(c) for c in calls]
     elif args.reject is not None:
-        decisions = [{"type": "reject", "message": args.reject or "Rejected by the reviewer."}] * count
+        decisions = [decide.reject(c, args.reject) for c in calls]
     elif args.respond is not None:
-        decisions = [{"type": "respond", "message": args.respond}] * count
+        decisions = [decide.respond(c, args.respond) for c in calls]
     elif args.edit is not None:
         edited = _json_option(args.edit, "--edit")
         edits = edited if isinstance(edited, list) else [edited]
-        if len(edits) != len(actions) or not all(isinstance(e, dict) for e in edits):
-            names = ", ".join(a["name"] for a in actions)
+        if len(edits) != len(calls) or not all(isinstance(e, dict) for e in edits):
+            names = ", ".join(c.name for c in calls)
             raise InvalidDecision(
-                f"--edit needs {len(actions)} argument object(s), one per pending call in order ({names}); "
+                f"--edit needs {len(calls)} argument object(s), one per pending call in order ({names}); "
                 f"got {len(edits)}" + ("" if all(isinstance(e, dict) for e in edits) else " (not all objects)")
             )
-        decisions = [
-            {"type": "edit", "edited_action": {"name": a["name"], "args": e}, "args_digest": a["args_digest"]}
-            for a, e in zip(actions, edits, strict=True)
-        ]
+        decisions = [decide.edit(c, e) for c, e in zip(calls, edits, strict=True)]
     else:
         raise InvalidDecision(f"this thread waits for approval: use {ANSWER_HINT}")
-    reason = {"justification": args.justification} if args.justification else {}
-    named = [{**d, **reason, "tool_call_id": a["tool_call_id"]} for d, a in zip(decisions, actions, strict=True)]
-    return {"decisions": named, "reviewer": args.user, "request_id": args.request}
+    return asked.answer(decisions, args.user, justification=args.justification, request_id=args.request)
 
 
 def _refuse_closed(summary: ThreadSummary, thread_id: str) -> NoReturn:

@@ -1,61 +1,57 @@
-"""Asking a person at the terminal to answer a pending request."""
+"""Asking a person at the terminal to answer a pending request (the operator layer, gatedloop.graph.pending, reads
+it and builds the answer)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from gatedloop.graph import pending as decide
 from gatedloop.graph.display import Display
+from gatedloop.graph.pending import PendingCall, PendingRequest
 
 PROMPT = "  {index}. {name}: [a]pprove / [e]dit / [r]eject / re[s]pond? "
 
 
 def ask_reviewer(request: dict[str, Any], reviewer: str, display: Display) -> dict[str, Any]:
     print(display.approval_table(request))
-    if request.get("kind") == "unknown_outcome":
-        return {"decisions": [_ask_unknown(i, c) for i, c in enumerate(request["calls"], 1)], "reviewer": reviewer}
-    decisions = []
-    for index, (action, config) in enumerate(
-        zip(request["action_requests"], request["review_configs"], strict=True), 1
-    ):
-        decision = _ask_one(index, action, config["allowed_decisions"])
-        decisions.append({**decision, "tool_call_id": action["tool_call_id"]})
-    return {"decisions": decisions, "reviewer": reviewer, "request_id": request.get("request_id")}
+    asked = PendingRequest.parse(request)
+    ask = _ask_unknown if asked.kind == "unknown_outcome" else _ask_one
+    return asked.answer([ask(call) for call in asked.calls], reviewer)
 
 
-def _ask_one(index: int, action: dict[str, Any], allowed: list[str]) -> dict[str, Any]:
+def _ask_one(call: PendingCall) -> dict[str, Any]:
     keys = {"a": "approve", "e": "edit", "r": "reject", "s": "respond"}
     while True:
-        choice = keys.get(input(PROMPT.format(index=index, name=action["name"])).strip().lower()[:1])
-        if choice not in allowed:
-            print(f"    choose one of: {', '.join(allowed)}")
+        choice = keys.get(input(PROMPT.format(index=call.index + 1, name=call.name)).strip().lower()[:1])
+        if choice not in call.allowed:
+            print(f"    choose one of: {', '.join(call.allowed)}")
             continue
         if choice == "approve":
-            return {"type": "approve", "args_digest": action["args_digest"]}
+            return decide.approve(call)
         if choice == "reject":
-            return {
-                "type": "reject",
-                "message": input("    reason (optional): ").strip() or "Rejected by the reviewer.",
-            }
+            return decide.reject(call, input("    reason (optional): ").strip())
         if choice == "respond":
-            return {"type": "respond", "message": input("    your answer for the model: ").strip() or "-"}
+            return decide.respond(call, input("    your answer for the model: ").strip() or "-")
         try:
-            args = json.loads(input(f"    new args as JSON [{json.dumps(action['args'], ensure_ascii=False)}]: "))
+            args = json.loads(input(f"    new args as JSON [{json.dumps(call.args, ensure_ascii=False)}]: "))
         except ValueError as exc:
             print(f"    not JSON: {exc}")
             continue
-        return {"type": "edit", "edited_action": {"name": action["name"], "args": args}}
+        return decide.edit(call, args)
 
 
-def _ask_unknown(index: int, call: dict[str, Any]) -> dict[str, Any]:
+def _ask_unknown(call: PendingCall) -> dict[str, Any]:
     while True:
-        choice = input(f"  {index}. {call['name']}: [d]one / [n]ot done (run it) / [a]bandon? ").strip().lower()[:1]
+        choice = (
+            input(f"  {call.index + 1}. {call.name}: [d]one / [n]ot done (run it) / [a]bandon? ").strip().lower()[:1]
+        )
         if choice == "n":
-            return {"type": "not_done"}
+            return decide.not_done()
         if choice == "a":
-            return {"type": "abandon"}
+            return decide.abandon()
         if choice == "d":
             try:
-                return {"type": "done", "result": json.loads(input("    its result as JSON: ") or "{}")}
+                return decide.done(json.loads(input("    its result as JSON: ") or "{}"))
             except ValueError as exc:
                 print(f"    not JSON: {exc}")

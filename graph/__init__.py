@@ -1,7 +1,8 @@
 """gatedloop.graph: build the gated loop, its limits, its state and the model it talks to; and the one import a user
 needs (`from gatedloop.graph import build_graph, Limits, ToolPolicy, CallContext, ToolFailure, InvalidDecision,
-ThreadBusy, open_sqlite, open_async_sqlite, runs`, and `open_postgres`, `open_async_postgres` with the `postgres`
-extra installed)."""
+ThreadBusy, open_sqlite, open_async_sqlite, runs`, `PendingRequest` (a pending request read once, and its answer
+built; the decision builders are in `gatedloop.graph.pending`), and `open_postgres`, `open_async_postgres` with the
+`postgres` extra installed)."""
 
 from typing import Any
 
@@ -10,6 +11,7 @@ from gatedloop.checkpoints.sqlite import open_async_sqlite, open_sqlite
 from gatedloop.checkpoints.threads import UnknownThread
 from gatedloop.graph import runs
 from gatedloop.graph.build import build_graph
+from gatedloop.graph.pending import PendingCall, PendingRequest
 from gatedloop.graph.thread_graph import GraphMismatch
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.nodes.limits import Limits
@@ -24,6 +26,8 @@ __all__ = [
     "GraphMismatch",
     "InvalidDecision",
     "Limits",
+    "PendingCall",
+    "PendingRequest",
     "ThreadBusy",
     "ToolFailure",
     "ToolPolicy",

@@ -22,6 +22,7 @@ from langgraph.types import Interrupt
 
 from gatedloop.graph.masking import Redactor, thread_redactor, unknown_policies
 from gatedloop.graph.parts_of import parts_of
+from gatedloop.graph.pending import PendingRequest
 from gatedloop.graph.thread_graph import ledger_of, made_by
 from gatedloop.tools.policy import GATED_WRITE, MASK, ToolPolicy
 
@@ -252,20 +253,20 @@ class Display:
         return []
 
     def approval_table(self, request: dict[str, Any]) -> str:
-        if request.get("kind") == "unknown_outcome":
-            rows = []
-            for i, c in enumerate(request.get("calls", []), 1):
-                rows.append(f"  {i}. {c['name']}  outcome unknown ({c['reason']}), key {c['idempotency_key']}")
-                rows.extend(wrapped(self.call_text(c["name"], c["args"]), "     "))
+        asked = PendingRequest.parse(request)
+        rows = []
+        if asked.kind == "unknown_outcome":
+            for call in asked.calls:
+                rows.append(
+                    f"  {call.index + 1}. {call.name}  outcome unknown ({call.reason}), key {call.idempotency_key}"
+                )
+                rows.extend(wrapped(self.call_text(call.name, call.args), "     "))
             head = "A write's outcome is unknown. Answer done (with its result), not_done (run it) or abandon:"
             return "\n".join([head, *rows])
-        rows = []
-        for i, (action, config) in enumerate(
-            zip(request["action_requests"], request["review_configs"], strict=False), 1
-        ):
-            rows.append(f"  {i}. {action['name']}   allowed: {', '.join(config['allowed_decisions'])}")
-            rows.extend(wrapped(self.call_text(action["name"], action["args"]), "     "))
-        head = "Approval needed:" + (f"  (previous answer refused: {request['error']})" if request.get("error") else "")
+        for call in asked.calls:
+            rows.append(f"  {call.index + 1}. {call.name}   allowed: {', '.join(call.allowed)}")
+            rows.extend(wrapped(self.call_text(call.name, call.args), "     "))
+        head = "Approval needed:" + (f"  (previous answer refused: {asked.error})" if asked.error else "")
         return "\n".join([head, *rows])
 
     def message_json(self, message: BaseMessage) -> dict[str, Any]:

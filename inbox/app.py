@@ -7,6 +7,7 @@ JavaScript; the script only refreshes the list, counts down expiries and opens t
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
@@ -28,6 +29,7 @@ from starlette.templating import Jinja2Templates
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import describe_thread
+from gatedloop.graph import pending as decide
 from gatedloop.graph import runs
 from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, day_and_clock
@@ -377,36 +379,34 @@ def _request_url(request_id: str, thread_id: str) -> str:
 
 def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> dict[str, Any]:
     """One decision per call from the submitted form, bound to the request and the exact arguments shown."""
+    assert view.request is not None  # every view is parsed by the operator layer
     decisions: list[dict[str, Any]] = []
-    for action in view.actions:
+    for action, call in zip(view.actions, view.request.calls, strict=True):
         choice = _field(form, f"decision-{action.index}") or ""
         message = (_field(form, f"message-{action.index}") or "").strip()
         if choice not in action.allowed:
             raise FormError(f"{action.name}: choose one of {', '.join(action.allowed)}")
         if view.kind == "unknown_outcome":
-            decision: dict[str, Any] = {"type": choice}
             if choice == "done":
-                import json
-
                 try:
-                    decision["result"] = json.loads(_field(form, f"result-{action.index}") or "null")
+                    decisions.append(decide.done(json.loads(_field(form, f"result-{action.index}") or "null")))
                 except ValueError as exc:
                     raise FormError(f"{action.name}: the result is not JSON ({exc})") from None
-            decisions.append(decision)
+            else:
+                decisions.append(decide.not_done() if choice == "not_done" else decide.abandon())
             continue
-        bound = {"args_digest": action.args_digest, "tool_call_id": action.tool_call_id}
         typed = {f.name: _field(form, f"arg-{action.index}-{f.name}") for f in action.fields}
         sent = any(value is not None for value in typed.values())
         if choice == "approve" and any(f.changed(typed[f.name], sent) for f in action.fields):
             choice = "edit"  # a reviewer who changed the arguments approves her changes, never the original ones
         if choice == "approve":
-            decisions.append({"type": "approve", **bound})
+            decisions.append(decide.approve(call))
         elif choice == "reject":
-            decisions.append({"type": "reject", "message": message or "Rejected by the reviewer.", **bound})
+            decisions.append(decide.reject(call, message))
         elif choice == "respond":
             if not message:
                 raise FormError(f"{action.name}: write the answer the model should get")
-            decisions.append({"type": "respond", "message": message, **bound})
+            decisions.append(decide.respond(call, message))
         else:
             if "edit" not in action.allowed:
                 raise FormError(f"{action.name}: its arguments cannot be edited here; undo your changes to approve")
@@ -414,15 +414,12 @@ def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> d
             shown = [f for f in action.fields if f.name not in kept]
             args = parse_edit(shown, {f.name: text for f in shown if (text := typed[f.name]) is not None})
             args.update(dict.fromkeys(kept, MASK))
-            decisions.append({"type": "edit", "edited_action": {"name": action.name, "args": args}, **bound})
+            decisions.append(decide.edit(call, args))
     for action, decision in zip(view.actions, decisions, strict=True):
         justification = (_field(form, f"justification-{action.index}") or "").strip()
         if justification:
             decision["justification"] = justification
-    answer: dict[str, Any] = {"decisions": decisions, "reviewer": reviewer.user_id}
-    if view.request_id != view.interrupt_id:
-        answer["request_id"] = view.request_id
-    return answer
+    return view.request.answer(decisions, reviewer.user_id)
 
 
 def _may_see(

@@ -82,6 +82,11 @@ HEADLINES = {
 }
 TELLS = frozenset({"decided", "finished"})
 """Notices that tell what happened (nobody is asked anything): never closed, only too old for a new endpoint."""
+TOLD_KEYS = {
+    "decided": ("requested_by", "decided_by", "decided_at", "waiting", "actions"),
+    "finished": ("request_ids", "status", "detail", "ran"),
+}
+"""The generic body's keys of the notices that tell, beside id, type, request, thread and url."""
 DECISION_WORDS = {"approve": "approved", "edit": "edited and approved", "reject": "rejected", "respond": "answered"}
 ACTION_KEYS = {
     "request": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
@@ -232,11 +237,8 @@ def generic_body(notice: Notification, link: str) -> dict[str, Any]:
     unknown outcome's actions say why it is unknown (`reason`) and the key its write was started with."""
     p = notice.payload
     head = {"id": notice.id, "type": EVENT_TYPES[notice.kind], "request_id": notice.request_id}
-    if notice.kind == "decided":
-        keys = ("requested_by", "decided_by", "decided_at", "waiting", "actions")
-        return {**head, "thread_id": notice.thread_id, **{k: p[k] for k in keys}, "url": link}
-    if notice.kind == "finished":
-        keys = ("request_ids", "status", "detail", "ran")
+    if notice.kind in TELLS:
+        keys = TOLD_KEYS[notice.kind]
         return {**head, "thread_id": notice.thread_id, **{k: p[k] for k in keys}, "url": link}
     return {
         **head,

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -21,8 +21,8 @@ from langgraph.graph.state import CompiledStateGraph
 
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.masking import Redactor, thread_redactor
+from gatedloop.graph.pending import PendingRequest
 from gatedloop.inbox.forms import FormField, edit_fields
-from gatedloop.nodes.gate.hitl import GatedActionRequest, approving_text
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 RECENT_MESSAGES = 6
@@ -47,7 +47,7 @@ class ActionView:
     proposed: dict[str, Any] | None = None  # what the model proposed (masked), when the pending args differ from it
     justification_required: list[str] = field(default_factory=list)  # decisions the policy wants a reason for
     note: str = ""  # the policy's note for reviewers (an MCP tool: its server and hints)
-    approving: str = ""  # what approving will do, in one line (`approving_text`)
+    approving: str = ""  # what approving will do, in one line (`PendingCall.approving`)
 
     @property
     def rows(self) -> list[tuple[str, str, str | None]]:
@@ -80,6 +80,7 @@ class PendingView:
     recent: list[tuple[str, str]]
     graph: str = ""  # under LangGraph Server: the graph (assistant) the thread runs, which answers go to
     title: str = ""  # the thread's first user message, shortened (redacted as the conversation is)
+    request: PendingRequest | None = None  # the request as the operator layer parsed it (answers are built on it)
 
     @property
     def version(self) -> str:
@@ -230,68 +231,57 @@ def pending_view(
 ) -> PendingView:
     """A pending request (the interrupt value, as the wire format has it) as the inbox shows it; `tools` give the
     edit forms their fields (a tool not among them gets no edit form)."""
-    kind = str(request.get("kind") or "approval")
+    pending = PendingRequest.parse(request, interrupt_id)
     proposals = proposed_args(messages)
-    if kind == "unknown_outcome":
-        actions = [
-            ActionView(
-                index=i,
-                name=c["name"],
-                args=c["args"],
-                description="",
-                tool_call_id=c["tool_call_id"],
-                args_digest="",
-                allowed=list(request.get("allowed_decisions") or []),
-                reason=str(c.get("reason", "")),
-            )
-            for i, c in enumerate(request.get("calls") or [])
-        ]
-    else:
-        configs = request.get("review_configs") or []
-        actions = []
-        for i, action in enumerate(request.get("action_requests") or []):
-            config = configs[i] if i < len(configs) else {}
-            tool = tools.get(action["name"])
-            rules = policy(action["name"])
-            args = action.get("args") or {}
-            model_args = proposals.get(str(action.get("tool_call_id")))
-            proposed = rules.masked(model_args) if model_args is not None else None
+    actions = []
+    for call in pending.calls:
+        if pending.kind == "unknown_outcome":
             actions.append(
                 ActionView(
-                    index=i,
-                    name=action["name"],
-                    args=action.get("args") or {},
-                    description=str(action.get("description") or ""),
-                    tool_call_id=str(action.get("tool_call_id") or ""),
-                    args_digest=str(action.get("args_digest") or ""),
-                    allowed=list(config.get("allowed_decisions") or []),
-                    justification_required=list(config.get("justification_required") or []),
-                    approvals_required=int(action.get("approvals_required") or 1),
-                    approved_by=list(action.get("approved_by") or []),
-                    approvers=action.get("approvers"),
-                    fields=edit_fields(tool, args, rules.secret_args) if tool is not None else [],
-                    effect=rules.effect,
-                    summary=tool.description if tool is not None else "",
-                    proposed=proposed if proposed is not None and proposed != args else None,
-                    note=str(action.get("review_note") or rules.review_note or ""),
-                    approving=approving_text(cast(GatedActionRequest, action), rules.effect),
+                    call.index, call.name, call.args, "", call.tool_call_id, "", list(call.allowed), reason=call.reason
                 )
             )
-    first = (request.get("action_requests") or [{}])[0] if kind != "unknown_outcome" else {}
+            continue
+        tool = tools.get(call.name)
+        rules = policy(call.name)
+        model_args = proposals.get(call.tool_call_id)
+        proposed = rules.masked(model_args) if model_args is not None else None
+        actions.append(
+            ActionView(
+                index=call.index,
+                name=call.name,
+                args=call.args,
+                description=call.description,
+                tool_call_id=call.tool_call_id,
+                args_digest=call.args_digest,
+                allowed=list(call.allowed),
+                justification_required=list(call.justification_required),
+                approvals_required=call.approvals_required,
+                approved_by=list(call.approved_by),
+                approvers=list(call.approvers) if call.approvers is not None else None,
+                fields=edit_fields(tool, call.args, rules.secret_args) if tool is not None else [],
+                effect=rules.effect,
+                summary=tool.description if tool is not None else "",
+                proposed=proposed if proposed is not None and proposed != call.args else None,
+                note=call.review_note or rules.review_note or "",
+                approving=call.approving(rules.effect),
+            )
+        )
     redact = thread_redactor(messages, policy)
     return PendingView(
         thread_id=thread_id,
         interrupt_id=interrupt_id,
-        request_id=str(request.get("request_id") or interrupt_id),
-        kind=kind,
+        request_id=pending.request_id,
+        kind=pending.kind,
         actions=actions,
-        requested_by=first.get("requested_by"),
-        requested_at=first.get("requested_at") or _epoch(checkpoint_ts),
-        expires_at=first.get("expires_at"),
-        error=request.get("error"),
+        requested_by=pending.requested_by,
+        requested_at=pending.requested_at or _epoch(checkpoint_ts),
+        expires_at=pending.expires_at,
+        error=pending.error,
         recent=recent_conversation(messages, redact),
         graph=graph,
         title=thread_title(messages, redact),
+        request=pending,
     )
 
 

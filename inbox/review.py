@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from gatedloop.graph.display import audit_text, visible
 from gatedloop.graph.masking import Redactor
+from gatedloop.graph.pending import PendingRequest
 from gatedloop.inbox.pending import shown_value
 from gatedloop.tools.policy import ToolPolicy
 
@@ -189,7 +190,7 @@ def find_request(saver: BaseCheckpointSaver[Any], thread_ids: Sequence[str], req
     interrupt id, as the inbox's list names it (`pending_view`)."""
     for thread_id in thread_ids:
         for found in _interrupts(saver, thread_id):
-            if (found.request.get("request_id") or found.interrupt_id) == request_id:
+            if PendingRequest.parse(found.request, found.interrupt_id).request_id == request_id:
                 return found
     return None
 

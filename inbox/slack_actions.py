@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gatedloop.checkpoints.lease import ThreadBusy
+from gatedloop.graph import pending as decide
 from gatedloop.graph.display import STOP_WORDS
 from gatedloop.inbox.identity import Reviewer
 from gatedloop.inbox.slack import (
@@ -233,14 +234,10 @@ def _choices(payload: Mapping[str, Any], count: int) -> list[str | None]:
 
 def _answer(view: Any, chosen: list[str], reviewer: Reviewer) -> dict[str, Any]:
     """The inbox's answer deciding each call as chosen, bound to each call's id and argument digest."""
-    decisions: list[dict[str, Any]] = []
-    for action, decision in zip(view.actions, chosen, strict=True):
-        bound = {"tool_call_id": action.tool_call_id, "args_digest": action.args_digest}
-        if decision == "approve":
-            decisions.append({"type": "approve", **bound})
-        else:
-            decisions.append({"type": "reject", "message": f"Rejected in Slack by {reviewer.user_id}.", **bound})
-    answer: dict[str, Any] = {"decisions": decisions, "reviewer": reviewer.user_id}
-    if view.request_id != view.interrupt_id:
-        answer["request_id"] = view.request_id
-    return answer
+    calls = view.request.calls
+    rejected = f"Rejected in Slack by {reviewer.user_id}."
+    decisions = [
+        decide.approve(call) if choice == "approve" else decide.reject(call, rejected)
+        for call, choice in zip(calls, chosen, strict=True)
+    ]
+    return view.request.answer(decisions, reviewer.user_id)

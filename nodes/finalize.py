@@ -72,7 +72,8 @@ def make_finalize_node(parts: LoopParts):
         removals = check.removals()
         answered = record_answers(parts.ledger, thread_id, leftovers, "finalize").get("messages", [])
         update: dict[str, Any] = {"status": status, "answer": answer, "stop_detail": detail, "calls": []}
-        reviewed = (state.get("counters") or {}).get("reviewed")
+        counters = state.get("counters")
+        reviewed = counters.get("reviewed") if counters is not None else None
         if reviewed:
             queue_finished_notice(parts, thread_id, reviewed, status, detail, [*messages, *answered])
         if removals or answered:

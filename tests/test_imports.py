@@ -15,6 +15,7 @@ import sys
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from doc_text import section
@@ -185,3 +186,34 @@ def test_one_import_gives_a_user_everything_including_the_postgres_openers():
     assert all(hasattr(public, name) for name in public.__all__)
     with pytest.raises(AttributeError, match="no attribute 'open_mysql'"):
         _ = public.open_mysql
+
+
+WIRE_KEYS = {"action_requests", "review_configs", "allowed_decisions", "justification_required", "edited_action"}
+"""The keys of gatedloop's interrupts and answers (`GatedHITLRequest`, `UnknownOutcomeRequest`, a decision)."""
+
+
+def wire_key_reads(path: Path) -> list[tuple[int, str]]:
+    """(line, key) for every `x["key"]` or `x.get("key")` of a wire key in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        key: Any = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            key = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+        if key in WIRE_KEYS:
+            found.append((node.lineno, str(key)))
+    return found
+
+
+def test_only_the_operator_layer_reads_a_pending_request_by_its_keys():
+    """Issue 32: the CLI, the inbox and Slack read a pending request through `gatedloop.graph.pending` (parsed once,
+    answers built there); only it and the gate that writes and checks the wire format (`gatedloop.nodes`) use its
+    keys, so a new decision type touches that layer and the front ends' templates, not every front end."""
+    readers = [
+        f"{path.relative_to(ROOT)}:{line} reads {key!r}"
+        for module, path in modules().items()
+        if not module.startswith("gatedloop.nodes") and module != "gatedloop.graph.pending"
+        for line, key in wire_key_reads(path)
+    ]
+    assert not readers, "\n".join(readers)

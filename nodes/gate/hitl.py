@@ -11,7 +11,7 @@ never authority: who answers is the answer's sender, bound to it as it entered (
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from gatedloop.tools.policy import ALL_DECISIONS, CallContext, DecisionType, ToolPolicy
@@ -301,7 +301,7 @@ def check_unknown_answer(answer: Any, count: int) -> list[dict[str, Any]]:
     return checked
 
 
-def approving_text(action: GatedActionRequest, effect: str) -> str:
+def approving_text(action: Mapping[str, Any], effect: str) -> str:
     """What approving this call will do, in one line: it runs (once, for a write) or counts toward the quorum, and
     the policy's preview if it gives one."""
     name = action["name"]

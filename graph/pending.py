@@ -1,0 +1,189 @@
+"""What a person is asked, and how an answer to it is made: the one reading of gatedloop's interrupts.
+
+Every front end (the CLI's prompt and flags, the inbox, Slack) reads a pending request through `PendingRequest.parse`
+and builds its answer with the decision builders here (`approve`, `edit`, `reject`, `respond`, `done`,
+`not_done`, `abandon`) and `PendingRequest.answer`, which binds each decision to its call (and, for an approval, to
+the exact arguments shown and to the request), so the gate refuses it if anything changed since it was shown. A
+new decision type touches this module and the front ends' templates; nothing else reads the wire format
+(`gatedloop.nodes.gate.hitl`'s TypedDicts) by its keys (tests/test_imports.py checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gatedloop.nodes.gate.hitl import approving_text
+
+RequestKind = Literal["approval", "unknown_outcome"]
+REJECTED = "Rejected by the reviewer."
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """One call a person is asked about (an approval's action, or a write whose outcome is unknown)."""
+
+    index: int
+    name: str
+    args: dict[str, Any]
+    """As the reviewer may see them: `secret_args` masked."""
+    tool_call_id: str
+    allowed: tuple[str, ...]
+    """The decision types the tool's policy allows for it."""
+    description: str = ""
+    args_digest: str = ""
+    """An approval: the digest of the arguments that will run (a decision carries it back)."""
+    approvals_required: int = 1
+    approved_by: tuple[str, ...] = ()
+    approvers: tuple[str, ...] | None = None
+    justification_required: tuple[str, ...] = ()
+    review_note: str = ""
+    preview: str = ""
+    reason: str = ""
+    """An unknown outcome: why it is unknown (`timeout`, `connection_lost`, ...)."""
+    idempotency_key: str = ""
+    """An unknown outcome: the key its write was started with, to look it up in the other system."""
+
+    def approving(self, effect: str) -> str:
+        """What approving it does, in one line (see `approving_text`)."""
+        facts = {"name": self.name, "approvals_required": self.approvals_required, "approved_by": self.approved_by}
+        return approving_text({**facts, **({"preview": self.preview} if self.preview else {})}, effect)
+
+
+@dataclass(frozen=True)
+class PendingRequest:
+    """A pending request as every front end reads it, parsed once from the interrupt's value."""
+
+    kind: RequestKind
+    request_id: str
+    """The approval request's id, or the interrupt's id for a question that has none."""
+    calls: tuple[PendingCall, ...]
+    interrupt_id: str = ""
+    named: bool = False
+    """Whether the request has an id of its own (an approval): its answer must then name it."""
+    requested_by: str | None = None
+    requested_at: float | None = None
+    expires_at: float | None = None
+    error: str | None = None
+    """Why the previous answer was refused (the request waits again)."""
+    replaced: bool = False
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, value: Mapping[str, Any], interrupt_id: str = "") -> PendingRequest:
+        """Either kind of request, as the interrupt carries it (`GatedHITLRequest`, `UnknownOutcomeRequest`)."""
+        if value.get("kind") == "unknown_outcome":
+            allowed = tuple(value.get("allowed_decisions") or ())
+            calls = tuple(
+                PendingCall(
+                    index=i,
+                    name=str(c["name"]),
+                    args=dict(c.get("args") or {}),
+                    tool_call_id=str(c.get("tool_call_id") or ""),
+                    allowed=allowed,
+                    reason=str(c.get("reason") or ""),
+                    idempotency_key=str(c.get("idempotency_key") or ""),
+                )
+                for i, c in enumerate(value.get("calls") or [])
+            )
+            return cls("unknown_outcome", interrupt_id, calls, interrupt_id, raw=value)
+        configs = value.get("review_configs") or []
+        calls = tuple(
+            _approval_call(i, action, configs[i] if i < len(configs) else {})
+            for i, action in enumerate(value.get("action_requests") or [])
+        )
+        first = (value.get("action_requests") or [{}])[0]
+        return cls(
+            "approval",
+            str(value.get("request_id") or interrupt_id),
+            calls,
+            interrupt_id,
+            named=bool(value.get("request_id")),
+            requested_by=first.get("requested_by"),
+            requested_at=first.get("requested_at"),
+            expires_at=first.get("expires_at"),
+            error=value.get("error"),
+            replaced=bool(value.get("replaced")),
+            raw=value,
+        )
+
+    def answer(
+        self,
+        decisions: Sequence[dict[str, Any]],
+        reviewer: str | None = None,
+        *,
+        justification: str | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The answer: one decision per call, in order. An approval's decisions each name their call and the
+        answer names the request (`request_id`: the one shown, unless the caller names the one she saw, as the
+        CLI's `--request`); an unknown outcome's question is answered in its calls' order."""
+        if len(decisions) != len(self.calls):
+            raise ValueError(f"{len(self.calls)} decision(s) needed, one per call, got {len(decisions)}")
+        reason = {"justification": justification} if justification else {}
+        bound = [
+            {**d, **reason, **({"tool_call_id": call.tool_call_id} if self.kind == "approval" else {})}
+            for d, call in zip(decisions, self.calls, strict=True)
+        ]
+        answer: dict[str, Any] = {"decisions": bound, "reviewer": reviewer}
+        if request_id is not None or self.named:
+            answer["request_id"] = request_id if request_id is not None else self.request_id
+        return answer
+
+
+def _approval_call(index: int, action: Mapping[str, Any], config: Mapping[str, Any]) -> PendingCall:
+    approvers = action.get("approvers")
+    return PendingCall(
+        index=index,
+        name=str(action["name"]),
+        args=dict(action.get("args") or {}),
+        tool_call_id=str(action.get("tool_call_id") or ""),
+        allowed=tuple(config.get("allowed_decisions") or ()),
+        description=str(action.get("description") or ""),
+        args_digest=str(action.get("args_digest") or ""),
+        approvals_required=int(action.get("approvals_required") or 1),
+        approved_by=tuple(action.get("approved_by") or ()),
+        approvers=tuple(approvers) if approvers is not None else None,
+        justification_required=tuple(config.get("justification_required") or ()),
+        review_note=str(action.get("review_note") or ""),
+        preview=str(action.get("preview") or ""),
+    )
+
+
+# The decisions, one builder each: what a call's decision is on the wire.
+
+
+def approve(call: PendingCall) -> dict[str, Any]:
+    """Approve the call as shown (bound to the arguments' digest)."""
+    return {"type": "approve", "args_digest": call.args_digest}
+
+
+def edit(call: PendingCall, args: dict[str, Any]) -> dict[str, Any]:
+    """Approve the call with these arguments instead (a secret sent back as `***` keeps its value)."""
+    return {"type": "edit", "edited_action": {"name": call.name, "args": args}, "args_digest": call.args_digest}
+
+
+def reject(call: PendingCall, message: str | None = None) -> dict[str, Any]:
+    """Do not run it; the model reads `message` as the call's error."""
+    return {"type": "reject", "message": message or REJECTED, "args_digest": call.args_digest}
+
+
+def respond(call: PendingCall, message: str) -> dict[str, Any]:
+    """Do not run it; the model reads `message` as the call's result."""
+    return {"type": "respond", "message": message, "args_digest": call.args_digest}
+
+
+def done(result: Any) -> dict[str, Any]:
+    """An unknown outcome: it happened, with this result."""
+    return {"type": "done", "result": result}
+
+
+def not_done() -> dict[str, Any]:
+    """An unknown outcome: it did not happen (it runs again, under the same idempotency key)."""
+    return {"type": "not_done"}
+
+
+def abandon() -> dict[str, Any]:
+    """An unknown outcome: leave it; the model is told it is not known."""
+    return {"type": "abandon"}
