@@ -61,8 +61,9 @@ def served_inbox(
             pending = PendingRequests(reader, saver.ledger, listing, studio.tools, studio.policies)
             yield ServedBackend(reader, saver.ledger, pending, list_graphs)
 
-    sessions = Sessions.local_fallback(load_auth_config(os.environ))
-    return create_app(open_served_backend, sessions, slack=SlackActions.from_env(os.environ))
+    auth = load_auth_config(os.environ)
+    slack = SlackActions.from_env(os.environ, auth, served=True)
+    return create_app(open_served_backend, Sessions.local_fallback(auth), slack=slack)
 
 
 app = served_inbox()

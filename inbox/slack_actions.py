@@ -1,15 +1,16 @@
-"""Clicks on the approval message's buttons: `POST /slack/actions` of the inbox app (`/inbox/slack/actions` under
-a server), Slack's interactivity request URL.
+"""Clicks on the approval message's buttons: `POST /slack/actions` of the inbox app (`/inbox/slack/actions` under a
+server), Slack's interactivity request URL.
 
 A click counts only when Slack's signature verifies (`SLACK_SIGNING_SECRET`, `slack_sdk`'s verifier: HMAC of
-`v0:timestamp:body`, the timestamp within five minutes) and it was not seen before (Slack's `trigger_id`: a
-captured request replayed inside the window is dropped). The Slack user is a reviewer only through
-`GATEDLOOP_SLACK_USERS` (`{"U123": {"user_id": "ana", "roles": ["finance"]}}`); anyone else decides nothing and is
-told so, privately. The click must name the request still pending and the exact arguments shown (else it is
-refused with the current one). Then the answer takes the inbox's own path (`InboxBackend.send`: `runs.resume` with
-the reviewer's identity, or a run through the server), so the gate judges roles, self-approval, quorum, expiry and
-replaced requests as for any answer. Slack wants an answer within three seconds: the click is acknowledged at once
-and decided right after, and the message is then updated with who decided what, when, and what happened next.
+`v0:timestamp:body`, the timestamp within five minutes) and it was not seen before (Slack's `trigger_id`: a captured
+request replayed inside the window is dropped). The Slack user is a reviewer only through `GATEDLOOP_SLACK_USERS`
+(`{"U123": {"user_id": "ana", "roles": ["finance"]}}`, or under a server's auth `{"U123": {"token": "<ana's API
+token>"}}`: the click then acts on the server's API as her); anyone else decides nothing and is told so, privately.
+The click must name the request still pending and the exact arguments shown (else it is refused with the current
+one). Then the answer takes the inbox's own path (`InboxBackend.send`: `runs.resume` with the reviewer's identity,
+or a run through the server), so the gate judges roles, self-approval, quorum, expiry and replaced requests as for
+any answer. Slack wants an answer within three seconds: the click is acknowledged at once and decided right after,
+and the message is then updated with who decided what, when, and what happened next.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from starlette.responses import Response
 
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.graph import pending as decide
+from gatedloop.graph.auth import AuthConfig
 from gatedloop.graph.display import STOP_WORDS
 from gatedloop.inbox.identity import Reviewer
 from gatedloop.inbox.slack import (
@@ -62,8 +64,11 @@ class SlackConfigError(ValueError):
     """Slack settings that cannot work; one line saying what to fix."""
 
 
-def parse_users(text: str) -> dict[str, Reviewer]:
-    """`GATEDLOOP_SLACK_USERS`: Slack user id -> `{"user_id": ..., "roles": [...]}`."""
+def parse_users(text: str, auth: AuthConfig | None = None, *, served: bool = False) -> dict[str, Reviewer]:
+    """`GATEDLOOP_SLACK_USERS`: Slack user id -> `{"user_id": ..., "roles": [...]}`, or -> `{"token": ...}`, a
+    reviewer's API token of the auth configuration (`auth`), which then names the user and her roles and is what
+    a click acts with on a server's API. Served under a server with auth (`served`), every entry needs a token:
+    the server's auth decides who answers, and the click endpoint holds no other credential."""
     try:
         raw = json.loads(text or "{}")
     except ValueError as exc:
@@ -72,6 +77,14 @@ def parse_users(text: str) -> dict[str, Reviewer]:
         raise SlackConfigError(f'{USERS_ENV} must be a JSON object: {{"U123": {{"user_id": ..., "roles": [...]}}}}')
     users: dict[str, Reviewer] = {}
     for slack_id, entry in raw.items():
+        if isinstance(entry, dict) and "token" in entry:
+            users[str(slack_id)] = _token_reviewer(str(slack_id), entry, auth)
+            continue
+        if served and auth is not None:
+            raise SlackConfigError(
+                f"{USERS_ENV}: {slack_id!r} needs a token: under the server's auth a click acts with the reviewer's "
+                'API token ({"token": ...}), which names the user'
+            )
         if not isinstance(entry, dict) or not isinstance(entry.get("user_id"), str) or not entry["user_id"]:
             raise SlackConfigError(f"{USERS_ENV}: {slack_id!r} needs a user_id")
         roles = entry.get("roles") or []
@@ -79,6 +92,18 @@ def parse_users(text: str) -> dict[str, Reviewer]:
             raise SlackConfigError(f"{USERS_ENV}: the roles of {slack_id!r} must be a list of strings")
         users[str(slack_id)] = Reviewer(entry["user_id"], frozenset(roles), "slack")
     return users
+
+
+def _token_reviewer(slack_id: str, entry: dict[str, Any], auth: AuthConfig | None) -> Reviewer:
+    token = entry["token"]
+    if set(entry) != {"token"}:
+        raise SlackConfigError(f"{USERS_ENV}: {slack_id!r} has a token: the token names the user (no user_id, roles)")
+    if auth is None:
+        raise SlackConfigError(f"{USERS_ENV}: {slack_id!r} has a token but no auth configuration names tokens")
+    user = auth.user_for(token) if isinstance(token, str) else None
+    if user is None:
+        raise SlackConfigError(f"{USERS_ENV}: the token of {slack_id!r} is not one of the auth configuration's")
+    return Reviewer(user.user_id, user.roles, "slack", auth.is_approver(user.user_id), f"Bearer {token}")
 
 
 @dataclass
@@ -94,15 +119,18 @@ class SlackActions:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ) -> SlackActions | None:
-        """None when `SLACK_SIGNING_SECRET` is not set (no click endpoint)."""
+    def from_env(
+        cls, env: Mapping[str, str] = os.environ, auth: AuthConfig | None = None, *, served: bool = False
+    ) -> SlackActions | None:
+        """None when `SLACK_SIGNING_SECRET` is not set (no click endpoint); `auth` and `served` as `parse_users`."""
         secret = env.get(SIGNING_SECRET_ENV, "").strip()
         if not secret:
             return None
         token = env.get(TOKEN_ENV, "")
         if not token:
             raise SlackConfigError(f"{SIGNING_SECRET_ENV} is set but {TOKEN_ENV} is not: messages are updated with it")
-        return cls(secret, parse_users(env.get(USERS_ENV, "")), web_client(token, env), env.get(INBOX_URL_ENV))
+        users = parse_users(env.get(USERS_ENV, ""), auth, served=served)
+        return cls(secret, users, web_client(token, env), env.get(INBOX_URL_ENV))
 
     def first_time(self, trigger: str) -> bool:
         """Whether this trigger id is new (and now seen); ids older than the window are forgotten."""

@@ -438,6 +438,92 @@ def test_under_langgraph_dev_a_click_at_inbox_slack_actions_decides_through_the_
     assert [args for _, args, _ in paid] == [{"amount": 500.0, "to": "bo"}]
 
 
+API_TOKENS = {"ana": "ana-api-token-5e1f0c2b9d", "bo": "bo-api-token-7a3d6e1c4f", "cy": "cy-api-token-2b8e4d7a1c"}
+API_AUTH = {
+    "approver_roles": ["finance"],
+    "tokens": {
+        API_TOKENS["ana"]: {"user_id": "ana", "roles": ["staff"]},
+        API_TOKENS["bo"]: {"user_id": "bo", "roles": ["finance"]},
+        API_TOKENS["cy"]: {"user_id": "cy", "roles": ["staff"]},
+    },
+}
+
+
+@pytest.mark.slow
+def test_under_a_servers_auth_a_click_acts_with_the_mapped_reviewers_token(tmp_path, slack):
+    """`langgraph dev` with gatedloop's auth: a Slack user maps to a reviewer's API token, and the click's decision is
+    a run through the server's API as that token's user. cy's click (staff) is refused by the gate for the role and
+    told privately; bo's approves it, and the audit names bo, the token's user."""
+    project = gated_project(tmp_path, {"gate_app": str(SUPPORT / "gate_server_app.py:graph")})
+    config = json.loads((project / "langgraph.json").read_text())
+    (project / "langgraph.json").write_text(json.dumps({**config, "http": {"app": "gatedloop.inbox.server:app"}}))
+    db = tmp_path / "gate.sqlite"
+    users = {"UBO": {"token": API_TOKENS["bo"]}, "UCY": {"token": API_TOKENS["cy"]}}
+    env = {
+        "GATEDLOOP_DB": str(db),
+        "GATEDLOOP_LEDGER": None,
+        "GATEDLOOP_AUTH_TOKENS": json.dumps(API_AUTH),
+        "GATEDLOOP_AUTH_FILE": None,
+        "PYTHONPATH": os.pathsep.join(p for p in [str(SUPPORT), os.environ.get("PYTHONPATH")] if p),
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_BOT_TOKEN": TOKEN,
+        "GATEDLOOP_SLACK_USERS": json.dumps(users),
+        "GATEDLOOP_SLACK_API_URL": slack.url,
+    }
+    with run_dev_server(project, env=env, workdir=tmp_path / "server") as url:
+        ana = get_sync_client(url=url, api_key=None, headers={"Authorization": f"Bearer {API_TOKENS['ana']}"})
+        thread_id = ana.threads.create()["thread_id"]
+        assert ana.runs.wait(
+            thread_id, "gate_app", input={"messages": [{"role": "user", "content": "pay 500 to bo as c1"}]}
+        )
+        assert main(["--db", str(db), "notify", "--once", "--slack-channel", CHANNEL]) == 0
+        [posted] = slack.of("chat.postMessage")
+        with httpx.Client(timeout=60) as http:
+            endpoint = f"{url}/inbox/slack/actions"
+            body = click_body(posted, "1.2", "UCY")
+            assert http.post(endpoint, content=body, headers=signed(body)).status_code == 200
+            [told] = slack.wait_for("chat.postEphemeral")
+            body = click_body(posted, "1.2", "UBO")
+            assert http.post(endpoint, content=body, headers=signed(body)).status_code == 200
+            [update] = slack.wait_for("chat.update")
+        thread = ana.threads.get(thread_id)
+    assert told == {
+        **told,
+        "user": "UCY",
+        "text": "Not accepted: pay (c1): deciding this call needs one of the roles ['finance']",
+    }
+    assert thread["status"] == "idle" and thread["values"]["status"] == "completed"
+    assert "Approved by bo" in update["text"]
+    paid = Effects(db.with_name("effects.sqlite")).rows("pay")
+    assert [args for _, args, _ in paid] == [{"amount": 500.0, "to": "bo"}]
+    from gatedloop.checkpoints.ledger import SqliteLedger
+
+    ledger = SqliteLedger(db)
+    try:
+        assert [e["actor"] for e in ledger.audit(thread_id) if e["event"] == "decision"] == ["bo"]
+    finally:
+        ledger.close()
+
+
+@pytest.mark.parametrize(
+    ("users", "served", "message"),
+    [
+        ({"U1": {"token": "not-a-configured-token-0000"}}, False, "the token of 'U1' is not one of the auth"),
+        ({"U1": {"token": API_TOKENS["bo"], "user_id": "bo"}}, False, "the token names the user"),
+        ({"U1": {"user_id": "bo", "roles": ["finance"]}}, True, "'U1' needs a token: under the server's auth"),
+    ],
+)
+def test_a_slack_user_map_that_cannot_work_under_auth_is_refused_in_one_line(users, served, message):
+    from gatedloop.graph.auth import AuthConfig
+    from gatedloop.inbox.slack_actions import SlackConfigError, parse_users
+
+    with pytest.raises(SlackConfigError) as refused:
+        parse_users(json.dumps(users), AuthConfig.model_validate(API_AUTH), served=served)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    [bo] = parse_users(json.dumps({"U1": {"token": API_TOKENS["bo"]}}), AuthConfig.model_validate(API_AUTH)).values()
+    assert (bo.user_id, bo.roles, bo.authorization) == ("bo", frozenset({"finance"}), f"Bearer {API_TOKENS['bo']}")
+
+
 def test_a_request_too_large_for_slacks_limits_keeps_its_link_and_cuts_its_arguments():
     from gatedloop.inbox.slack import MAX_VALUE, approval_message
 
