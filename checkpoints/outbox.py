@@ -3,8 +3,9 @@
 The graph never talks to the network. The gate inserts one row per request a person must answer (the transactional
 outbox pattern: the row is in the same database as the evidence the request is built from, written before the
 interrupt, and re-inserting it when the node re-runs on resume changes nothing): `request` for an approval request,
-`unknown` for a question about a write of unknown outcome (nodes/gate/notices.py); the deliverer adds `expiring`
-for an approval request close to its expiry. A deliverer
+`unknown` for a question about a write of unknown outcome, `reminder` and `escalated` queued with a request and
+due later, `decided` and `finished` when it is decided and when it ends (nodes/gate/notices.py); the deliverer adds
+`expiring` for an approval request close to its expiry. A deliverer
 (`gatedloop.inbox.notify`) reads the rows and POSTs them to webhooks. Delivery state is kept per (notification,
 endpoint) with a lease, so two deliverers never post the same row at once and a killed deliverer's claim passes
 to the next one: every endpoint gets each notification at least once, under a stable id it can de-duplicate by.
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 from gatedloop.checkpoints.evidence import placeholders
 
-NotificationKind = Literal["request", "expiring", "unknown", "decided", "finished"]
+NotificationKind = Literal["request", "expiring", "unknown", "decided", "finished", "reminder", "escalated"]
 KINDS: tuple[str, ...] = NotificationKind.__args__  # type: ignore[attr-defined]
 DeliveryState = Literal["pending", "delivered", "failed", "skipped"]
 
@@ -181,13 +182,14 @@ class OutboxStore:
         rows = self._run(f"SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox WHERE id=?", (notice_id,))
         return Notification.from_row(rows[0]) if rows else None
 
-    def undispatched(self, endpoint: str, limit: int = 100) -> list[Notification]:
-        """Notifications with no delivery row for this endpoint yet, oldest first."""
+    def undispatched(self, endpoint: str, now: float, limit: int = 100) -> list[Notification]:
+        """Notifications due by `now` (a reminder or an escalation is queued ahead, due at its time) with no
+        delivery row for this endpoint yet, oldest first."""
         rows = self._run(
-            f"SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox o WHERE NOT EXISTS (SELECT 1 FROM"
-            " gatedloop_outbox_deliveries d WHERE d.notification_id = o.id AND d.endpoint = ?)"
+            f"SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox o WHERE created_at <= ? AND NOT EXISTS (SELECT 1"
+            " FROM gatedloop_outbox_deliveries d WHERE d.notification_id = o.id AND d.endpoint = ?)"
             " ORDER BY created_at LIMIT ?",
-            (endpoint, limit),
+            (now, endpoint, limit),
         )
         return [Notification.from_row(row) for row in rows]
 

@@ -40,6 +40,10 @@ class PendingCall:
     justification_required: tuple[str, ...] = ()
     review_note: str = ""
     preview: str = ""
+    remind_at: float | None = None
+    escalates_at: float | None = None
+    """From when `backup_approvers` may decide it too."""
+    backup_approvers: tuple[str, ...] = ()
     reason: str = ""
     """An unknown outcome: why it is unknown (`timeout`, `connection_lost`, ...)."""
     idempotency_key: str = ""
@@ -148,6 +152,9 @@ def _approval_call(index: int, action: Mapping[str, Any], config: Mapping[str, A
         justification_required=tuple(config.get("justification_required") or ()),
         review_note=str(action.get("review_note") or ""),
         preview=str(action.get("preview") or ""),
+        remind_at=action.get("remind_at"),
+        escalates_at=action.get("escalates_at"),
+        backup_approvers=tuple(action.get("backup_approvers") or ()),
     )
 
 

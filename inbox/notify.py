@@ -72,6 +72,8 @@ EVENT_TYPES = {
     "unknown": "outcome_unknown",
     "decided": "approval_decided",
     "finished": "request_finished",
+    "reminder": "approval_reminder",
+    "escalated": "approval_escalated",
 }
 HEADLINES = {
     "request": "Approval requested",
@@ -79,7 +81,11 @@ HEADLINES = {
     "unknown": "Outcome unknown",
     "decided": "Decided",
     "finished": "Finished",
+    "reminder": "Still waiting for approval",
+    "escalated": "Escalated to backup approvers",
 }
+LADDER = frozenset({"reminder", "escalated"})
+"""A request's later steps: queued with it, due at their time, sent only while it is still undecided."""
 TELLS = frozenset({"decided", "finished"})
 """Notices that tell what happened (nobody is asked anything): never closed, only too old for a new endpoint."""
 TOLD_KEYS = {
@@ -91,6 +97,8 @@ DECISION_WORDS = {"approve": "approved", "edit": "edited and approved", "reject"
 ACTION_KEYS = {
     "request": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
     "expiring": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
+    "reminder": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
+    "escalated": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
     "unknown": ("tool", "tool_call_id", "args", "idempotency_key", "reason"),
 }
 """Each action's keys in the generic body, per kind (an unknown outcome has no approvals and no expiry)."""
@@ -247,6 +255,7 @@ def generic_body(notice: Notification, link: str) -> dict[str, Any]:
         "requested_at": p["requested_at"],
         "expires_at": p["expires_at"],
         "actions": [{k: a[k] for k in ACTION_KEYS[notice.kind]} for a in p["actions"]],
+        **({"backup_approvers": p["backup_approvers"]} if notice.kind == "escalated" else {}),
         "url": link,
     }
 
@@ -294,6 +303,8 @@ def slack_body(notice: Notification, link: str) -> dict[str, Any]:
     headline = f"{HEADLINES[notice.kind]}: {tools}"
     lines = [f"*{_slack_escape(headline)}*", f"Thread `{_slack_escape(notice.thread_id)}`"]
     lines.append(f"Requested by {_slack_escape(p['requested_by'] or 'unknown')}")
+    if notice.kind == "escalated":
+        lines.append(f"Now also decided by: {_slack_escape(', '.join(p['backup_approvers']))}")
     if p["expires_at"] is not None:
         lines.append(f"Expires {_utc(p['expires_at'])}")
     for action in p["actions"]:
@@ -430,15 +441,26 @@ class Deliverer:
         reasons: dict[str, str | None] = {}  # a notice's closed reason, read once for all the endpoints
         for webhook in self.config.webhooks:
             rows: list[tuple[str, str, str, DeliveryState, str | None]] = []
-            for notice in self.ledger.undispatched(webhook.endpoint):
+            for notice in self.ledger.undispatched(webhook.endpoint, now):
                 if notice.id not in reasons:
                     stale = notice.kind in TELLS and now - notice.created_at > self.config.history_s
                     reasons[notice.id] = (
                         "older than the history window" if stale else closed_reason(self.ledger, notice, now)
                     )
+                    if notice.kind in LADDER and reasons[notice.id] is None:
+                        self._audit_step(notice, now)
                 reason = reasons[notice.id]
                 rows.append((notice.id, webhook.endpoint, webhook.shown, "skipped" if reason else "pending", reason))
             self.ledger.dispatch(rows, now)
+
+    def _audit_step(self, notice: Notification, now: float) -> None:
+        """A reminder or an escalation is evidence too: the request's step, with when it was due, kept once."""
+        step = "approval_reminded" if notice.kind == "reminder" else "approval_escalated"
+        detail = {"request_id": notice.request_id, "due_at": notice.created_at, "seen_at": now}
+        if notice.kind == "escalated":
+            detail["backup_approvers"] = notice.payload["backup_approvers"]
+        first = notice.payload["actions"][0]["tool_call_id"]
+        self.ledger.record(notice.thread_id, first, f"{step}:{notice.request_id}", detail, actor="gatedloop-notify")
 
     def _attempt(self, delivery: Delivery, webhook: Webhook) -> DeliveryState | None:
         """One attempt at one delivery; the state it was left in, None if another deliverer holds it."""
@@ -455,7 +477,7 @@ class Deliverer:
             return None
         notice = self.ledger.notification(delivery.notification_id)
         assert notice is not None  # delivery rows are made from outbox rows, which are never deleted
-        if notice.kind == "expiring" and (reason := closed_reason(self.ledger, notice, now)):
+        if notice.kind in ("expiring", *LADDER) and (reason := closed_reason(self.ledger, notice, now)):
             return self._finish(delivery, "skipped", error=reason)
         error = self._post(webhook, notice)
         if error is None:
@@ -506,7 +528,10 @@ class Deliverer:
         from slack_sdk.errors import SlackApiError, SlackClientError
 
         link = request_link(self.config, notice)
-        body = approval_message(notice.payload, link) if notice.kind == "request" else slack_body(notice, link)
+        if notice.kind == "request" or notice.kind in LADDER:
+            body = approval_message(notice.payload, link, headline=HEADLINES[notice.kind])
+        else:
+            body = slack_body(notice, link)
         if self._slack is None:
             self._slack = web_client(self.config.slack_token)
             self._slack.timeout = int(self.config.timeout_s)

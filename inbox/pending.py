@@ -47,6 +47,8 @@ class ActionView:
     proposed: dict[str, Any] | None = None  # what the model proposed (masked), when the pending args differ from it
     justification_required: list[str] = field(default_factory=list)  # decisions the policy wants a reason for
     note: str = ""  # the policy's note for reviewers (an MCP tool: its server and hints)
+    escalates_at: float | None = None  # from when `backup_approvers` may decide it too
+    backup_approvers: list[str] = field(default_factory=list)
     approving: str = ""  # what approving will do, in one line (`PendingCall.approving`)
 
     @property
@@ -90,6 +92,10 @@ class PendingView:
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
+
+    def waited_s(self, now: float | None = None) -> float | None:
+        """How long the request has waited (its escalation to the backup approvers depends on it)."""
+        return None if self.requested_at is None else (now or time.time()) - self.requested_at
 
     @property
     def tool_names(self) -> list[str]:
@@ -170,7 +176,7 @@ class PendingRequests:
     def refusal(self, view: PendingView, reviewer: CallContext) -> str | None:
         """Why this reviewer may not decide this request (None: may decide every call in it)."""
         for action in view.actions:
-            refusal = self.policy(action.name).reviewer_refusal(reviewer, view.requested_by)
+            refusal = self.policy(action.name).reviewer_refusal(reviewer, view.requested_by, view.waited_s())
             if refusal:
                 return refusal
         return None
@@ -264,6 +270,8 @@ def pending_view(
                 summary=tool.description if tool is not None else "",
                 proposed=proposed if proposed is not None and proposed != call.args else None,
                 note=call.review_note or rules.review_note or "",
+                escalates_at=call.escalates_at,
+                backup_approvers=list(call.backup_approvers),
                 approving=call.approving(rules.effect),
             )
         )

@@ -98,7 +98,7 @@ class ServedRequests:
     def refusal(self, view: PendingView, reviewer: CallContext) -> str | None:
         graph = self.graphs.get(view.graph, ServedGraph())
         for action in view.actions:
-            refusal = graph.policy(action.name).reviewer_refusal(reviewer, view.requested_by)
+            refusal = graph.policy(action.name).reviewer_refusal(reviewer, view.requested_by, view.waited_s())
             if refusal:
                 return refusal
         return None

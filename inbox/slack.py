@@ -79,7 +79,7 @@ def choice_action(index: int) -> str:
     return f"{ACTION_PREFIX}choice_{index}"
 
 
-def approval_message(payload: Mapping[str, Any], link: str) -> dict[str, Any]:
+def approval_message(payload: Mapping[str, Any], link: str, headline: str = "Approval requested") -> dict[str, Any]:
     """The message for one approval request (an outbox `request` payload, arguments already masked): a section per
     call, then the buttons and a link to its card (for edits and justifications). One call: Approve / Reject.
     Several: each call's section has its own Approve / Reject choice, and "Submit choices" sends them in one answer
@@ -87,8 +87,10 @@ def approval_message(payload: Mapping[str, Any], link: str) -> dict[str, Any]:
     no half-made answer is kept anywhere), beside Approve all / Reject all."""
     actions: Sequence[Mapping[str, Any]] = payload["actions"]
     tools = ", ".join(a["tool"] for a in actions)
-    head = [f"*Approval requested: {escape(tools)}*", f"Thread `{escape(payload['thread_id'])}`"]
+    head = [f"*{escape(headline)}: {escape(tools)}*", f"Thread `{escape(payload['thread_id'])}`"]
     head.append(f"Requested by {escape(payload.get('requested_by') or 'unknown')}")
+    if payload.get("backup_approvers"):
+        head.append(f"Now also decided by: {escape(', '.join(payload['backup_approvers']))}")
     if payload.get("expires_at") is not None:
         head.append(f"Expires {utc(payload['expires_at'])}")
     click = Click(
@@ -145,7 +147,7 @@ def approval_message(payload: Mapping[str, Any], link: str) -> dict[str, Any]:
         }
     )
     blocks.append({"type": "actions", "block_id": "gatedloop_decide", "elements": buttons})
-    return {"text": f"Approval requested: {tools} (thread {payload['thread_id']}): {link}", "blocks": blocks}
+    return {"text": f"{headline}: {tools} (thread {payload['thread_id']}): {link}", "blocks": blocks}
 
 
 def decided_message(blocks: Sequence[Mapping[str, Any]], line: str, *, keep_buttons: bool) -> list[dict[str, Any]]:

@@ -99,6 +99,11 @@ def approval_request(
         }
         if policy.review_note:
             action["review_note"] = policy.review_note
+        if policy.remind_after_s is not None:
+            action["remind_at"] = record.requested_at + policy.remind_after_s
+        if policy.escalate_after_s is not None and policy.backup_approvers is not None:
+            action["escalates_at"] = record.requested_at + policy.escalate_after_s
+            action["backup_approvers"] = sorted(policy.backup_approvers)
         preview = _preview(policy, shown, plan["name"])
         if preview:
             action["preview"] = preview
@@ -133,6 +138,9 @@ def _description(parts: LoopParts, action: GatedActionRequest, error: str | None
         lines.append(action["review_note"])
     if action["approvers"] is not None:
         lines.append(f"Approvers: one of the roles {', '.join(action['approvers'])}")
+    if "escalates_at" in action:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(action["escalates_at"]))
+        lines.append(f"From {when} also: one of the roles {', '.join(action.get('backup_approvers', []))}")
     if action["approvals_required"] > 1:
         done = action["approved_by"]
         lines.append(
@@ -341,10 +349,12 @@ def _apply(
     """One decision applied to one gated call, after checking that this reviewer may make it; an edit is
     validated again, as the requester, like a fresh proposal."""
     policy = parts.registry.policy(plan["name"])
-    who = decider(policy, reviewer, record.requester.user_id, f"{plan['name']} ({plan['id']})")
+    now = parts.clock()
+    who = decider(
+        policy, reviewer, record.requester.user_id, f"{plan['name']} ({plan['id']})", now - record.requested_at
+    )
     kind = decision["type"]
     base: CallPlan = {**plan, "decided_by": who, "decision": kind}
-    now = parts.clock()
     digest_now = plan["digest"]
 
     def evidence(args_digest_: str) -> ApprovalRecord:

@@ -233,6 +233,66 @@ def test_a_slack_webhook_is_told_who_decided_and_how_it_ended(db, receiver):
     assert "Tool answers: pay (c1): success" in receiver.posts[1][1]["blocks"][0]["text"]["text"]
 
 
+LADDER = {
+    "approvers": frozenset({"finance"}),
+    "remind_after_s": 60,
+    "escalate_after_s": 120,
+    "backup_approvers": frozenset({"ops"}),
+}
+
+
+def test_the_expiry_ladder_reminds_then_escalates_each_step_a_notice_and_an_audit_row(db, receiver):
+    """Issue 32: a request that waits is never silent. Past `remind_after_s` a reminder goes out, past
+    `escalate_after_s` an escalation naming the backup roles, each once, signed, with an audit row; a request
+    decided before its reminder is due has neither."""
+    clock = Clock()
+    with open_sqlite(db) as saver:
+        waiting = pause(saver, "t1", **LADDER)
+        pause(saver, "t2", "pay 300 to " + HIDDEN + " as c2", **LADDER)
+        graph = build(saver, effects_for(saver), approval="always", secret_args=frozenset({"to"}), **LADDER)
+        assert runs.resume(graph, "t2", {"decisions": [{"type": "approve"}]}, context=BO)["status"] == "completed"
+        sender = deliverer(saver, Webhook(receiver.url), clock=clock)
+        assert sender.run_once().delivered == 3  # t1's request; t2's decision and end (its request: skipped)
+        clock.offset += 61
+        assert sender.run_once().delivered == 1
+        clock.offset += 60
+        assert sender.run_once().delivered == 1
+        clock.offset += 600
+        assert sender.run_once().delivered == 0
+        steps = [(e["event"], e["detail"]) for e in saver.ledger.audit("t1") if e["actor"] == "gatedloop-notify"]
+        assert [e["event"] for e in saver.ledger.audit("t2") if e["actor"] == "gatedloop-notify"] == []
+    assert receiver.bad_signatures == 0
+    ladder = [b for _, b in receiver.posts if b["type"] in ("approval_reminder", "approval_escalated")]
+    assert [(b["type"], b["thread_id"], b["request_id"]) for b in ladder] == [
+        ("approval_reminder", "t1", waiting["request_id"]),
+        ("approval_escalated", "t1", waiting["request_id"]),
+    ]
+    assert ladder[1]["backup_approvers"] == ["ops"] and HIDDEN not in json.dumps(ladder)
+    assert [event for event, _ in steps] == [
+        f"approval_reminded:{waiting['request_id']}",
+        f"approval_escalated:{waiting['request_id']}",
+    ]
+    assert steps[1][1]["backup_approvers"] == ["ops"]
+
+
+def test_past_its_escalation_a_backup_approver_may_decide_and_not_before(db):
+    ops = CallContext(user_id="olga", roles={"ops"})
+    policy = {**LADDER, "remind_after_s": None, "escalate_after_s": 0.5}
+    with open_sqlite(db) as saver:
+        request = pause(saver, "t1", **policy)
+        [action] = request["action_requests"]
+        assert action["backup_approvers"] == ["ops"] and action["escalates_at"] == action["requested_at"] + 0.5
+        graph = build(saver, effects_for(saver), approval="always", secret_args=frozenset({"to"}), **policy)
+        with pytest.raises(InvalidDecision, match=r"roles \['finance'\] \(after 0.5 s waiting, or one of \['ops'\]\)"):
+            runs.resume(graph, "t1", {"decisions": [{"type": "approve"}]}, context=ops)
+        assert effects_for(saver).rows("pay") == []
+        time.sleep(max(0.0, action["escalates_at"] - time.time()) + 0.1)
+        assert runs.resume(graph, "t1", {"decisions": [{"type": "approve"}]}, context=ops)["status"] == "completed"
+        [decision] = [e for e in saver.ledger.audit("t1") if e["event"] == "decision"]
+        assert (decision["actor"], decision["detail"]["roles"]) == ("olga", ["ops"])
+        assert len(effects_for(saver).rows("pay")) == 1
+
+
 def test_a_captured_post_replayed_with_a_new_id_fails_the_signature(db, receiver):
     """The hole of the old recipe (its id outside the signature): a replay inside the window under a fresh id passed
     the verifier and the de-duplication. Standard Webhooks signs the id."""

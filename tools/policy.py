@@ -62,6 +62,11 @@ class ToolPolicy:
     - `approval_ttl_s`: a request older than this cannot be approved; the call is answered `approval_expired`.
     - `secret_args`: argument names whose values are masked in requests, audit, CLI, logs and stream events.
     - `review_note`: a line shown to the reviewer with every request for this tool (e.g. an MCP server's hints).
+    - `remind_after_s`: a request that has waited this long gets a reminder notice (`approval_reminder`) and an
+      audit row, once.
+    - `escalate_after_s`, `backup_approvers`: a request that has waited this long may also be decided by a reviewer
+      with one of the `backup_approvers` roles (an `approval_escalated` notice and an audit row say so); before
+      then, only `approvers` may. Both or neither.
     - `preview`: what approving a call will do, in one line, from its arguments as the reviewer sees them
       (`secret_args` masked), e.g. `lambda a: f"moves {a['amount']} EUR to {a['to']}"`; shown on the card, in
       Slack and in `description`. A preview that raises is left out (and logged).
@@ -87,6 +92,9 @@ class ToolPolicy:
     review_note: str | None = None
     justification: tuple[DecisionType, ...] | DecisionType | bool = ()
     preview: Callable[[dict[str, Any]], str] | None = None
+    remind_after_s: float | None = None
+    escalate_after_s: float | None = None
+    backup_approvers: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.effect not in ("read", "write"):
@@ -98,7 +106,7 @@ class ToolPolicy:
             raise ValueError(f"ToolPolicy.allowed_decisions must be a non-empty subset of {ALL_DECISIONS}")
         if self.timeout_s <= 0:
             raise ValueError("ToolPolicy.timeout_s must be positive")
-        for name in ("roles", "approvers", "secret_args"):
+        for name in ("roles", "approvers", "secret_args", "backup_approvers"):
             value = getattr(self, name)
             if isinstance(value, str):
                 raise ValueError(f"ToolPolicy.{name} must be a collection of names, not one string ({value!r})")
@@ -112,6 +120,14 @@ class ToolPolicy:
             raise ValueError("ToolPolicy.approvals_required must be at least 1")
         if self.approval_ttl_s is not None and self.approval_ttl_s <= 0:
             raise ValueError("ToolPolicy.approval_ttl_s must be positive (or None: no expiry)")
+        for name in ("remind_after_s", "escalate_after_s"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+                raise ValueError(f"ToolPolicy.{name} must be a positive number of seconds (or None)")
+        if (self.escalate_after_s is None) != (self.backup_approvers is None) or self.backup_approvers == frozenset():
+            raise ValueError("ToolPolicy.escalate_after_s and backup_approvers go together (seconds, and the roles)")
+        if self.backup_approvers is not None and self.approvers is None:
+            raise ValueError("ToolPolicy.backup_approvers needs approvers: with none, any reviewer may already decide")
         needs = _decisions_named(self.justification)
         if set(needs) - set(ALL_DECISIONS):
             raise ValueError(f"ToolPolicy.justification must name decisions of {ALL_DECISIONS} (or be True/False)")
@@ -137,20 +153,36 @@ class ToolPolicy:
     def allows_self_approval(self) -> bool:
         return self.approvers is None if self.self_approval is None else self.self_approval
 
-    def reviewer_refusal(self, reviewer: CallContext, requester: str | None) -> str | None:
+    def reviewer_refusal(
+        self, reviewer: CallContext, requester: str | None, waited_s: float | None = None
+    ) -> str | None:
         """Why this reviewer may not decide this tool's calls, or None. Identity comes from the runtime
-        context of the call that answers (the server's authenticated user), never from the answer itself."""
+        context of the call that answers (the server's authenticated user), never from the answer itself.
+        `waited_s`: how long the call had waited when the decision was (or would be) made; past
+        `escalate_after_s`, a `backup_approvers` role also decides."""
         if self.approvers is not None:
             if reviewer.user_id is None:
                 return "deciding this call needs an identified reviewer (runtime context user_id)"
-            if not self.approvers & reviewer.roles:
-                return f"deciding this call needs one of the roles {sorted(self.approvers)}"
+            backup = self.backup_approvers if self.escalated(waited_s) else None
+            if not self.approvers & reviewer.roles and not (backup and backup & reviewer.roles):
+                escalates = (
+                    f" (after {self.escalate_after_s:g} s waiting, or one of {sorted(self.backup_approvers)})"
+                    if self.backup_approvers and not backup
+                    else f" or {sorted(backup)}"
+                    if backup
+                    else ""
+                )
+                return f"deciding this call needs one of the roles {sorted(self.approvers)}{escalates}"
         if not self.allows_self_approval:
             if reviewer.user_id is None:  # an answer with no identity could be the requester's own
                 return "deciding this call needs an identified reviewer (the requester may not decide her own call)"
             if reviewer.user_id == requester:
                 return "the requester may not decide her own call"
         return None
+
+    def escalated(self, waited_s: float | None) -> bool:
+        """Whether a call that has waited `waited_s` may be decided by the backup approvers."""
+        return self.escalate_after_s is not None and waited_s is not None and waited_s >= self.escalate_after_s
 
     def masked(self, args: Any) -> dict[str, Any]:
         """A copy of `args` to show or log: each top-level argument named in `secret_args` has its value
@@ -175,13 +207,14 @@ class ToolPolicy:
         (`gatedloop.graph.parts_of.graph_identity`), so that a graph whose rules changed never resumes it unnoticed.
 
         Who may ask (`roles`), whether a person must approve (`effect`, `approval`), who may decide and how many
-        (`approvers`, `self_approval` as it applies, `approvals_required`), for how long (`approval_ttl_s`), what
+        (`approvers`, `self_approval` as it applies, `approvals_required`, and after how long the backup roles too:
+        `escalate_after_s`, `backup_approvers`), for how long (`approval_ttl_s`), what
         they may answer (`allowed_decisions`) and what is hidden (`secret_args`). An approval predicate is code,
         which cannot be digested by value (its body, closure and bound state are not data): it is described by its
         qualified name (`described`), so replacing or renaming it is a change, and editing its body is not seen.
         Not included, because they grant no authority and are applied as they are now to every call anyway:
         `validator` (run again on the exact arguments before a write starts), `reconcile`, `timeout_s`,
-        `max_calls`, `strict_json`, `review_note`, `preview`."""
+        `max_calls`, `strict_json`, `review_note`, `preview`, `remind_after_s`."""
         approval = self.approval if isinstance(self.approval, str) else f"predicate:{described(self.approval)}"
         return {
             "effect": self.effect,
@@ -195,6 +228,11 @@ class ToolPolicy:
             "secret_args": sorted(self.secret_args),
             # only when set: the policies of threads recorded before it existed keep their digest
             **({"justification": list(self.needs_justification)} if self.needs_justification else {}),
+            **(
+                {"escalate_after_s": float(self.escalate_after_s), "backup_approvers": sorted(self.backup_approvers)}
+                if self.escalate_after_s is not None and self.backup_approvers is not None
+                else {}
+            ),
         }
 
 

@@ -132,7 +132,7 @@ def approvers_so_far(
         if approval.args_digest != digest or approval.decision not in APPROVING_DECISIONS:
             continue
         reviewer = CallContext(user_id=approval.reviewer, roles=approval.roles)
-        if policy.reviewer_refusal(reviewer, record.requester.user_id) is not None:
+        if policy.reviewer_refusal(reviewer, record.requester.user_id, approval.at - record.requested_at) is not None:
             continue
         if expired(policy, record, approval.at):
             continue

@@ -61,6 +61,11 @@ class GatedActionRequest(ActionRequest):
     """The policy's note for reviewers (an MCP tool: its server, and whether it is destructive or idempotent)."""
     preview: NotRequired[str]
     """What approving will do, in one line, from the policy's `preview` of the arguments shown."""
+    remind_at: NotRequired[float]
+    """When a reviewer is reminded that it still waits (`ToolPolicy.remind_after_s`)."""
+    escalates_at: NotRequired[float]
+    """From when a reviewer with one of `backup_approvers` may decide it too (`ToolPolicy.escalate_after_s`)."""
+    backup_approvers: NotRequired[list[str]]
 
 
 class GatedHITLRequest(TypedDict):
@@ -98,11 +103,14 @@ class Decision(TypedDict):
     """The reviewer's reason, kept as data in the decision's audit row and its receipt."""
 
 
-def decider(policy: ToolPolicy, reviewer: CallContext, requester: str | None, call: str) -> str:
+def decider(
+    policy: ToolPolicy, reviewer: CallContext, requester: str | None, call: str, waited_s: float | None = None
+) -> str:
     """The one rule for who may decide a call, for every kind of answer (approval, unknown outcome, any kind
-    added later): the answer's sender under the tool's `approvers`, `self_approval` and roles. Returns
-    the name the audit trail records; raises InvalidDecision (nothing applied) when this reviewer may not."""
-    refusal = policy.reviewer_refusal(reviewer, requester)
+    added later): the answer's sender under the tool's `approvers` (and, once the call has waited `waited_s` past
+    `escalate_after_s`, `backup_approvers`), `self_approval` and roles. Returns the name the audit trail records;
+    raises InvalidDecision (nothing applied) when this reviewer may not."""
+    refusal = policy.reviewer_refusal(reviewer, requester, waited_s)
     if refusal:
         raise InvalidDecision(f"{call}: {refusal}")
     return reviewer.user_id or ANONYMOUS

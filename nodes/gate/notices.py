@@ -60,6 +60,31 @@ def queue_approval_notice(parts: LoopParts, thread_id: str, request: GatedHITLRe
     parts.ledger.record_notification(
         thread_id, request["request_id"], "request", payload, created_at=time.time(), expires_at=expires
     )
+    _queue_ladder(parts, thread_id, request, payload, expires)
+
+
+def _queue_ladder(
+    parts: LoopParts, thread_id: str, request: GatedHITLRequest, payload: dict[str, Any], expires: float | None
+) -> None:
+    """The request's later steps, queued with it and due at their time (the deliverer sends a row once it is due,
+    and skips it if the request was decided by then): a reminder, and the escalation to the backup approvers."""
+    actions = request["action_requests"]
+    reminders = [a["remind_at"] for a in actions if "remind_at" in a]
+    if reminders:
+        parts.ledger.record_notification(
+            thread_id, request["request_id"], "reminder", payload, created_at=min(reminders), expires_at=expires
+        )
+    escalations = [a for a in actions if "escalates_at" in a]
+    if escalations:
+        backup = sorted({role for a in escalations for role in a.get("backup_approvers", [])})
+        parts.ledger.record_notification(
+            thread_id,
+            request["request_id"],
+            "escalated",
+            {**payload, "backup_approvers": backup},
+            created_at=min(a["escalates_at"] for a in escalations),
+            expires_at=expires,
+        )
 
 
 def unknown_request_id(request: UnknownOutcomeRequest) -> str:
