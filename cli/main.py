@@ -62,7 +62,7 @@ from gatedloop.demo.model import describe_choice
 from gatedloop.graph import pending as decide
 from gatedloop.graph import runs, thread_graph
 from gatedloop.graph.contexts import context_for
-from gatedloop.graph.display import STOP_WORDS, Display
+from gatedloop.graph.display import STOP_WORDS, Display, day_and_clock
 from gatedloop.graph.models import ModelConfigError
 from gatedloop.graph.pending import PendingRequest
 from gatedloop.nodes.gate.hitl import InvalidDecision
@@ -340,6 +340,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_COMPLETED
 
 
+def cmd_extend(args: argparse.Namespace) -> int:
+    out = Output(args.json)
+    thread_id = validate_thread_id(args.thread)
+    with open_app(args.db, named=named_graph(args.graph), with_model=False) as (graph, _saver):
+        require_thread(graph, thread_id, args.db)
+        thread_graph.check_thread_graph(graph, thread_id)
+        until = runs.extend(graph, thread_id, context=context_of(args), request_id=args.request)
+    out.record("extend", thread_id=thread_id, request_id=args.request, until=until)
+    out.say(f"request {args.request} of thread {thread_id} may be decided until {day_and_clock(until)}")
+    return EXIT_COMPLETED
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     out = Output(args.json)
     thread_id = validate_thread_id(args.thread)
@@ -601,6 +613,10 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("thread")
     show.add_argument("--mermaid", action="store_true", help="draw the thread's path through the graph")
     show.set_defaults(func=cmd_show)
+    extend = command("extend", "give a waiting approval request its time to live again (an approver only)")
+    extend.add_argument("thread")
+    extend.add_argument("--request", metavar="ID", required=True, help="the approval request you extend")
+    extend.set_defaults(func=cmd_extend)
     cancel = command("cancel", "stop a thread at its next step (a waiting thread: close its request)")
     cancel.add_argument("thread")
     cancel.set_defaults(func=cmd_cancel)

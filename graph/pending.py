@@ -40,6 +40,9 @@ class PendingCall:
     justification_required: tuple[str, ...] = ()
     review_note: str = ""
     preview: str = ""
+    requested_at: float | None = None
+    expires_at: float | None = None
+    """The deadline when the request was built (an approver's extension renews it: `extended_deadline`)."""
     remind_at: float | None = None
     escalates_at: float | None = None
     """From when `backup_approvers` may decide it too."""
@@ -152,6 +155,8 @@ def _approval_call(index: int, action: Mapping[str, Any], config: Mapping[str, A
         justification_required=tuple(config.get("justification_required") or ()),
         review_note=str(action.get("review_note") or ""),
         preview=str(action.get("preview") or ""),
+        requested_at=action.get("requested_at"),
+        expires_at=action.get("expires_at"),
         remind_at=action.get("remind_at"),
         escalates_at=action.get("escalates_at"),
         backup_approvers=tuple(action.get("backup_approvers") or ()),

@@ -19,7 +19,9 @@ from langgraph.types import Command, Interrupt, StateSnapshot, StreamMode
 from gatedloop.checkpoints.contract import GatedSaver
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.threads import UnknownThread, validate_thread_id
-from gatedloop.graph.thread_graph import claim_thread
+from gatedloop.graph.parts_of import parts_of
+from gatedloop.graph.thread_graph import claim_thread, ledger_of
+from gatedloop.nodes.gate.extension import extend_request
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.nodes.gate.resume import check_answer
 from gatedloop.tools.policy import CallContext
@@ -147,6 +149,25 @@ def _values(snapshot: StateSnapshot) -> dict[str, Any]:
     if snapshot.interrupts:
         values["__interrupt__"] = list(snapshot.interrupts)
     return values
+
+
+def extend(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, *, context: CallContext, request_id: str
+) -> float:
+    """An approver (`context`, who may decide every call of it) gives the pending approval request `request_id`
+    its time to live again, from now; the new deadline. Nothing is decided and the request keeps waiting; the
+    extension is a record in the ledger (nodes/gate/extension.py). InvalidDecision, nothing recorded, otherwise."""
+    parts, ledger = parts_of(graph), ledger_of(graph)
+    if parts is None or ledger is None:
+        raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")
+    request = pending_request(graph, validate_thread_id(thread_id))
+    if request is None or request.get("kind") == "unknown_outcome":
+        raise InvalidDecision(f"thread {thread_id!r} has no approval request waiting; nothing to extend")
+    if request.get("request_id") != request_id:
+        raise InvalidDecision(
+            f"request {request_id!r} is not the pending one; pending now is {request.get('request_id')!r}"
+        )
+    return extend_request(ledger, parts.registry.policy, thread_id, request, context, parts.clock())
 
 
 def cancel(thread_id: str, *, ledger: Ledger) -> None:

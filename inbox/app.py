@@ -91,6 +91,10 @@ class InboxBackend:
         context = context_for(self.graph.context_schema, reviewer.context, {})  # the request's other fields reused
         return runs.resume(self.graph, view.thread_id, answer, context=context, wait_s=ANSWER_WAIT_S)
 
+    def extend(self, reviewer: Reviewer, origin: str, view: PendingView) -> float:
+        """Give the waiting request its time to live again, as this reviewer (`runs.extend`); the new deadline."""
+        return runs.extend(self.graph, view.thread_id, context=reviewer.context, request_id=view.request_id)
+
 
 @dataclass(frozen=True)
 class Flash:
@@ -252,6 +256,19 @@ def create_app(
         back = Filters.from_query(dict(parse_qsl(_field(form, "back") or ""))).query()
         return RedirectResponse("/inbox" + (f"?{back}" if back else ""), status_code=303)
 
+    async def extend(request: Request) -> Response:
+        form = await request.form()
+        session_id = session_of(request)
+        if not sessions.csrf_ok(session_id, _field(form, "csrf")):
+            return render(request, "message.html", {"message": "This form has expired; reload the inbox."}, 403)
+        reviewer = reviewer_of(request)
+        if reviewer is None or session_id is None:
+            return sign_in_page(request, "Sign in to extend requests.", 401)
+        thread_id, request_id = _field(form, "thread_id") or "", _field(form, "request_id") or ""
+        note = await run_in_threadpool(_extend, backend_of(request), reviewer, origin(request), thread_id, request_id)
+        flashes.setdefault(session_id, []).append(note)
+        return RedirectResponse(_request_url(request_id, thread_id), status_code=303)
+
     async def login(request: Request) -> Response:
         form = await request.form()
         session_id = session_of(request)
@@ -307,6 +324,7 @@ def create_app(
             Route("/inbox", page, methods=["GET"]),
             Route("/inbox/cards", cards, methods=["GET"]),
             Route("/inbox/answer", answer, methods=["POST"]),
+            Route("/inbox/extend", extend, methods=["POST"]),
             Route("/inbox/login", login, methods=["POST"]),
             Route("/inbox/logout", logout, methods=["POST"]),
             Route("/inbox/thread/{thread_id}", thread, methods=["GET"]),
@@ -359,6 +377,19 @@ def _answer(
     status = result.get("status") or "unknown"
     words = STOP_WORDS.get(status, status)
     return Flash("ok", f"Thread {thread_id}: decided; the thread ended: {words}.", thread_id), None
+
+
+def _extend(backend: InboxBackend, reviewer: Reviewer, origin: str, thread_id: str, request_id: str) -> Flash:
+    """An approver's extension of the request shown (the gate's rules: she may decide it, it has not expired)."""
+    source = backend.requests(reviewer, origin)
+    view = source.get(thread_id) if thread_id else None
+    if view is None or view.request_id != request_id:
+        return Flash("error", f"Thread {thread_id}: this request was already answered or cancelled.", thread_id)
+    try:
+        until = backend.extend(reviewer, origin, view)
+    except InvalidDecision as exc:
+        return Flash("error", f"Thread {thread_id}: not extended: {exc}", thread_id)
+    return Flash("ok", f"Thread {thread_id}: extended; it may be decided until {day_and_clock(until)}.", thread_id)
 
 
 def _refused(view: PendingView, form: FormData, text: str) -> tuple[Flash, Draft]:

@@ -48,9 +48,11 @@ from urllib.parse import quote, urlsplit
 import httpx
 from standardwebhooks import Webhook as Webhook_
 
+from gatedloop.checkpoints.evidence import ApprovalRecord
 from gatedloop.checkpoints.ledger import SqlLedger
 from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification
 from gatedloop.inbox.slack import TOKEN_ENV, approval_message, web_client
+from gatedloop.nodes.gate.admission import EXTEND, extended_deadline
 
 log = logging.getLogger("gatedloop.notify")
 
@@ -336,16 +338,17 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
     by as many reviewers as it needs; for an unknown outcome's question, settled)."""
     if notice.kind in TELLS:
         return None
-    if notice.expires_at is not None and now >= notice.expires_at:
+    if notice.kind == "unknown":
+        return "thread cancelled" if ledger.cancel_requested(notice.thread_id) else _settled_reason(ledger, notice)
+    actions = notice.payload["actions"]
+    ids = [a["tool_call_id"] for a in actions]
+    approvals = ledger.approvals(notice.thread_id, ids)
+    deadline = request_deadline(notice, approvals)
+    if deadline is not None and now >= deadline:
         return "expired before delivery"
     if ledger.cancel_requested(notice.thread_id):
         return "thread cancelled"
-    if notice.kind == "unknown":
-        return _settled_reason(ledger, notice)
-    actions = notice.payload["actions"]
-    ids = [a["tool_call_id"] for a in actions]
     records = ledger.calls(notice.thread_id, ids)
-    approvals = ledger.approvals(notice.thread_id, ids)
     for action in actions:
         call_id = action["tool_call_id"]
         record = records.get(call_id)
@@ -361,6 +364,19 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
         if not decided:
             return None
     return "decided before delivery"
+
+
+def request_deadline(notice: Notification, approvals: Sequence[ApprovalRecord]) -> float | None:
+    """When an approval request expires, with the approvers' extensions (the gate rechecks who may extend: a
+    recorded one was checked when it was made). The earliest of its calls' deadlines."""
+    deadlines = []
+    for action in notice.payload["actions"]:
+        if action.get("expires_at") is None or action.get("requested_at") is None:
+            continue
+        ttl = action["expires_at"] - action["requested_at"]
+        times = [a.at for a in approvals if a.call_id == action["tool_call_id"] and a.decision == EXTEND]
+        deadlines.append(extended_deadline(action["expires_at"], ttl, times))
+    return min(deadlines) if deadlines else notice.expires_at
 
 
 def _settled_reason(ledger: SqlLedger, notice: Notification) -> str | None:
@@ -425,7 +441,9 @@ class Deliverer:
         for notice in self.ledger.unwarned(now):
             assert notice.expires_at is not None  # `unwarned` selects requests with an expiry
             ttl = notice.expires_at - notice.payload["requested_at"]
-            if now < notice.expires_at - min(self.config.expiry_warning_s, ttl / 2):
+            ids = [a["tool_call_id"] for a in notice.payload["actions"]]
+            deadline = request_deadline(notice, self.ledger.approvals(notice.thread_id, ids)) or notice.expires_at
+            if now < deadline - min(self.config.expiry_warning_s, ttl / 2):
                 continue
             if closed_reason(self.ledger, notice, now) is None:
                 self.ledger.record_notification(

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -23,6 +23,7 @@ from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.masking import Redactor, thread_redactor
 from gatedloop.graph.pending import PendingRequest
 from gatedloop.inbox.forms import FormField, edit_fields
+from gatedloop.nodes.gate.admission import EXTEND, extended_deadline
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 RECENT_MESSAGES = 6
@@ -83,6 +84,7 @@ class PendingView:
     graph: str = ""  # under LangGraph Server: the graph (assistant) the thread runs, which answers go to
     title: str = ""  # the thread's first user message, shortened (redacted as the conversation is)
     request: PendingRequest | None = None  # the request as the operator layer parsed it (answers are built on it)
+    extended: bool = False  # an approver extended its deadline (`expires_at` is the extended one)
 
     @property
     def version(self) -> str:
@@ -214,7 +216,7 @@ class PendingRequests:
                 self._cache[thread_id] = cached
         if cached.view is not None and self.ledger.cancel_requested(thread_id):
             return None  # a cancelled thread's request can no longer be answered
-        return cached.view
+        return with_extensions(cached.view, self.ledger) if cached.view is not None else None
 
     def _read(self, thread_id: str, checkpoint_ts: Any) -> PendingView | None:
         snapshot = self.graph.get_state({"configurable": {"thread_id": thread_id}})
@@ -291,6 +293,26 @@ def pending_view(
         title=thread_title(messages, redact),
         request=pending,
     )
+
+
+def with_extensions(view: PendingView, ledger: Ledger) -> PendingView:
+    """The view with its deadline as approvers' extensions left it (they change no checkpoint, so the cached view
+    and the interrupt still hold the first one); read only for a request that expires."""
+    if view.expires_at is None or view.request is None or view.kind != "approval":
+        return view
+    calls = [c for c in view.request.calls if c.expires_at is not None and c.requested_at is not None]
+    approvals = ledger.approvals(view.thread_id, [c.tool_call_id for c in calls])
+    deadlines = [
+        extended_deadline(
+            c.expires_at,
+            c.expires_at - c.requested_at,
+            [a.at for a in approvals if a.call_id == c.tool_call_id and a.decision == EXTEND],
+        )
+        for c in calls
+        if c.expires_at is not None and c.requested_at is not None
+    ]
+    deadline = min(deadlines) if deadlines else view.expires_at
+    return view if deadline == view.expires_at else replace(view, expires_at=deadline, extended=True)
 
 
 def _epoch(ts: Any) -> float | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,11 +28,13 @@ from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 from langgraph_sdk.schema import Command
 
+from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.load import GraphNotFound, load_graph
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox.app import InboxBackend
 from gatedloop.inbox.identity import Reviewer
-from gatedloop.inbox.pending import PendingView, pending_view
+from gatedloop.inbox.pending import PendingView, pending_view, with_extensions
+from gatedloop.nodes.gate.extension import extend_request
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
@@ -73,8 +76,8 @@ def served_graphs(environ: Mapping[str, str], folder: Path) -> dict[str, ServedG
 class ServedRequests:
     """The pending requests the server's API shows one reviewer."""
 
-    def __init__(self, client: SyncLangGraphClient, graphs: Mapping[str, ServedGraph]):
-        self.client, self.graphs = client, graphs
+    def __init__(self, client: SyncLangGraphClient, graphs: Mapping[str, ServedGraph], ledger: Ledger | None = None):
+        self.client, self.graphs, self.ledger = client, graphs, ledger
 
     def visible(self, reviewer: CallContext, *, own_threads_only: bool = False) -> list[PendingView]:
         threads = self.client.threads.search(status="interrupted", limit=SEARCH_LIMIT)
@@ -123,7 +126,7 @@ class ServedRequests:
         graph_id = str((thread.get("metadata") or {}).get("graph_id") or "")
         graph = self.graphs.get(graph_id, ServedGraph())
         values = thread.get("values") or {}
-        return pending_view(
+        view = pending_view(
             str(thread["thread_id"]),
             str(pending[0].get("id") or ""),
             pending[0]["value"],
@@ -133,6 +136,7 @@ class ServedRequests:
             thread.get("updated_at"),
             graph_id,
         )
+        return with_extensions(view, self.ledger) if self.ledger is not None else view
 
 
 def listed_graphs() -> dict[str, ServedGraph]:
@@ -157,7 +161,13 @@ class ServedBackend(InboxBackend):
         return get_sync_client(url=url, api_key=None, headers=headers)
 
     def requests(self, reviewer: Reviewer, origin: str) -> ServedRequests:
-        return ServedRequests(self.client(reviewer, origin), self.graphs)
+        return ServedRequests(self.client(reviewer, origin), self.graphs, self.ledger)
+
+    def extend(self, reviewer: Reviewer, origin: str, view: PendingView) -> float:
+        """The extension is the ledger's record (the server's database): no run is needed, none is made."""
+        assert view.request is not None
+        policy = self.graphs.get(view.graph, ServedGraph()).policy
+        return extend_request(self.ledger, policy, view.thread_id, view.request.raw, reviewer.context, time.time())
 
     def send(self, reviewer: Reviewer, origin: str, view: PendingView, answer: dict[str, Any]) -> dict[str, Any]:
         """A run the server queues; the refusal of an answer the graph did not accept is InvalidDecision."""

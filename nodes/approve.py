@@ -92,7 +92,7 @@ def approval_request(
             "args_digest": digest_now,
             "requested_by": record.requester.user_id,
             "requested_at": record.requested_at,
-            "expires_at": expires_at(policy, record),
+            "expires_at": expires_at(policy, record, approvals),
             "approvals_required": policy.approvals_required,
             "approved_by": approved,
             "approvers": sorted(policy.approvers) if policy.approvers is not None else None,
@@ -188,7 +188,7 @@ def make_approve_node(parts: LoopParts):
                 # (a crash between its ledger writes and its checkpoint): the request a resumed node rebuilds
                 # must be the one the pending answer was given to. Re-applying a decision is idempotent.
                 gated.append({**admission.plan, "verdict": "ask"} if admission.action != "answered" else admission.plan)
-        live = [p for p in gated if not _expired(parts, p, records, now)]
+        live = [p for p in gated if not _expired(parts, p, records, now, approvals)]
         if not live:
             for plan in gated:
                 plans[plan["id"]] = _expire(parts, thread_id, plan, answers)
@@ -314,8 +314,10 @@ def _shown_event(request: GatedHITLRequest, sender: CallContext) -> str:
     return f"{SHOWN_EVENT}:{request['request_id']}:{sender.user_id or ANONYMOUS}"
 
 
-def _expired(parts: LoopParts, plan: CallPlan, records: dict[str, CallRecord], now: float) -> bool:
-    return expired(parts.registry.policy(plan["name"]), records[plan["id"]], now)
+def _expired(
+    parts: LoopParts, plan: CallPlan, records: dict[str, CallRecord], now: float, approvals: list[ApprovalRecord]
+) -> bool:
+    return expired(parts.registry.policy(plan["name"]), records[plan["id"]], now, approvals)
 
 
 def _same(a: ApprovalRecord, b: ApprovalRecord) -> bool:

@@ -27,6 +27,8 @@ TOOL_CHANGED = (
     "validated and approved; propose the call again to have it checked against the tool as it is now."
 )
 APPROVING_DECISIONS = ("approve", "edit")
+EXTEND = "extend"
+"""An approval record that extends a call's deadline (`nodes/gate/extension.py`); it approves nothing."""
 
 
 @dataclass(frozen=True)
@@ -134,19 +136,42 @@ def approvers_so_far(
         reviewer = CallContext(user_id=approval.reviewer, roles=approval.roles)
         if policy.reviewer_refusal(reviewer, record.requester.user_id, approval.at - record.requested_at) is not None:
             continue
-        if expired(policy, record, approval.at):
+        if expired(policy, record, approval.at, approvals):
             continue
         if approval.reviewer not in counted:
             counted.append(approval.reviewer)
     return counted
 
 
-def expires_at(policy: ToolPolicy, record: CallRecord) -> float | None:
-    return None if policy.approval_ttl_s is None else record.requested_at + policy.approval_ttl_s
+def expires_at(policy: ToolPolicy, record: CallRecord, approvals: Sequence[ApprovalRecord] = ()) -> float | None:
+    """The call's approval deadline: `approval_ttl_s` after it was asked, renewed by each extension (`EXTEND`) an
+    authorized reviewer recorded before the deadline then in force (the time to live again, from the extension)."""
+    if policy.approval_ttl_s is None:
+        return None
+    ttl = policy.approval_ttl_s
+    extensions = sorted(
+        a.at for a in approvals if a.call_id == record.call_id and _authorized_extension(policy, record, a)
+    )
+    return extended_deadline(record.requested_at + ttl, ttl, extensions)
 
 
-def expired(policy: ToolPolicy, record: CallRecord, now: float) -> bool:
-    deadline = expires_at(policy, record)
+def extended_deadline(deadline: float, ttl: float, extensions: Sequence[float]) -> float:
+    """A deadline renewed by extensions made at these times; one made after the deadline then in force is void."""
+    for at in sorted(extensions):
+        if at <= deadline:
+            deadline = max(deadline, at + ttl)
+    return deadline
+
+
+def _authorized_extension(policy: ToolPolicy, record: CallRecord, approval: ApprovalRecord) -> bool:
+    if approval.decision != EXTEND:
+        return False
+    reviewer = CallContext(user_id=approval.reviewer, roles=approval.roles)
+    return policy.reviewer_refusal(reviewer, record.requester.user_id, approval.at - record.requested_at) is None
+
+
+def expired(policy: ToolPolicy, record: CallRecord, now: float, approvals: Sequence[ApprovalRecord] = ()) -> bool:
+    deadline = expires_at(policy, record, approvals)
     return deadline is not None and now > deadline
 
 

@@ -51,6 +51,7 @@ def queue_approval_notice(parts: LoopParts, thread_id: str, request: GatedHITLRe
                 "args_digest": a["args_digest"],
                 "approvals_required": a["approvals_required"],
                 "expires_at": a["expires_at"],
+                "requested_at": a["requested_at"],
                 "note": a.get("review_note"),
                 "approving": approving_text(a, parts.registry.policy(a["name"]).effect),
             }
