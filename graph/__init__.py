@@ -8,7 +8,7 @@ from typing import Any
 
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.sqlite import open_async_sqlite, open_sqlite
-from gatedloop.checkpoints.threads import UnknownThread
+from gatedloop.checkpoints.threads import UnknownThread, describe_thread
 from gatedloop.graph import runs
 from gatedloop.graph.build import build_graph
 from gatedloop.graph.pending import PendingCall, PendingRequest
@@ -33,6 +33,7 @@ __all__ = [
     "ToolPolicy",
     "UnknownThread",
     "build_graph",
+    "describe_thread",
     "open_async_postgres",
     "open_async_sqlite",
     "open_postgres",

@@ -49,17 +49,29 @@ class CallPlan(TypedDict):
     recomputed only where a node must check they did not change."""
 
     id: str
+    """The model's tool call id; every call gets exactly one answer under it."""
     name: str
+    """The tool's name as the model proposed it (a name that is no tool is answered, never run)."""
     args: dict[str, Any]
+    """The exact arguments the call runs with (empty when `unread` says they could not be read)."""
     verdict: Verdict
+    """`run`, `ask` (a person must approve) or `answered`; decided again from the evidence before it runs."""
     effect: Literal["read", "write"]
+    """The tool's policy's effect: reads may run concurrently, a write runs once under its claim."""
     digest: str
+    """`args_digest` of what the call would run; an approval is bound to it."""
     approved_digest: NotRequired[str]
+    """The digest a reviewer approved (or edited to)."""
     decided_by: NotRequired[str]
+    """Who decided it (the answer's sender, as bound when the answer entered)."""
     decision: NotRequired[str]
+    """The reviewer's decision type: `approve`, `edit`, `reject` or `respond`."""
     edited: NotRequired[bool]
+    """A reviewer's edit gave it these arguments (a secret one is masked here; the ledger keeps its value)."""
     repair: NotRequired[str]
+    """How a read's malformed argument text was repaired (audited)."""
     unread: NotRequired[UnreadArgs]
+    """Why the arguments could not be read, and their text: `validate` answers the call `invalid_arguments`."""
 
 
 class RequestCounters(TypedDict):

@@ -217,3 +217,47 @@ def test_only_the_operator_layer_reads_a_pending_request_by_its_keys():
         for line, key in wire_key_reads(path)
     ]
     assert not readers, "\n".join(readers)
+
+
+PUBLIC = ("gatedloop.graph", "gatedloop.tools", "gatedloop.tools.mcp", "gatedloop.checkpoints", "gatedloop.demo")
+"""What a user's code imports (docs/api.md, docs/use.md): `gatedloop.graph` and its modules, the tools and
+checkpoints packages' own names, the MCP adapter, the built-in demo."""
+
+
+def user_code_imports() -> list[tuple[str, str]]:
+    """(where, module) of every gatedloop import in the notebooks, the examples and the tutorial."""
+    import json
+
+    found = []
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            source = "".join(cell.get("source") or []) if cell.get("cell_type") == "code" else ""
+            found += [(notebook.name, m) for _, m in _imports_in(source, notebook.name)]
+    for path in sorted((ROOT / "examples").rglob("*.py")):
+        if "build" not in path.parts and ".egg-info" not in str(path):
+            found += [(str(path.relative_to(ROOT)), m) for _, m in _imports_in(path.read_text(), str(path))]
+    return found
+
+
+def _imports_in(source: str, where: str) -> list[tuple[int, str]]:
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    tree = ast.parse("\n".join(lines), where)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gatedloop"):
+            found.append((node.lineno, str(node.module)))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("gatedloop")]
+    return found
+
+
+def test_the_notebooks_and_examples_import_only_public_modules():
+    """Issue 30: what users copy imports what is documented, never the gate's or the savers' insides."""
+    imported = user_code_imports()
+    assert len(imported) > 10, "no imports found: the scan lost its files"
+    inner = [
+        f"{where}: {module}"
+        for where, module in imported
+        if not (module in PUBLIC or module.startswith(("gatedloop.graph.", "gatedloop.demo.")))
+    ]
+    assert not inner, "\n".join(inner)

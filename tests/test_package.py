@@ -69,8 +69,11 @@ def test_the_documented_architecture_names_files_and_tests_that_exist():
     assert not [f for f in sorted(files) if not (ROOT / f).is_file()], "files named that do not exist"
     missing = [f"{path}::{name}" for path, name in sorted(tests) if f"def {name}(" not in (ROOT / path).read_text()]
     assert not missing, f"tests named that do not exist: {missing}"
-    invariants = [int(n) for n in re.findall(r"^\| (\d+)\. ", architecture, re.MULTILINE)]
+    rows = re.findall(r"^\| (\d+)\. (.*)$", architecture, re.MULTILINE)
+    invariants = [int(n) for n, _ in rows]
     assert invariants == list(range(1, len(invariants) + 1)) and len(invariants) >= 13, invariants
+    unchecked = [n for n, row in rows if not re.search(r"`tests/\w+\.py::\w+`", row)]
+    assert not unchecked, f"invariants no named test checks: {unchecked}"
 
 
 def test_the_manifest_installs_what_its_http_app_needs():

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Annotated
 
 from langchain_core.tools import InjectedToolArg, tool
 
-from gatedloop.checkpoints.devserver import studio_db_path
 from gatedloop.tools import ToolPolicy
 
 
 def bookings_file() -> Path:
-    return studio_db_path().with_name("bookings.sqlite")
+    """Beside the server's database (`GATEDLOOP_DB`, as `langgraph dev` serves this example)."""
+    return Path(os.environ.get("GATEDLOOP_DB") or ".gatedloop/studio.sqlite").expanduser().with_name("bookings.sqlite")
 
 
 def _book(kind: str, what: str, people: int, key: str) -> str:
