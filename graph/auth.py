@@ -7,7 +7,7 @@ Configuration (read once, when the server imports this module) comes from exactl
 
 ```json
 {
-  "approver_roles": ["finance"],
+  "supervisor_roles": ["finance"],
   "tokens": {
     "a-long-random-token-for-ana": {"user_id": "ana", "roles": ["staff"]},
     "sha256:<64 hex digits>":      {"user_id": "bo", "roles": ["finance"]}
@@ -23,9 +23,10 @@ The graph sees that user as the caller whatever `context` the client sends (`gat
 
 Who sees what: a thread belongs to the user who created it (its `owner` metadata, set here, never by the client).
 Its state, history, runs (start, resume, stream, join, cancel), updates and search results are visible to its
-owner and to approvers: users holding any of `approver_roles` (they review other people's requests). A
-non-approver may read assistants; anything else (assistant writes, crons, the store API) is for approvers only.
-Which tool calls an approver may decide is still up to each tool's `ToolPolicy.approvers`.
+owner and to supervisors: users holding any of `supervisor_roles` (they review other people's requests). Anyone
+may read assistants; anything else (assistant writes, crons, the store API) is for supervisors only. Which tool
+calls a supervisor may decide is still up to each tool's `ToolPolicy.approvers` (the word "approvers" means only
+that). `approver_roles`, this key's old name, is still read in this release, with a warning.
 
 With neither variable set, every request is one local user and nothing is restricted, so `langgraph dev` and
 Studio work offline as without auth; that user is marked so the graph keeps using the runtime context.
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -52,6 +54,8 @@ FILE_ENV = "GATEDLOOP_AUTH_FILE"
 OWNER_KEY = "owner"
 LOCAL_USER_ID = "local"
 MIN_TOKEN_CHARS = 16
+OLD_SUPERVISOR_KEY = "approver_roles"
+log = logging.getLogger("gatedloop.auth")
 HASHED_PREFIX = "sha256:"
 _HASHED = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -75,9 +79,24 @@ class AuthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     tokens: dict[str, TokenUser] = Field(min_length=1, repr=False)
-    approver_roles: frozenset[Name] = frozenset()
+    supervisor_roles: frozenset[Name] = frozenset()
+    """Roles whose users see and may resume every thread (a tool's `approvers` still decide who may approve it)."""
     _by_digest: dict[str, TokenUser] = PrivateAttr(default_factory=dict)
-    _approvers: frozenset[str] = PrivateAttr(default=frozenset())
+    _supervisors: frozenset[str] = PrivateAttr(default=frozenset())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_name(cls, data: Any) -> Any:
+        """`approver_roles` is the old name of `supervisor_roles` (read in this release, with a warning)."""
+        if not isinstance(data, dict) or OLD_SUPERVISOR_KEY not in data:
+            return data
+        if "supervisor_roles" in data:
+            raise ValueError(f"{OLD_SUPERVISOR_KEY} is the old name of supervisor_roles: give only supervisor_roles")
+        log.warning("gatedloop auth config: %s is now called supervisor_roles", OLD_SUPERVISOR_KEY)
+        return {
+            **{k: v for k, v in data.items() if k != OLD_SUPERVISOR_KEY},
+            "supervisor_roles": data[OLD_SUPERVISOR_KEY],
+        }
 
     @model_validator(mode="after")
     def _check_tokens(self) -> AuthConfig:
@@ -99,14 +118,14 @@ class AuthConfig(BaseModel):
                 raise ValueError(f"{where}: this user has another token with different roles")
             digested[digest] = user
         self._by_digest = digested
-        self._approvers = frozenset(u.user_id for u in digested.values() if u.roles & self.approver_roles)
+        self._supervisors = frozenset(u.user_id for u in digested.values() if u.roles & self.supervisor_roles)
         return self
 
     def user_for(self, token: str) -> TokenUser | None:
         return self._by_digest.get(token_digest(token))
 
-    def is_approver(self, user_id: str) -> bool:
-        return user_id in self._approvers
+    def is_supervisor(self, user_id: str) -> bool:
+        return user_id in self._supervisors
 
 
 def token_digest(token: str) -> str:
@@ -219,7 +238,7 @@ def owned_by(value: Any, identity: str) -> None:
 
 
 def build_auth(config: AuthConfig | None) -> Auth:
-    """The `Auth` object the server loads: token users and owner-or-approver rules, or the local fallback."""
+    """The `Auth` object the server loads: token users and owner-or-supervisor rules, or the local fallback."""
     auth = Auth()
     if config is None:
 
@@ -246,41 +265,41 @@ def build_auth(config: AuthConfig | None) -> Auth:
             raise Auth.exceptions.HTTPException(status_code=401, detail="unknown token")
         return {"identity": user.user_id, "roles": sorted(user.roles), AUTH_KIND_FIELD: "token"}
 
-    def owned_unless_approver(ctx: Auth.types.AuthContext) -> dict[str, str] | None:
-        """The filter LangGraph applies to thread metadata: the caller's own threads, or all for an approver."""
+    def owned_unless_supervisor(ctx: Auth.types.AuthContext) -> dict[str, str] | None:
+        """The filter LangGraph applies to thread metadata: the caller's own threads, or all for a supervisor."""
         identity = ctx.user.identity
-        return None if config.is_approver(identity) else {OWNER_KEY: identity}
+        return None if config.is_supervisor(identity) else {OWNER_KEY: identity}
 
     @auth.on.threads.create
     async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> dict[str, str] | None:
         owned_by(value, ctx.user.identity)
-        return owned_unless_approver(ctx)
+        return owned_unless_supervisor(ctx)
 
     @auth.on.threads.create_run
     async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate) -> dict[str, str] | None:
         refuse_routing(value)
         owned_by(value, ctx.user.identity)  # owns a thread this run creates
-        return owned_unless_approver(ctx)
+        return owned_unless_supervisor(ctx)
 
     @auth.on.threads.update
     async def on_thread_update(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsUpdate) -> dict[str, str] | None:
         if OWNER_KEY in (value.get("metadata") or {}):
             raise Auth.exceptions.HTTPException(status_code=403, detail="the owner of a thread cannot be changed")
-        return owned_unless_approver(ctx)
+        return owned_unless_supervisor(ctx)
 
     @auth.on(resources="threads", actions=["read", "delete", "search"])
     async def on_thread_access(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str] | None:
-        return owned_unless_approver(ctx)
+        return owned_unless_supervisor(ctx)
 
     @auth.on(resources="assistants", actions=["read", "search"])
     async def on_assistant_read(ctx: Auth.types.AuthContext, value: Any) -> None:
         return None
 
     @auth.on
-    async def approvers_only(ctx: Auth.types.AuthContext, value: Any) -> None:
-        if not config.is_approver(ctx.user.identity):
+    async def supervisors_only(ctx: Auth.types.AuthContext, value: Any) -> None:
+        if not config.is_supervisor(ctx.user.identity):
             raise Auth.exceptions.HTTPException(
-                status_code=403, detail=f"only approvers may {ctx.action} {ctx.resource}"
+                status_code=403, detail=f"only supervisors may {ctx.action} {ctx.resource}"
             )
 
     return auth

@@ -342,7 +342,7 @@ def _visible(backend: InboxBackend, reviewer: Reviewer, origin: str) -> list[Pen
 def _may_decide(source: RequestSource, reviewer: Reviewer, view: PendingView) -> str | None:
     """Why this reviewer may not decide this request (None: she may), as the page decides what to show."""
     if not reviewer.sees_all_threads and view.requested_by != reviewer.user_id:
-        return "only approvers may decide other people's requests"
+        return "only supervisors may decide other people's requests"
     return source.refusal(view, reviewer.context)
 
 

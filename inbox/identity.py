@@ -1,7 +1,7 @@
 """Who the reviewer is, and forms that only they can submit.
 
 The inbox uses the same identities as the API (`gatedloop.graph.auth`): the token configuration of
-`GATEDLOOP_AUTH_TOKENS` / `GATEDLOOP_AUTH_FILE` (or `gatedloop inbox --auth-file FILE`), `{"approver_roles": [...],
+`GATEDLOOP_AUTH_TOKENS` / `GATEDLOOP_AUTH_FILE` (or `gatedloop inbox --auth-file FILE`), `{"supervisor_roles": [...],
 "tokens": {"<token or sha256:hex>": {"user_id": "ana", "roles": [...]}}}`. A browser cannot add an
 `Authorization: Bearer` header to page loads and forms, so the reviewer signs in once by pasting her token on the
 login form; the session is an HttpOnly, SameSite=Strict cookie (`Secure` over HTTPS) holding a random id (kept in
@@ -19,7 +19,7 @@ In order, the reviewer is:
 3. with no configuration: `gatedloop inbox --as USER --roles R` (standalone), or under LangGraph Server the same
    unrestricted local user as the API's fallback (`local`, no roles).
 
-As on the API, a user who holds none of `approver_roles` sees only the requests of threads she asked for;
+As on the API, a user who holds none of `supervisor_roles` sees only the requests of threads she asked for;
 which calls anyone may decide is up to each tool's `ToolPolicy` (`reviewer_refusal`).
 
 CSRF: every form carries a token that is an HMAC of the session id under a per-process secret, checked on every
@@ -69,7 +69,7 @@ def server_reviewer(request: Request, config: AuthConfig | None) -> Reviewer | N
     identity = str(user.identity)
     roles = frozenset(str(r) for r in getter("roles") or [])
     authorization = request.headers.get("authorization")
-    return Reviewer(identity, roles, "server", config is None or config.is_approver(identity), authorization)
+    return Reviewer(identity, roles, "server", config is None or config.is_supervisor(identity), authorization)
 
 
 class Sessions:
@@ -113,7 +113,7 @@ class Sessions:
         user = config.user_for(token.strip()) if config is not None and token.strip() else None
         if config is None or user is None:
             return None
-        approver = config.is_approver(user.user_id)
+        approver = config.is_supervisor(user.user_id)
         reviewer = Reviewer(user.user_id, frozenset(user.roles), "token", approver, f"Bearer {token.strip()}")
         fresh = self.new_id()
         with self._lock:

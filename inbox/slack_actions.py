@@ -103,7 +103,7 @@ def _token_reviewer(slack_id: str, entry: dict[str, Any], auth: AuthConfig | Non
     user = auth.user_for(token) if isinstance(token, str) else None
     if user is None:
         raise SlackConfigError(f"{USERS_ENV}: the token of {slack_id!r} is not one of the auth configuration's")
-    return Reviewer(user.user_id, user.roles, "slack", auth.is_approver(user.user_id), f"Bearer {token}")
+    return Reviewer(user.user_id, user.roles, "slack", auth.is_supervisor(user.user_id), f"Bearer {token}")
 
 
 @dataclass

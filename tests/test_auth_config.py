@@ -19,7 +19,7 @@ ROOT = Path(__file__).parent.parent
 ANA = "ana-token-7f3c9e1d2b"
 BO = "bo-token-1d6f2a9e3c"
 GOOD = {
-    "approver_roles": ["finance"],
+    "supervisor_roles": ["finance"],
     "tokens": {
         ANA: {"user_id": "ana", "roles": ["staff"]},
         "sha256:" + hashlib.sha256(BO.encode()).hexdigest(): {"user_id": "bo", "roles": ["finance"]},
@@ -42,7 +42,7 @@ def test_tokens_map_to_users_and_roles_plain_or_hashed() -> None:
     assert bo is not None and (bo.user_id, bo.roles) == ("bo", frozenset({"finance"}))
     assert config.user_for(ANA + "x") is None and config.user_for("") is None
     assert config.user_for("sha256:" + hashlib.sha256(BO.encode()).hexdigest()) is None  # the digest is no token
-    assert [config.is_approver(u) for u in ("ana", "bo", "nobody")] == [False, True, False]
+    assert [config.is_supervisor(u) for u in ("ana", "bo", "nobody")] == [False, True, False]
     assert ANA not in repr(config)
 
 
@@ -141,3 +141,16 @@ def test_a_token_in_authorization_or_in_agent_chat_uis_x_api_key(by_name: bool) 
 def test_the_unconfigured_local_user_under_either_server(by_name: bool) -> None:
     user = authenticate(None, {}, by_name=by_name)
     assert user["identity"] == "local"
+
+
+def test_supervisor_roles_old_name_is_read_with_a_warning_and_both_names_are_refused(caplog) -> None:
+    """Issue 30's one word per idea: the roles that see every thread are `supervisor_roles` ("approvers" is only a
+    tool's deciding roles); the old key still works in this release."""
+    tokens = {"bo-token-0123456789ab": {"user_id": "bo", "roles": ["finance"]}}
+    old = load_auth_config({TOKENS_ENV: json.dumps({"approver_roles": ["finance"], "tokens": tokens})})
+    assert old is not None and old.is_supervisor("bo") and "now called supervisor_roles" in caplog.text
+    new = load_auth_config({TOKENS_ENV: json.dumps({"supervisor_roles": ["finance"], "tokens": tokens})})
+    assert new is not None and new.is_supervisor("bo")
+    both = {"supervisor_roles": ["finance"], "approver_roles": ["ops"], "tokens": tokens}
+    with pytest.raises(AuthConfigError, match="approver_roles is the old name of supervisor_roles"):
+        load_auth_config({TOKENS_ENV: json.dumps(both)})

@@ -93,7 +93,7 @@ def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
     db = str(folder / "runs.sqlite")
     reviewers = folder / "reviewers.json"
     tokens = {TOKENS[u]: {"user_id": u, "roles": ROLES[u]} for u in TOKENS}
-    reviewers.write_text(json.dumps({"approver_roles": ["events", "staff"], "tokens": tokens}))
+    reviewers.write_text(json.dumps({"supervisor_roles": ["events", "staff"], "tokens": tokens}))
     port = _free_port()
     log = folder / "inbox.log"
     env = {**os.environ, "PYTHONPATH": str(SUPPORT), "GATEDLOOP_MODEL": "demo"}
@@ -390,7 +390,7 @@ def test_under_langgraph_dev_with_auth_reviewers_sign_in_with_their_api_tokens(t
     from langgraph_sdk import get_sync_client
 
     users = {"ana": ("ana-api-token-7f3c9e1d2b", ["staff"]), "bo": ("bo-api-token-1d6f2a9e3c", ["finance"])}
-    config = {"approver_roles": ["finance"], "tokens": {t: {"user_id": u, "roles": r} for u, (t, r) in users.items()}}
+    config = {"supervisor_roles": ["finance"], "tokens": {t: {"user_id": u, "roles": r} for u, (t, r) in users.items()}}
     env = {
         "GATEDLOOP_MODEL": "demo",
         "OPENAI_API_KEY": None,

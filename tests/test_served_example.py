@@ -49,7 +49,7 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("bookings")
     config = {
-        "approver_roles": ["hosts", "travel"],
+        "supervisor_roles": ["hosts", "travel"],
         "tokens": {t: {"user_id": u, "roles": r} for u, (t, r) in USERS.items()},
     }
     env = {

@@ -39,7 +39,7 @@ USERS: dict[str, tuple[str, list[str]]] = {
     "dan": ("dan-token-2f7b4d8e6c", ["ops"]),
 }
 AUTH = {
-    "approver_roles": ["finance", "ops"],
+    "supervisor_roles": ["finance", "ops"],
     "tokens": {token: {"user_id": user, "roles": roles} for user, (token, roles) in USERS.items()},
 }
 AS_BO = {"user_id": "bo", "roles": ["finance"]}

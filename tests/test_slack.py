@@ -440,7 +440,7 @@ def test_under_langgraph_dev_a_click_at_inbox_slack_actions_decides_through_the_
 
 API_TOKENS = {"ana": "ana-api-token-5e1f0c2b9d", "bo": "bo-api-token-7a3d6e1c4f", "cy": "cy-api-token-2b8e4d7a1c"}
 API_AUTH = {
-    "approver_roles": ["finance"],
+    "supervisor_roles": ["finance"],
     "tokens": {
         API_TOKENS["ana"]: {"user_id": "ana", "roles": ["staff"]},
         API_TOKENS["bo"]: {"user_id": "bo", "roles": ["finance"]},

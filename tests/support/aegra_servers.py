@@ -26,7 +26,7 @@ REDIS_ENV = "GATEDLOOP_TEST_REDIS_URL"
 APP = Path(__file__).parent / "aegra_app" / "aegra.json"
 TOKENS = {"ana": "ana-token-aegra-0001", "bo": "bo-token-aegra-00002", "cy": "cy-token-aegra-00003"}
 AUTH = {
-    "approver_roles": ["finance"],
+    "supervisor_roles": ["finance"],
     "tokens": {
         TOKENS["ana"]: {"user_id": "ana", "roles": ["staff"]},
         TOKENS["bo"]: {"user_id": "bo", "roles": ["finance"]},

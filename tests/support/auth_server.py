@@ -31,7 +31,7 @@ USERS: dict[str, tuple[str, list[str]]] = {
     "dee": ("dee-token-9c4b7e2a6f", ["finance", "staff"]),
 }
 CONFIG = {
-    "approver_roles": ["finance"],
+    "supervisor_roles": ["finance"],
     "tokens": {token: {"user_id": user, "roles": roles} for user, (token, roles) in USERS.items()},
 }
 
