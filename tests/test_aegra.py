@@ -165,6 +165,49 @@ def test_an_approval_answered_on_the_other_process_runs_the_write_once(both: Dep
     assert [e["event"] for e in events if e["event"] == "executed"] == ["executed"]
 
 
+def test_gatedloop_notify_beside_aegra_tells_the_request_its_decision_and_its_end(
+    both: Deployment, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gatedloop notify` run beside the servers on Aegra's own database (where gatedloop's ledger and outbox live)
+    delivers the request, then bo's decision made through the other process and how the request ended, to a
+    receiver that verifies each body with `standardwebhooks`."""
+    from http_stub import StubHandler, StubServer
+    from standardwebhooks import Webhook
+
+    from gatedloop.cli.main import main
+
+    secret = "whsec_" + "c2VjcmV0LWZvci1hZWdyYS10ZXN0cw=="
+    verifier, received = Webhook(secret), []
+
+    class Receiver(StubHandler):
+        def do_POST(self) -> None:
+            body = self.read_body()
+            received.append(verifier.verify(body, {k.lower(): v for k, v in self.headers.items()}))
+            self.send_body(204, "text/plain", b"")
+
+    monkeypatch.setenv("GATEDLOOP_NOTIFY_SECRET", secret)
+    a, b = both[0], both[1]
+    to = payee("bo")
+    with StubServer(Receiver, label="webhook receiver") as server:
+        notify = ["--db", both.database_url, "notify", "--once", "--webhook", f"{server.origin}/hook"]
+        thread_id = ask(client(a, "bo"), f"pay 500 to {to} as n1")
+        assert main(notify) == 0
+        answer(client(b, "bo"), thread_id, {"type": "approve"})
+        assert main(notify) == 0
+    capsys.readouterr()
+    mine = [
+        (body["type"], body.get("decided_by"), body.get("status"))
+        for body in received
+        if body["thread_id"] == thread_id
+    ]
+    assert mine == [
+        ("approval_requested", None, None),
+        ("approval_decided", "bo", None),
+        ("request_finished", None, "completed"),
+    ]
+    assert len(payments(both, to)) == 1
+
+
 def test_a_reviewer_without_the_role_is_refused_and_nothing_runs(both: Deployment) -> None:
     a, b = both[0], both[1]
     to = payee("cy")
