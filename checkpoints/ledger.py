@@ -273,8 +273,8 @@ def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[N
     yield from chained_statements(placeholder, placeholder == "%s", copies, None, started=False)
 
 
-class Ledger(Protocol):
-    """What the nodes need from a ledger; `SqliteLedger` here, `PostgresLedger` for Postgres.
+class Claims(Protocol):
+    """The at-most-once record of each write: its claim before it starts, its outcome when it finishes.
 
     `claimant` names this process in the claims it makes, in a form `claimant_alive` of any process using
     the same ledger can check: host:pid:start-time for SQLite (one host), a held advisory lock for Postgres.
@@ -293,13 +293,29 @@ class Ledger(Protocol):
     def finish(self, thread_id: str, call_id: str, state: FinishedState, result: Any) -> None: ...
     def get(self, thread_id: str, call_id: str) -> LedgerEntry | None: ...
     def entries(self, thread_id: str) -> list[LedgerEntry]: ...
+
+
+class Audit(Protocol):
+    """The audit trail: one row per event worth an operator's attention, kept once per (call, event)."""
+
     def record(
         self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None
     ) -> None: ...
     def audit(self, thread_id: str) -> list[dict[str, Any]]: ...
+
+
+class CancelFlags(Protocol):
+    """A thread's cancel request, read at each node boundary."""
+
     def request_cancel(self, thread_id: str) -> None: ...
     def cancel_requested(self, thread_id: str) -> bool: ...
     def clear_cancel(self, thread_id: str) -> None: ...
+
+
+class Evidence(Protocol):
+    """What the gate weighs the state against: proposals, each call's registration and answer, reviewers'
+    decisions (and extensions), and edits of secret arguments."""
+
     def record_proposals(self, thread_id: str, proposals: Iterable[Proposal]) -> None: ...
     def proposals(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, Proposal]: ...
     def register_calls(
@@ -315,10 +331,20 @@ class Ledger(Protocol):
     def replaced_request(self, thread_id: str, requested_at: float) -> bool: ...
     def record_edited_args(self, thread_id: str, edits: Sequence[tuple[str, str, dict[str, Any]]]) -> None: ...
     def edited_args(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
+
+
+class ThreadGraphs(Protocol):
+    """Which graph (and policies) made each thread, so another never resumes it unnoticed."""
+
     def thread_graph(self, thread_id: str) -> GraphIdentity | None: ...
     def record_thread_graph(
         self, thread_id: str, graph: GraphIdentity, *, replace: bool = False, events: Sequence[AuditEvent] = ()
     ) -> None: ...
+
+
+class Outbox(Protocol):
+    """The notification outbox the gate writes (a deliverer reads and sends it: `SqlLedger`'s `OutboxStore`)."""
+
     def record_notification(
         self,
         thread_id: str,
@@ -330,6 +356,12 @@ class Ledger(Protocol):
         expires_at: float | None,
         part: str = "",
     ) -> bool: ...
+
+
+class Ledger(Claims, Audit, CancelFlags, Evidence, ThreadGraphs, Outbox, Protocol):
+    """What the graph needs from a ledger, every part of it; `SqliteLedger` here, `PostgresLedger` for Postgres.
+    A function that needs one part names that part (`Claims`, `Evidence`, ...), so what it may touch is in its
+    signature; docs/development.md says how to add a backend."""
 
 
 class SqlLedger(EvidenceStore, OutboxStore):

@@ -17,7 +17,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Interrupt, StateSnapshot, StreamMode
 
 from gatedloop.checkpoints.contract import GatedSaver
-from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.checkpoints.ledger import CancelFlags
 from gatedloop.checkpoints.threads import UnknownThread, validate_thread_id
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.thread_graph import claim_thread, ledger_of
@@ -170,7 +170,7 @@ def extend(
     return extend_request(ledger, parts.registry.policy, thread_id, request, context, parts.clock())
 
 
-def cancel(thread_id: str, *, ledger: Ledger) -> None:
+def cancel(thread_id: str, *, ledger: CancelFlags) -> None:
     """Ask a thread to stop at its next node boundary (status `cancelled`); a running write finishes first."""
     ledger.request_cancel(validate_thread_id(thread_id))
 
@@ -258,6 +258,6 @@ async def aoutput(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str)
     return _values(await graph.aget_state(config_for(thread_id)))
 
 
-async def acancel(thread_id: str, *, ledger: Ledger) -> None:
+async def acancel(thread_id: str, *, ledger: CancelFlags) -> None:
     """Async twin of `cancel` (the ledger is blocking storage: written off the event loop)."""
     await asyncio.to_thread(cancel, thread_id, ledger=ledger)

@@ -19,7 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 
-from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.checkpoints.ledger import Evidence, Ledger
 from gatedloop.graph.masking import Redactor, thread_redactor
 from gatedloop.graph.pending import PendingRequest
 from gatedloop.inbox.forms import FormField, edit_fields
@@ -295,7 +295,7 @@ def pending_view(
     )
 
 
-def with_extensions(view: PendingView, ledger: Ledger) -> PendingView:
+def with_extensions(view: PendingView, ledger: Evidence) -> PendingView:
     """The view with its deadline as approvers' extensions left it (they change no checkpoint, so the cached view
     and the interrupt still hold the first one); read only for a request that expires."""
     if view.expires_at is None or view.request is None or view.kind != "approval":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
-from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.checkpoints.ledger import Audit, Evidence
 from gatedloop.nodes.state import CallPlan, Verdict
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.errors import ToolFailure, invalid_arguments
@@ -112,7 +112,7 @@ def for_state(registry: ToolRegistry, plan: CallPlan) -> CallPlan:
     return {**plan, "args": policy.masked(plan["args"])}
 
 
-def with_edited_args(registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan) -> CallPlan | None:
+def with_edited_args(registry: ToolRegistry, ledger: Evidence, thread_id: str, plan: CallPlan) -> CallPlan | None:
     """Inside a tool task, whose input LangGraph reports (`tasks`/`debug` streams) and so gets the plan as the
     state holds it (`for_state`): the plan with the arguments it runs with, or None when the ledger holds no edit
     with the plan's digest (never run a masked value)."""
@@ -175,7 +175,7 @@ def expired(policy: ToolPolicy, record: CallRecord, now: float, approvals: Seque
     return deadline is not None and now > deadline
 
 
-def audit_refusal(ledger: Ledger, thread_id: str, plan: CallPlan, refusal: ToolFailure, registry: ToolRegistry) -> None:
+def audit_refusal(ledger: Audit, thread_id: str, plan: CallPlan, refusal: ToolFailure, registry: ToolRegistry) -> None:
     """A refusal worth an operator's attention goes to the audit trail: a tool that changed under a call."""
     if refusal.error_type == "tool_changed":
         now = registry.definition_digest(plan["name"]) if plan["name"] in registry else None

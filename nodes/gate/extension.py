@@ -12,14 +12,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, AuditEvent
-from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.checkpoints.ledger import Evidence
 from gatedloop.nodes.gate.admission import EXTEND, expires_at
 from gatedloop.nodes.gate.hitl import InvalidDecision, decider
 from gatedloop.tools.policy import CallContext, ToolPolicy
 
 
 def extend_request(
-    ledger: Ledger,
+    ledger: Evidence,
     policy_of: Callable[[str], ToolPolicy],
     thread_id: str,
     request: Mapping[str, Any],

@@ -11,20 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gatedloop.checkpoints.evidence import Proposal
-from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.checkpoints.ledger import Evidence
 from gatedloop.nodes.gate.call_arguments import proposed_digest
 from gatedloop.nodes.state import CallPlan
 
 NOT_PROPOSED = "Not run: no model response proposed this call."
 
 
-def record_proposals(ledger: Ledger, thread_id: str, plans: Sequence[CallPlan]) -> None:
+def record_proposals(ledger: Evidence, thread_id: str, plans: Sequence[CallPlan]) -> None:
     """Record the plans `model` just built, with the digest it computed as their arguments entered."""
     if plans:
         ledger.record_proposals(thread_id, [Proposal(p["id"], p["name"], p["digest"]) for p in plans])
 
 
-def unproposed(ledger: Ledger, thread_id: str, plans: Sequence[CallPlan]) -> set[str]:
+def unproposed(ledger: Evidence, thread_id: str, plans: Sequence[CallPlan]) -> set[str]:
     """Ids of the plans no model response proposed with this tool and these arguments. Each digest is
     recomputed from the state's plan, never taken from it: this check is where changed arguments are caught."""
     recorded = ledger.proposals(thread_id, [p["id"] for p in plans])
