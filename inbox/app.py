@@ -235,14 +235,22 @@ def create_app(
         response.headers["X-Inbox-Count"] = str(len(shown["views"]))  # the page's title, kept current
         return response
 
-    async def answer(request: Request) -> Response:
+    async def signed_form(request: Request, doing: str) -> tuple[FormData, str, Reviewer] | Response:
+        """A reviewer's form: its CSRF token checked and its sender signed in, or the page that says why not."""
         form = await request.form()
         session_id = session_of(request)
         if not sessions.csrf_ok(session_id, _field(form, "csrf")):
             return render(request, "message.html", {"message": "This form has expired; reload the inbox."}, 403)
         reviewer = reviewer_of(request)
         if reviewer is None or session_id is None:
-            return sign_in_page(request, "Sign in to answer requests.", 401)
+            return sign_in_page(request, f"Sign in to {doing} requests.", 401)
+        return form, session_id, reviewer
+
+    async def answer(request: Request) -> Response:
+        signed = await signed_form(request, "answer")
+        if isinstance(signed, Response):
+            return signed
+        form, session_id, reviewer = signed
         thread_id = _field(form, "thread_id") or ""
         request_id = _field(form, "request_id") or ""
         note, draft = await run_in_threadpool(_answer, backend_of(request), reviewer, origin(request), thread_id, form)
@@ -257,13 +265,10 @@ def create_app(
         return RedirectResponse("/inbox" + (f"?{back}" if back else ""), status_code=303)
 
     async def extend(request: Request) -> Response:
-        form = await request.form()
-        session_id = session_of(request)
-        if not sessions.csrf_ok(session_id, _field(form, "csrf")):
-            return render(request, "message.html", {"message": "This form has expired; reload the inbox."}, 403)
-        reviewer = reviewer_of(request)
-        if reviewer is None or session_id is None:
-            return sign_in_page(request, "Sign in to extend requests.", 401)
+        signed = await signed_form(request, "extend")
+        if isinstance(signed, Response):
+            return signed
+        form, session_id, reviewer = signed
         thread_id, request_id = _field(form, "thread_id") or "", _field(form, "request_id") or ""
         note = await run_in_threadpool(_extend, backend_of(request), reviewer, origin(request), thread_id, request_id)
         flashes.setdefault(session_id, []).append(note)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,8 @@ def test_supervisor_roles_old_name_is_read_with_a_warning_and_both_names_are_ref
     """Issue 30's one word per idea: the roles that see every thread are `supervisor_roles` ("approvers" is only a
     tool's deciding roles); the old key still works in this release."""
     tokens = {"bo-token-0123456789ab": {"user_id": "bo", "roles": ["finance"]}}
-    old = load_auth_config({TOKENS_ENV: json.dumps({"approver_roles": ["finance"], "tokens": tokens})})
+    with caplog.at_level(logging.WARNING, logger="gatedloop.auth"):
+        old = load_auth_config({TOKENS_ENV: json.dumps({"approver_roles": ["finance"], "tokens": tokens})})
     assert old is not None and old.is_supervisor("bo") and "now called supervisor_roles" in caplog.text
     new = load_auth_config({TOKENS_ENV: json.dumps({"supervisor_roles": ["finance"], "tokens": tokens})})
     assert new is not None and new.is_supervisor("bo")

@@ -400,25 +400,34 @@ def test_notify_refuses_a_slack_channel_without_a_bot_token(db, capsys, monkeypa
 SUPPORT = Path(__file__).resolve().parent / "support"
 
 
-@pytest.mark.slow
-def test_under_langgraph_dev_a_click_at_inbox_slack_actions_decides_through_the_server(tmp_path, slack):
-    """The inbox as `langgraph dev`'s `http.app`: the click endpoint is `/inbox/slack/actions`, and the decision is a
-    run through the server's API (no auth configured: the run's context names the mapped reviewer)."""
+def served_with_slack(
+    tmp_path: Path, slack: FakeSlack, users: dict[str, Any], auth: dict[str, Any] | None = None
+) -> tuple[Path, Path, dict[str, str | None]]:
+    """The payments app under `langgraph dev` with the inbox as its `http.app`, its Slack endpoint and the fake Slack
+    API; with `auth`, gatedloop's token auth. (project folder, database, server environment)"""
     project = gated_project(tmp_path, {"gate_app": str(SUPPORT / "gate_server_app.py:graph")})
     config = json.loads((project / "langgraph.json").read_text())
     (project / "langgraph.json").write_text(json.dumps({**config, "http": {"app": "gatedloop.inbox.server:app"}}))
     db = tmp_path / "gate.sqlite"
-    env = {
+    env: dict[str, str | None] = {
         "GATEDLOOP_DB": str(db),
         "GATEDLOOP_LEDGER": None,
-        "GATEDLOOP_AUTH_TOKENS": None,
+        "GATEDLOOP_AUTH_TOKENS": json.dumps(auth) if auth else None,
         "GATEDLOOP_AUTH_FILE": None,
         "PYTHONPATH": os.pathsep.join(p for p in [str(SUPPORT), os.environ.get("PYTHONPATH")] if p),
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
         "SLACK_BOT_TOKEN": TOKEN,
-        "GATEDLOOP_SLACK_USERS": json.dumps(USERS),
+        "GATEDLOOP_SLACK_USERS": json.dumps(users),
         "GATEDLOOP_SLACK_API_URL": slack.url,
     }
+    return project, db, env
+
+
+@pytest.mark.slow
+def test_under_langgraph_dev_a_click_at_inbox_slack_actions_decides_through_the_server(tmp_path, slack):
+    """The inbox as `langgraph dev`'s `http.app`: the click endpoint is `/inbox/slack/actions`, and the decision is a
+    run through the server's API (no auth configured: the run's context names the mapped reviewer)."""
+    project, db, env = served_with_slack(tmp_path, slack, USERS)
     with run_dev_server(project, env=env, workdir=tmp_path / "server") as url:
         client = get_sync_client(url=url, api_key=None, timeout=60)
         thread_id = client.threads.create()["thread_id"]
@@ -454,22 +463,8 @@ def test_under_a_servers_auth_a_click_acts_with_the_mapped_reviewers_token(tmp_p
     """`langgraph dev` with gatedloop's auth: a Slack user maps to a reviewer's API token, and the click's decision is
     a run through the server's API as that token's user. cy's click (staff) is refused by the gate for the role and
     told privately; bo's approves it, and the audit names bo, the token's user."""
-    project = gated_project(tmp_path, {"gate_app": str(SUPPORT / "gate_server_app.py:graph")})
-    config = json.loads((project / "langgraph.json").read_text())
-    (project / "langgraph.json").write_text(json.dumps({**config, "http": {"app": "gatedloop.inbox.server:app"}}))
-    db = tmp_path / "gate.sqlite"
     users = {"UBO": {"token": API_TOKENS["bo"]}, "UCY": {"token": API_TOKENS["cy"]}}
-    env = {
-        "GATEDLOOP_DB": str(db),
-        "GATEDLOOP_LEDGER": None,
-        "GATEDLOOP_AUTH_TOKENS": json.dumps(API_AUTH),
-        "GATEDLOOP_AUTH_FILE": None,
-        "PYTHONPATH": os.pathsep.join(p for p in [str(SUPPORT), os.environ.get("PYTHONPATH")] if p),
-        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-        "SLACK_BOT_TOKEN": TOKEN,
-        "GATEDLOOP_SLACK_USERS": json.dumps(users),
-        "GATEDLOOP_SLACK_API_URL": slack.url,
-    }
+    project, db, env = served_with_slack(tmp_path, slack, users, auth=API_AUTH)
     with run_dev_server(project, env=env, workdir=tmp_path / "server") as url:
         ana = get_sync_client(url=url, api_key=None, headers={"Authorization": f"Bearer {API_TOKENS['ana']}"})
         thread_id = ana.threads.create()["thread_id"]
