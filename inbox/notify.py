@@ -52,7 +52,7 @@ from gatedloop.checkpoints.evidence import ApprovalRecord
 from gatedloop.checkpoints.ledger import SqlLedger
 from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification
 from gatedloop.inbox.slack import TOKEN_ENV, approval_message, web_client
-from gatedloop.nodes.gate.admission import EXTEND, extended_deadline
+from gatedloop.nodes.gate.admission import shown_deadline
 
 log = logging.getLogger("gatedloop.notify")
 
@@ -367,16 +367,10 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
 
 
 def request_deadline(notice: Notification, approvals: Sequence[ApprovalRecord]) -> float | None:
-    """When an approval request expires, with the approvers' extensions (the gate rechecks who may extend: a
-    recorded one was checked when it was made). The earliest of its calls' deadlines."""
-    deadlines = []
-    for action in notice.payload["actions"]:
-        if action.get("expires_at") is None or action.get("requested_at") is None:
-            continue
-        ttl = action["expires_at"] - action["requested_at"]
-        times = [a.at for a in approvals if a.call_id == action["tool_call_id"] and a.decision == EXTEND]
-        deadlines.append(extended_deadline(action["expires_at"], ttl, times))
-    return min(deadlines) if deadlines else notice.expires_at
+    """When an approval request expires, with the approvers' extensions (`shown_deadline`)."""
+    calls = [(a["tool_call_id"], a.get("requested_at"), a.get("expires_at")) for a in notice.payload["actions"]]
+    found = shown_deadline(calls, approvals)
+    return found if found is not None else notice.expires_at
 
 
 def _settled_reason(ledger: SqlLedger, notice: Notification) -> str | None:

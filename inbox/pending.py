@@ -23,7 +23,7 @@ from gatedloop.checkpoints.ledger import Evidence, Ledger
 from gatedloop.graph.masking import Redactor, thread_redactor
 from gatedloop.graph.pending import PendingRequest
 from gatedloop.inbox.forms import FormField, edit_fields
-from gatedloop.nodes.gate.admission import EXTEND, extended_deadline
+from gatedloop.nodes.gate.admission import shown_deadline
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 RECENT_MESSAGES = 6
@@ -300,18 +300,9 @@ def with_extensions(view: PendingView, ledger: Evidence) -> PendingView:
     and the interrupt still hold the first one); read only for a request that expires."""
     if view.expires_at is None or view.request is None or view.kind != "approval":
         return view
-    calls = [c for c in view.request.calls if c.expires_at is not None and c.requested_at is not None]
-    approvals = ledger.approvals(view.thread_id, [c.tool_call_id for c in calls])
-    deadlines = [
-        extended_deadline(
-            c.expires_at,
-            c.expires_at - c.requested_at,
-            [a.at for a in approvals if a.call_id == c.tool_call_id and a.decision == EXTEND],
-        )
-        for c in calls
-        if c.expires_at is not None and c.requested_at is not None
-    ]
-    deadline = min(deadlines) if deadlines else view.expires_at
+    calls = [(c.tool_call_id, c.requested_at, c.expires_at) for c in view.request.calls]
+    found = shown_deadline(calls, ledger.approvals(view.thread_id, [c[0] for c in calls]))
+    deadline = found if found is not None else view.expires_at
     return view if deadline == view.expires_at else replace(view, expires_at=deadline, extended=True)
 
 

@@ -8,7 +8,7 @@ A call with no validation record, with arguments nobody validated or approved, o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -161,6 +161,20 @@ def extended_deadline(deadline: float, ttl: float, extensions: Sequence[float]) 
         if at <= deadline:
             deadline = max(deadline, at + ttl)
     return deadline
+
+
+def shown_deadline(
+    calls: Iterable[tuple[str, float | None, float | None]], approvals: Sequence[ApprovalRecord]
+) -> float | None:
+    """A request's deadline from what it showed, (call id, requested_at, expires_at) per call, and the recorded
+    extensions: for the deliverer and the inbox, which know the request as shown, not its policy (who may extend
+    was checked when the extension was recorded; the gate checks again). The earliest call's; None if none expires."""
+    deadlines = [
+        extended_deadline(until, until - at, [a.at for a in approvals if a.call_id == call_id and a.decision == EXTEND])
+        for call_id, at, until in calls
+        if at is not None and until is not None
+    ]
+    return min(deadlines) if deadlines else None
 
 
 def _authorized_extension(policy: ToolPolicy, record: CallRecord, approval: ApprovalRecord) -> bool:
