@@ -779,7 +779,9 @@ def test_a_200_turn_thread_with_approvals_under_summarization_is_sent_as_create_
             )
         ]
         model = Recorder(responder=responder)
-        with open_sqlite(db if loop == "gatedloop" else str(Path(db).with_name("agent.sqlite"))) as saver:
+        # gatedloop on a real SQLite file; the anchor in memory (what it is sent does not depend on its saver)
+        opened = open_sqlite(db) if loop == "gatedloop" else contextlib.nullcontext(InMemorySaver())
+        with opened as saver:
             if loop == "create_agent":
                 hitl = HumanInTheLoopMiddleware(interrupt_on={"pay": True})
                 graph: Any = create_agent(model, [pay], middleware=[*middleware, hitl], checkpointer=saver)
