@@ -94,7 +94,7 @@ class PendingRequest:
                 )
                 for i, c in enumerate(value.get("calls") or [])
             )
-            return cls("unknown_outcome", interrupt_id, calls, interrupt_id, raw=value)
+            return cls("unknown_outcome", interrupt_id, calls, interrupt_id, error=value.get("error"), raw=value)
         configs = value.get("review_configs") or []
         calls = tuple(
             _approval_call(i, action, configs[i] if i < len(configs) else {})
@@ -137,6 +137,14 @@ class PendingRequest:
         if request_id is not None or self.named:
             answer["request_id"] = request_id if request_id is not None else self.request_id
         return answer
+
+
+def refusal_of(value: Any) -> str | None:
+    """Why the answer just given was refused, when `value` is one of gatedloop's requests asking again after it;
+    None for one that waits without a refusal and for any interrupt that is not gatedloop's."""
+    if not isinstance(value, Mapping) or value.get("kind") not in ("approval", "unknown_outcome"):
+        return None
+    return PendingRequest.parse(value).error or None
 
 
 def _approval_call(index: int, action: Mapping[str, Any], config: Mapping[str, Any]) -> PendingCall:

@@ -15,6 +15,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from gatedloop.checkpoints.devserver import DB_ENV
+from gatedloop.inbox.refusals import RefusalsReported
 from gatedloop.inbox.served import GRAPHS_ENV, ServedGraph, served_graphs
 from gatedloop.inbox.server import served_inbox
 
@@ -45,6 +46,7 @@ def aegra_app() -> FastAPI:
     inbox = served_inbox(aegra_storage, aegra_graphs)
     app = FastAPI(lifespan=inbox.router.lifespan_context, docs_url=None, redoc_url=None, openapi_url=None)
     app.router.routes.extend(inbox.routes)
+    app.add_middleware(RefusalsReported)  # Aegra's own routes join this app: its refused resumes are reported too
     return app
 
 

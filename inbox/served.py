@@ -34,6 +34,7 @@ from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox.app import InboxBackend
 from gatedloop.inbox.identity import Reviewer
 from gatedloop.inbox.pending import PendingView, pending_view, with_extensions
+from gatedloop.inbox.refusals import refusal_in
 from gatedloop.nodes.gate.extension import extend_request
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
@@ -177,7 +178,7 @@ class ServedBackend(InboxBackend):
             # server's authenticated user (her token) overrides it (gatedloop.nodes.gate.identity).
             context: dict[str, Any] = {"user_id": reviewer.user_id, "roles": sorted(reviewer.roles)}
             command: Command = {"resume": {view.interrupt_id: answer}}
-            values = client.runs.wait(view.thread_id, view.graph, command=command, context=context)
+            values = client.runs.wait(view.thread_id, view.graph, command=command, context=context, raise_error=False)
         except httpx.HTTPStatusError as exc:
             if exc.response.status_code == 409:
                 raise InvalidDecision(
@@ -186,13 +187,15 @@ class ServedBackend(InboxBackend):
             raise InvalidDecision(
                 f"the server refused the answer ({exc.response.status_code}: {_detail(exc)})"
             ) from None
-        thread = whole_thread(client, client.threads.get(view.thread_id))
         result = dict(values) if isinstance(values, dict) else {}
+        if isinstance(result.get("__error__"), dict):  # the refusal as the server reports it (inbox.refusals)
+            raise InvalidDecision(str(result["__error__"].get("message") or result["__error__"]))
+        thread = whole_thread(client, client.threads.get(view.thread_id))
         if thread.get("status") == "interrupted":
             pending = [i for found in (thread.get("interrupts") or {}).values() for i in found]
-            value = pending[0].get("value") if pending else None
-            if isinstance(value, dict) and value.get("error"):
-                raise InvalidDecision(str(value["error"]))
+            refusal = refusal_in(pending)  # a server whose API runs without inbox.refusals' middleware
+            if refusal:
+                raise InvalidDecision(refusal)
             result["__interrupt__"] = pending
         return result
 

@@ -6,6 +6,9 @@ audit trail are read from the storage the server keeps them in, `GATEDLOOP_DB` (
 `.gatedloop/studio.sqlite`, or a `postgresql://` URL: on LangGraph Server the database of `POSTGRES_URI`), which is
 why a served graph uses gatedloop's checkpointer (`gatedloop.checkpoints.devserver.studio_checkpointer`).
 
+A resume the gate refuses is reported to its client as an error (`gatedloop.inbox.refusals`), which is why the
+inbox is the server's `http.app` even for a deployment whose reviewers never open it.
+
 Reviewers: the users of the server's auth configuration (`GATEDLOOP_AUTH_TOKENS` / `GATEDLOOP_AUTH_FILE`), who sign
 in with their token; with none configured, the API's unrestricted local user (see `gatedloop.inbox.identity`).
 """
@@ -28,6 +31,7 @@ from gatedloop.graph.build import with_saver
 from gatedloop.inbox.app import InboxBackend, create_app
 from gatedloop.inbox.identity import Sessions
 from gatedloop.inbox.pending import PendingRequests
+from gatedloop.inbox.refusals import RefusalsReported
 from gatedloop.inbox.served import ServedBackend, ServedGraph, listed_graphs
 from gatedloop.inbox.slack_actions import SlackActions
 
@@ -63,7 +67,9 @@ def served_inbox(
 
     auth = load_auth_config(os.environ)
     slack = SlackActions.from_env(os.environ, auth, served=True)
-    return create_app(open_served_backend, Sessions.local_fallback(auth), slack=slack)
+    app = create_app(open_served_backend, Sessions.local_fallback(auth), slack=slack)
+    app.add_middleware(RefusalsReported)  # the server puts it in front of its API too: refusals reach clients
+    return app
 
 
 app = served_inbox()

@@ -336,7 +336,8 @@ def shipped(aegra: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 def test_the_shipped_deployment_serves_the_demo_and_the_bookings_graphs(shipped: list[AegraServer]) -> None:
     """The three graphs are listed; the demo's gated seat is asked for and reserved once the requester approves it
-    on the other process; a booking waits for a `hosts` reviewer (ana's own approval is refused for the role)."""
+    on the other process; a booking waits for a `hosts` reviewer (ana's own approval is refused for the role, and the
+    SDK is told so, over `runs.wait` and over a stream, while the request still waits)."""
     ana, on_b = (client(s, "ana", token=EXAMPLE_ANA) for s in shipped)
     assert {a["graph_id"] for a in ana.assistants.search()} == {"gatedloop", "tables", "rooms"}
 
@@ -355,9 +356,15 @@ def test_the_shipped_deployment_serves_the_demo_and_the_bookings_graphs(shipped:
     ana.runs.wait(thread_id, "tables", input={"messages": [{"role": "user", "content": "a table for 4 at Chez Ana"}]})
     [request] = pending(ana, thread_id)
     assert request["action_requests"][0]["approvers"] == ["hosts"]
-    on_b.runs.wait(thread_id, "tables", command={"resume": {"decisions": [{"type": "approve"}]}})
+    approve = {"resume": {"decisions": [{"type": "approve"}]}}
+    with pytest.raises(Exception, match=r"^AnswerRefused: .*needs one of the roles \['hosts'\]"):
+        on_b.runs.wait(thread_id, "tables", command=approve)  # the refusal reaches the SDK (inbox.refusals)
     [still] = pending(on_b, thread_id)
     assert "hosts" in still["error"], still
+    events = list(on_b.runs.stream(thread_id, "tables", command=approve, stream_mode=["values", "messages-tuple"]))
+    assert events[-1].event == "error", [e.event for e in events]  # as Agent Chat UI resumes: the event it shows
+    assert events[-1].data == {"error": "AnswerRefused", "message": still["error"]}
+    assert [r["request_id"] for r in pending(ana, thread_id)] == [still["request_id"]]
     assert not (shipped[0].workdir / ".gatedloop" / "bookings.sqlite").exists()
 
 

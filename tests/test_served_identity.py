@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from devserver import run_dev_server
 from langgraph_sdk import get_sync_client
+from refused import resumed
 
 from gatedloop.checkpoints.ledger import SqliteLedger
 
@@ -105,7 +106,8 @@ def say(client: Any, thread_id: str, text: str, graph: str = GRAPH, **kwargs: An
 
 
 def answer(client: Any, thread_id: str, resume: Any, **kwargs: Any) -> dict[str, Any]:
-    return client.runs.wait(thread_id, GRAPH, command={"resume": resume}, **kwargs)
+    """A resume, waited for; a refusal is also the run's `__error__` (support/refused.py checks it)."""
+    return resumed(client, thread_id, GRAPH, resume, **kwargs)
 
 
 def asked(out: dict[str, Any]) -> dict[str, Any]:

@@ -46,9 +46,11 @@ def test_a_reviewer_without_the_approver_role_is_refused_and_the_approver_succee
     action = request["action_requests"][0]
     assert action["requested_by"] == "ana" and action["approvers"] == ["finance"]
 
-    # ana (staff) approves, claiming to be bo in her context and the CFO in the answer: refused, still pending
-    out = approve(ana, thread, request, context=BO_CONTEXT)
-    assert out["__interrupt__"]
+    # ana (staff) approves, claiming to be bo in her context and the CFO in the answer: refused, and the SDK says so
+    # (gatedloop.inbox.refusals: as for a failed run); the request still waits
+    refused_for_role = r"^AnswerRefused: pay \(call_1_pay\): deciding this call needs one of the roles"
+    with pytest.raises(Exception, match=refused_for_role):
+        approve(ana, thread, request, context=BO_CONTEXT)
     refused = pending(ana, thread)
     assert "finance" in refused["error"]
     assert refused["request_id"] == request["request_id"]
@@ -70,11 +72,36 @@ def test_an_approver_may_not_approve_her_own_call(auth_server: AuthServer) -> No
     request = pending(bo, thread)
     assert request["action_requests"][0]["requested_by"] == "bo"
 
-    out = approve(bo, thread, request)
-    assert out["__interrupt__"]
-    assert "her own call" in pending(bo, thread)["error"]
+    out = approve(bo, thread, request, raise_error=False)
+    assert out["__error__"] == {"error": "AnswerRefused", "message": pending(bo, thread)["error"]}
+    assert "her own call" in out["__error__"]["message"] and out["__interrupt__"]
     assert 7.0 not in payments(auth_server)
 
     out = approve(dee, thread, pending(dee, thread))
     assert out["status"] == "completed"
     assert payments(auth_server).count(7.0) == 1
+
+
+def test_a_refused_answer_sent_over_a_stream_ends_it_with_an_error_event_and_the_request_still_waits(
+    auth_server: AuthServer,
+) -> None:
+    """As Agent Chat UI resumes (`runs.stream`): the stream's last event is an `error` with the refusal, the one
+    `useStream` shows; the thread stays interrupted on the same request, which the approver then answers over a
+    stream that ends without one."""
+    ana, bo = auth_server.client("ana"), auth_server.client("bo")
+    thread = ana.threads.create()["thread_id"]
+    say(ana, thread, "pay 9")
+    request = pending(ana, thread)
+    call_id = request["action_requests"][0]["tool_call_id"]
+    answer = {"request_id": request["request_id"], "decisions": [{"type": "approve", "tool_call_id": call_id}]}
+
+    events = list(ana.runs.stream(thread, GRAPH, command={"resume": answer}, stream_mode=["values", "messages-tuple"]))
+    refusal = pending(ana, thread)["error"]
+    assert "needs one of the roles ['finance']" in refusal
+    assert events[-1].event == "error" and events[-1].data == {"error": "AnswerRefused", "message": refusal}
+    assert [e.event for e in events].count("error") == 1
+    assert ana.threads.get(thread)["status"] == "interrupted" and payments(auth_server).count(9.0) == 0
+
+    events = list(bo.runs.stream(thread, GRAPH, command={"resume": answer}, stream_mode=["values"]))
+    assert "error" not in [e.event for e in events]
+    assert bo.threads.get(thread)["status"] == "idle" and payments(auth_server).count(9.0) == 1
