@@ -246,7 +246,16 @@ def pending_view(
         if pending.kind == "unknown_outcome":
             actions.append(
                 ActionView(
-                    call.index, call.name, call.args, "", call.tool_call_id, "", list(call.allowed), reason=call.reason
+                    call.index,
+                    call.name,
+                    call.args,
+                    "",
+                    call.tool_call_id,
+                    "",
+                    list(call.allowed),
+                    reason=call.reason,
+                    escalates_at=call.escalates_at,
+                    backup_approvers=list(call.backup_approvers),
                 )
             )
             continue

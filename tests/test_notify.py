@@ -30,6 +30,7 @@ from gate_app import build, effects_for, responder
 from langchain_core.tools import InjectedToolArg, tool
 from standardwebhooks import Webhook as StandardWebhook
 from standardwebhooks.webhooks import WebhookVerificationError
+from starlette.testclient import TestClient
 
 from gatedloop.checkpoints import idempotency_key, open_sqlite
 from gatedloop.checkpoints.outbox import notification_id
@@ -569,9 +570,9 @@ def test_an_outbox_made_before_the_loop_closed_takes_the_new_notices_and_keeps_i
 DONE = {"decisions": [{"type": "done", "result": {"payment": "seen at the bank"}}]}
 
 
-def lossy_graph(saver: Any) -> Any:
+def lossy_graph(saver: Any, **policy: Any) -> Any:
     """The payments app with an ungated `pay` whose connection drops after the payment is made, and no
-    `reconcile`: every payment's outcome is unknown and a person is asked."""
+    `reconcile`: every payment's outcome is unknown and a person is asked (`policy`: more of `pay`'s policy)."""
     effects = effects_for(saver)
 
     @tool
@@ -580,17 +581,23 @@ def lossy_graph(saver: Any) -> Any:
         effects.add("pay", {"amount": amount, "to": to}, idempotency_key)
         raise ConnectionError("connection reset after the request was sent")
 
-    policy = ToolPolicy(effect="write", approval="never", secret_args=frozenset({"to"}))
+    rules = ToolPolicy(effect="write", approval="never", secret_args=frozenset({"to"}), **policy)
     return build_graph(
-        ScriptedChatModel(responder=responder), [pay], policies={"pay": policy}, checkpointer=saver, name="lossy"
+        ScriptedChatModel(responder=responder), [pay], policies={"pay": rules}, checkpointer=saver, name="lossy"
     )
 
 
-def ask_unknown(saver: Any, thread_id: str = "u1") -> Any:
-    graph = lossy_graph(saver)
+def ask_unknown(saver: Any, thread_id: str = "u1", **policy: Any) -> Any:
+    return ask_unknown_question(saver, thread_id, **policy)[0]
+
+
+def ask_unknown_question(saver: Any, thread_id: str = "u1", **policy: Any) -> tuple[Any, dict[str, Any]]:
+    """The lossy graph, and the question it puts about `thread_id`'s payment."""
+    graph = lossy_graph(saver, **policy)
     out = runs.start(graph, thread_id, "pay 250 to " + HIDDEN + " as c1", context=ANA)
-    assert out["__interrupt__"][0].value["kind"] == "unknown_outcome"
-    return graph
+    question = out["__interrupt__"][0].value
+    assert question["kind"] == "unknown_outcome"
+    return graph, question
 
 
 def test_an_unknown_outcome_question_is_delivered_once_with_its_reason_key_and_masked_arguments(db, receiver):
@@ -636,6 +643,65 @@ def test_an_unknown_outcome_settled_before_delivery_is_skipped_with_its_reason(d
         [(delivery, notice)] = saver.ledger.deliveries(["skipped"])
         assert (notice.kind, delivery.last_error) == ("unknown", "settled before delivery")
     assert receiver.posts == []
+
+
+def test_an_unknown_outcomes_question_is_reminded_then_escalated_each_step_a_notice_and_an_audit_row(db, receiver):
+    """Issue 32's ladder for the second kind of question: past `remind_after_s` from its first asking a reminder,
+    past `escalate_after_s` an escalation naming the backup roles, each once, signed, with the question's body (no
+    approval fields) and an audit row; a question settled before its reminder is due has neither."""
+    clock = Clock()
+    with open_sqlite(db) as saver:
+        graph, question = ask_unknown_question(saver, "u1", **LADDER)
+        ask_unknown(saver, "u2", **LADDER)
+        [call] = question["calls"]
+        asked = next(e["detail"]["asked_at"] for e in saver.ledger.audit("u1") if e["event"].startswith("unknown_"))
+        assert (call["remind_at"], call["escalates_at"], call["backup_approvers"]) == (asked + 60, asked + 120, ["ops"])
+        assert runs.resume(graph, "u2", DONE, context=BO)["status"] == "completed"
+        sender = deliverer(saver, Webhook(receiver.url), clock=clock)
+        assert sender.run_once().delivered == 1  # u1's question (u2's was settled: skipped)
+        clock.offset += 61
+        assert sender.run_once().delivered == 1
+        clock.offset += 60
+        assert sender.run_once().delivered == 1
+        clock.offset += 600
+        assert sender.run_once().delivered == 0
+        steps = [(e["event"], e["detail"]) for e in saver.ledger.audit("u1") if e["actor"] == "gatedloop-notify"]
+        assert [e["event"] for e in saver.ledger.audit("u2") if e["actor"] == "gatedloop-notify"] == []
+        skipped = sorted((n.thread_id, n.kind, d.last_error) for d, n in saver.ledger.deliveries(["skipped"]))
+    assert skipped == [("u2", kind, "settled before delivery") for kind in ("escalated", "reminder", "unknown")]
+    assert receiver.bad_signatures == 0
+    ladder = [b for _, b in receiver.posts[1:]]
+    assert [(b["type"], b["thread_id"], b["request_id"]) for b in ladder] == [
+        ("outcome_unknown_reminder", "u1", "unknown:c1"),
+        ("outcome_unknown_escalated", "u1", "unknown:c1"),
+    ]
+    assert [b["actions"] for b in ladder] == [receiver.posts[0][1]["actions"]] * 2  # the question's own body
+    assert ladder[1]["backup_approvers"] == ["ops"] and ladder[1]["url"] == "http://inbox.example:8765/inbox/thread/u1"
+    assert HIDDEN not in json.dumps(ladder)
+    assert [event for event, _ in steps] == [
+        "unknown_outcome_reminded:unknown:c1",
+        "unknown_outcome_escalated:unknown:c1",
+    ]
+    assert steps[0][1]["due_at"] == asked + 60 and steps[1][1]["backup_approvers"] == ["ops"]
+
+
+def test_past_its_escalation_a_backup_approver_may_settle_an_unknown_outcome_and_not_before(db):
+    """The escalation is judged from the question's first asking, by the gate itself: no step needs to run."""
+    ops = CallContext(user_id="olga", roles={"ops"})
+    with open_sqlite(db) as saver:
+        graph, question = ask_unknown_question(saver, "u1", **{**LADDER, "remind_after_s": None, "escalate_after_s": 1})
+        [call] = question["calls"]
+        assert "remind_at" not in call and call["backup_approvers"] == ["ops"]
+        with pytest.raises(InvalidDecision, match=r"roles \['finance'\] \(after 1 s waiting, or one of \['ops'\]\)"):
+            runs.resume(graph, "u1", DONE, context=ops)
+        assert saver.ledger.get("u1", "c1").state == "claimed"  # not settled
+        with TestClient(inbox_for(graph, saver)) as client:
+            assert "escalates to ops at " in client.get("/inbox").text  # the card shows when
+        time.sleep(max(0.0, call["escalates_at"] - time.time()) + 0.1)
+        assert runs.resume(graph, "u1", DONE, context=ops)["status"] == "completed"
+        [decision] = [e for e in saver.ledger.audit("u1") if e["event"] == "unknown_outcome_decision"]
+        assert (decision["actor"], decision["detail"]["decision"]) == ("olga", "done")
+        assert saver.ledger.get("u1", "c1").state == "done"
 
 
 def test_a_slack_webhook_is_told_the_outcome_is_unknown_and_why(db, receiver):
