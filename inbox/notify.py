@@ -5,7 +5,8 @@ Run by `gatedloop notify` (alone, or `--once` from cron) or as a thread of `gate
 configured. Each pass:
 
 1. queues an expiry notice (`approval_expiring`) for every request whose expiry is near (`expiry_warning_s`, at
-   most half its time to live) and that is still undecided: no graph step is needed for it;
+   most half its time to live) and that is still undecided: no graph step is needed for it. One per deadline: a
+   request an approver extended is warned again before its new deadline, the notice naming it;
 2. gives each configured endpoint a delivery row for every notice it has not seen: `pending` if the request is
    still open, else `skipped` (a webhook configured today is not flooded with requests decided last week; an
    unknown outcome's question is closed once each call it asks about is finished in the ledger). A reminder or an
@@ -364,7 +365,8 @@ def body_bytes(webhook: Webhook, notice: Notification, config: NotifyConfig) -> 
 def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | None:
     """Why the request needs no reviewer any more (None: it still does), from the ledger's evidence only: it
     expired, its thread was cancelled, or every call in it was decided (answered, started, edited, or approved
-    by as many reviewers as it needs; for an unknown outcome's question, settled)."""
+    by as many reviewers as it needs; for an unknown outcome's question, settled). An expiry notice is closed too
+    once an extension moved the deadline it warns of."""
     if notice.kind in TELLS:
         return None
     if about_unknown(notice):
@@ -375,6 +377,8 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
     deadline = request_deadline(notice, approvals)
     if deadline is not None and now >= deadline:
         return "expired before delivery"
+    if notice.kind == "expiring" and deadline != notice.expires_at:  # deadlines only move later
+        return "extended before delivery"  # a later warning names the new deadline
     if ledger.cancel_requested(notice.thread_id):
         return "thread cancelled"
     records = ledger.calls(notice.thread_id, ids)
@@ -461,11 +465,14 @@ class Deliverer:
                 return
 
     def _warn_expiring(self, now: float) -> None:
+        """One expiry notice per deadline of a request still open: before the first one, and again before each
+        one an extension gave it. The notice names the deadline it warns of (`expires_at`, in the row and the
+        body) and is told apart by it (`part`), so two deliverers queue it once."""
         for notice in self.ledger.unwarned(now):
-            assert notice.expires_at is not None  # `unwarned` selects requests with an expiry
-            ttl = notice.expires_at - notice.payload["requested_at"]
             ids = [a["tool_call_id"] for a in notice.payload["actions"]]
-            deadline = request_deadline(notice, self.ledger.approvals(notice.thread_id, ids)) or notice.expires_at
+            deadline = request_deadline(notice, self.ledger.approvals(notice.thread_id, ids))
+            assert deadline is not None  # `unwarned` selects requests with an expiry
+            ttl = notice.payload["expires_at"] - notice.payload["requested_at"]  # as queued: the row's may be extended
             if now < deadline - min(self.config.expiry_warning_s, ttl / 2):
                 continue
             if closed_reason(self.ledger, notice, now) is None:
@@ -473,9 +480,10 @@ class Deliverer:
                     notice.thread_id,
                     notice.request_id,
                     "expiring",
-                    notice.payload,
+                    {**notice.payload, "expires_at": deadline},
                     created_at=now,
-                    expires_at=notice.expires_at,
+                    expires_at=deadline,
+                    part=repr(deadline),
                 )
 
     def _dispatch(self, now: float) -> None:

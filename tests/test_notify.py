@@ -39,7 +39,7 @@ from gatedloop.graph import build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel
 from gatedloop.inbox import InboxBackend, create_app
 from gatedloop.inbox.identity import Reviewer, Sessions
-from gatedloop.inbox.notify import Deliverer, NotifyConfig, PassResult, Webhook, notify_config
+from gatedloop.inbox.notify import Deliverer, NotifyConfig, PassResult, Webhook, closed_reason, notify_config
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools import CallContext, ToolPolicy
 
@@ -376,6 +376,39 @@ def test_an_expiry_notice_goes_out_once_and_only_for_a_request_still_undecided(d
     assert len(receiver.unique()) == 5
 
 
+def test_an_extended_request_is_warned_again_before_its_new_deadline_past_the_first(db, receiver):
+    """Issue 32: one `approval_expiring` per deadline. Warned before its first deadline, then extended by an
+    approver, the request is warned again before the new deadline, once the first one has passed, and the warning
+    names the deadline it warns of; the first warning, were it still to go out, is skipped."""
+    clock = Clock()
+    with open_sqlite(db) as saver:
+        request = pause(saver, "t1", approval_ttl_s=100)
+        graph = build(saver, effects_for(saver), approval="always", secret_args=frozenset({"to"}), approval_ttl_s=100)
+        first = request["action_requests"][0]["expires_at"]
+        sender = deliverer(saver, Webhook(receiver.url), clock=clock, expiry_warning_s=0.2)
+        assert sender.run_once().delivered == 1
+        clock.offset = first - 0.1 - time.time()
+        assert sender.run_once().delivered == 1  # within 0.2 s of the first deadline
+        time.sleep(0.5)  # the extension (on the gate's real clock) gives a deadline 0.5 s past the first one
+        until = runs.extend(graph, "t1", context=BO, request_id=request["request_id"])
+        assert until >= first + 0.5
+        clock.offset = first + 0.1 - time.time()
+        assert sender.run_once().delivered == 0  # past the first deadline, not yet near the new one
+        clock.offset = until - 0.1 - time.time()
+        assert sender.run_once().delivered == 1
+        assert sender.run_once().delivered == 0
+        clock.offset = until + 1 - time.time()
+        assert sender.run_once().delivered == 0
+        warned_first = next(n for _, n in saver.ledger.deliveries(["delivered"]) if n.kind == "expiring")
+        assert closed_reason(saver.ledger, warned_first, first - 0.1) == "extended before delivery"
+    assert receiver.bad_signatures == 0
+    warnings = [b for _, b in receiver.posts if b["type"] == "approval_expiring"]
+    assert [(b["request_id"], b["expires_at"]) for b in warnings] == [
+        (request["request_id"], d) for d in (first, until)
+    ]
+    assert len({b["id"] for b in warnings}) == 2 and HIDDEN not in json.dumps(warnings)
+
+
 def test_a_slack_webhook_gets_slacks_body_with_the_link_and_masked_arguments(db, receiver):
     config = notify_config(
         [], [receiver.url], inbox_url="https://review.example/inbox", env={"GATEDLOOP_NOTIFY_SECRET": SECRET}
@@ -520,6 +553,40 @@ def test_the_outbox_keeps_one_row_per_request_and_one_lease_holder_on_each_backe
         assert not ledger.finish_delivery(notice, "e1", "a#1", "delivered", now=6.0, next_attempt_at=6.0, error=None)
         assert ledger.finish_delivery(notice, "e1", "b#2", "delivered", now=6.0, next_attempt_at=6.0, error=None)
         assert [d.state for d, n in ledger.deliveries(["delivered"]) if n.id == notice] == ["delivered"]
+
+
+def test_each_deadline_of_a_request_is_warned_of_once_on_each_backend(backend):
+    """The outbox's side of one warning per deadline, in each backend's SQL: an extension moves the request's
+    deadline (never back), `unwarned` selects it again past the first deadline, and a second `expiring` notice for
+    the request is a row of its own."""
+    from pg_server import new_thread_id
+
+    thread_id = new_thread_id("warned") if backend.name == "postgres" else "t1"
+    with backend.open() as saver:
+        ledger = saver.ledger
+        ledger.record_notification(thread_id, "req-1", "request", {}, created_at=1.0, expires_at=100.0)
+
+        def unwarned(now: float) -> list[float | None]:
+            return [n.expires_at for n in ledger.unwarned(now) if n.thread_id == thread_id]
+
+        def warn(deadline: float) -> bool:
+            return ledger.record_notification(
+                thread_id, "req-1", "expiring", {}, created_at=deadline - 1, expires_at=deadline, part=repr(deadline)
+            )
+
+        assert unwarned(50.0) == [100.0]
+        assert warn(100.0) and not warn(100.0)
+        assert unwarned(50.0) == []
+        assert ledger.extend_notification(thread_id, "req-1", 150.0)
+        assert not ledger.extend_notification(thread_id, "req-1", 140.0)  # never back
+        assert not ledger.extend_notification(thread_id, "req-other", 150.0)  # no such request
+        assert unwarned(120.0) == [150.0]  # past the first deadline
+        assert warn(150.0)
+        assert unwarned(120.0) == [] and unwarned(200.0) == []
+        warnings = [
+            ledger.notification(notification_id(thread_id, "req-1", "expiring", repr(d))) for d in (100.0, 150.0)
+        ]
+        assert [n.expires_at for n in warnings] == [100.0, 150.0]
 
 
 OLD_OUTBOX = """CREATE TABLE gatedloop_outbox (
