@@ -197,7 +197,7 @@ def make_approve_node(parts: LoopParts):
         try:
             answer, reviewer, _ = received(interrupt(request))
         except GraphInterrupt:  # the request is put to a person now (on resume `interrupt` returns instead)
-            queue_approval_notice(parts, thread_id, request)
+            queue_approval_notice(parts, thread_id, request, state["messages"])
             raise
         try:
             if replaced and not _shown_to(parts, thread_id, request, reviewer):

@@ -31,17 +31,21 @@ from gatedloop.nodes.gate.hitl import (
     UnknownOutcomeRequest,
     approving_text,
 )
+from gatedloop.nodes.gate.masking import thread_redactor, thread_title
 from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.state import CallPlan
-from gatedloop.tools.policy import CallContext
+from gatedloop.tools.policy import GATED_WRITE, CallContext
 
 UNKNOWN_PREFIX = "unknown:"
 
 
-def queue_approval_notice(parts: LoopParts, thread_id: str, request: GatedHITLRequest) -> None:
+def queue_approval_notice(
+    parts: LoopParts, thread_id: str, request: GatedHITLRequest, messages: Sequence[BaseMessage]
+) -> None:
     """Queued by `approve` rather than with the calls' registration in `validate`: the request id is computed
     there, and that node also makes requests `validate` never saw (an edit that needs more approvals, a call dropped
-    at admission), so the notice names exactly the request a reviewer is shown."""
+    at admission), so the notice names exactly the request a reviewer is shown. It carries the thread's `title`
+    from its `messages`, as the inbox's card shows it (`thread_title`, redacted of the thread's secrets)."""
     actions = request["action_requests"]
     deadlines = [a["expires_at"] for a in actions if a["expires_at"] is not None]
     expires = min(deadlines) if deadlines else None
@@ -51,6 +55,9 @@ def queue_approval_notice(parts: LoopParts, thread_id: str, request: GatedHITLRe
         "requested_by": actions[0]["requested_by"],
         "requested_at": min(a["requested_at"] for a in actions),
         "expires_at": expires,
+        "title": thread_title(
+            messages, thread_redactor(messages, lambda name: parts.registry.policies.get(name, GATED_WRITE))
+        ),
         "actions": [
             {
                 "tool": a["name"],
