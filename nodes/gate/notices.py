@@ -12,8 +12,10 @@ ends (its status and what ran, from `finalize`).
 Each row is one `INSERT ... ON CONFLICT DO NOTHING` keyed by (thread, request id, kind): a request asked again after
 a refused answer writes nothing new. It is committed before the interrupt is
 checkpointed; a crash in between re-runs the asking code, which builds the same request. Arguments are the
-request's own, with `secret_args` masked. Nothing here touches the network: a deliverer (`gatedloop notify`) sends
-the rows.
+request's own, with `secret_args` masked; an approval request's notice also carries the thread's title as the
+inbox's card shows it (`thread_title`, redacted of the thread's secrets). Nothing here touches the network: a
+deliverer (`gatedloop notify`) sends the rows. The one change to a row is an approver's extension, which moves a
+`request` row's deadline (nodes/gate/extension.py).
 """
 
 from __future__ import annotations
