@@ -356,6 +356,7 @@ class Outbox(Protocol):
         expires_at: float | None,
         part: str = "",
     ) -> bool: ...
+    def extend_notification(self, thread_id: str, request_id: str, until: float) -> bool: ...
 
 
 class Ledger(Claims, Audit, CancelFlags, Evidence, ThreadGraphs, Outbox, Protocol):

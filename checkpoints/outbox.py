@@ -5,7 +5,9 @@ outbox pattern: the row is in the same database as the evidence the request is b
 interrupt, and re-inserting it when the node re-runs on resume changes nothing): `request` for an approval request,
 `unknown` for a question about a write of unknown outcome, `reminder` and `escalated` queued with a request and
 due later, `decided` and `finished` when it is decided and when it ends (nodes/gate/notices.py); the deliverer adds
-`expiring` for an approval request close to its expiry. A deliverer
+`expiring` for an approval request close to its expiry, one per deadline: an approver's extension moves the
+`request` row's `expires_at` (`extend_notification`, the one update of a notice), and the request is warned again
+before the new deadline. A deliverer
 (`gatedloop.inbox.notify`) reads the rows and POSTs them to webhooks. Delivery state is kept per (notification,
 endpoint) with a lease, so two deliverers never post the same row at once and a killed deliverer's claim passes
 to the next one: every endpoint gets each notification at least once, under a stable id it can de-duplicate by.
@@ -101,7 +103,7 @@ def sqlite_kind_upgrade(conn: sqlite3.Connection) -> None:
 
 def notification_id(thread_id: str, request_id: str, kind: NotificationKind, part: str = "") -> str:
     """Stable for one kind of notice about one request of one thread (request ids alone repeat across threads);
-    `part` tells apart notices of one kind about one request (each reviewer's decision)."""
+    `part` tells apart notices of one kind about one request (each reviewer's decision, each deadline warned of)."""
     key = f"{thread_id}\0{request_id}\0{kind}" + (f"\0{part}" if part else "")
     return "ntf-" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
@@ -194,14 +196,29 @@ class OutboxStore:
         return [Notification.from_row(row) for row in rows]
 
     def unwarned(self, now: float) -> list[Notification]:
-        """Request notices with an expiry still ahead and no expiry notice queued yet."""
+        """Request notices whose deadline (as extended: `extend_notification`) is still ahead and that no expiry
+        notice warns of yet: none has an `expires_at`, the deadline it warns of, as late. Only requests whose
+        deadline is ahead are read, never every request ever queued."""
         rows = self._run(
             f"SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox o WHERE kind='request' AND expires_at > ?"
             " AND NOT EXISTS (SELECT 1 FROM gatedloop_outbox e WHERE e.kind='expiring'"
-            " AND e.thread_id = o.thread_id AND e.request_id = o.request_id) ORDER BY expires_at",
+            " AND e.thread_id = o.thread_id AND e.request_id = o.request_id AND e.expires_at >= o.expires_at)"
+            " ORDER BY expires_at",
             (now,),
         )
         return [Notification.from_row(row) for row in rows]
+
+    def extend_notification(self, thread_id: str, request_id: str, until: float) -> bool:
+        """An approver extended the request to `until`: its `request` notice's `expires_at` moves there (never
+        back), so `unwarned` selects it again for a warning before the new deadline. Its payload stays as queued
+        (the deliverer derives the deadline from the evidence); False if it had no such notice or a later one."""
+        return (
+            self._write(
+                "UPDATE gatedloop_outbox SET expires_at=? WHERE id=? AND expires_at < ?",
+                (until, notification_id(thread_id, request_id, "request"), until),
+            )
+            == 1
+        )
 
     def dispatch(self, rows: Sequence[tuple[str, str, str, DeliveryState, str | None]], now: float) -> None:
         """Delivery rows (notification id, endpoint, shown URL, state, note), once each, in one transaction."""

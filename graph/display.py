@@ -20,10 +20,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Interrupt
 
-from gatedloop.graph.masking import Redactor, thread_redactor, unknown_policies
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.pending import PendingRequest
 from gatedloop.graph.thread_graph import ledger_of, made_by
+from gatedloop.nodes.gate.masking import Redactor, thread_redactor, unknown_policies
 from gatedloop.tools.policy import GATED_WRITE, MASK, ToolPolicy
 
 STOP_WORDS = {

@@ -91,6 +91,9 @@ class PendingRequest:
                     allowed=allowed,
                     reason=str(c.get("reason") or ""),
                     idempotency_key=str(c.get("idempotency_key") or ""),
+                    remind_at=c.get("remind_at"),
+                    escalates_at=c.get("escalates_at"),
+                    backup_approvers=tuple(c.get("backup_approvers") or ()),
                 )
                 for i, c in enumerate(value.get("calls") or [])
             )

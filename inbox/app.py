@@ -33,7 +33,6 @@ from gatedloop.graph import pending as decide
 from gatedloop.graph import runs
 from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import STOP_WORDS, day_and_clock
-from gatedloop.graph.masking import thread_redactor
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox.filters import ORDERS, Filters, choices
 from gatedloop.inbox.forms import FormError, parse_edit
@@ -42,6 +41,7 @@ from gatedloop.inbox.pending import PendingRequests, PendingView, age_text, pend
 from gatedloop.inbox.review import answers_by_call, call_story, find_request, thread_story
 from gatedloop.inbox.slack_actions import SlackActions
 from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.gate.masking import thread_redactor
 from gatedloop.tools.policy import MASK, CallContext, ToolPolicy
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))

@@ -5,16 +5,19 @@ Run by `gatedloop notify` (alone, or `--once` from cron) or as a thread of `gate
 configured. Each pass:
 
 1. queues an expiry notice (`approval_expiring`) for every request whose expiry is near (`expiry_warning_s`, at
-   most half its time to live) and that is still undecided: no graph step is needed for it;
+   most half its time to live) and that is still undecided: no graph step is needed for it. One per deadline: a
+   request an approver extended is warned again before its new deadline, the notice naming it;
 2. gives each configured endpoint a delivery row for every notice it has not seen: `pending` if the request is
    still open, else `skipped` (a webhook configured today is not flooded with requests decided last week; an
-   unknown outcome's question is closed once each call it asks about is finished in the ledger). A notice that
+   unknown outcome's question is closed once each call it asks about is finished in the ledger). A reminder or an
+   escalation (queued with an approval request, or with an unknown outcome's question, due at its time) is seen
+   once due, like the request it belongs to, and recorded in the audit trail when it is sent. A notice that
    tells what happened (`approval_decided`: who decided what; `request_finished`: how a request a reviewer
    decided ended, and each tool answer) is always `pending`, unless older than `history_s` when first seen;
 3. sends every due delivery it can claim (a lease, taken by a conditional UPDATE; the lease of a deliverer that
    died passes on at once, an expired one too), and records the outcome: `delivered` on a 2xx, else another
-   attempt after an exponential backoff, `failed` after `max_attempts`. An expiry notice whose request was decided
-   meanwhile is `skipped` instead of sent.
+   attempt after an exponential backoff, `failed` after `max_attempts`. An expiry notice, a reminder or an
+   escalation whose request was decided (or question settled) meanwhile is `skipped` instead of sent.
 
 At least once: a deliverer killed after the POST and before recording it leaves the delivery pending, and the next
 one posts it again, under the same `webhook-id`, which receivers de-duplicate by. Every body is signed by the
@@ -53,6 +56,7 @@ from gatedloop.checkpoints.ledger import SqlLedger
 from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification
 from gatedloop.inbox.slack import TOKEN_ENV, approval_message, web_client
 from gatedloop.nodes.gate.admission import shown_deadline
+from gatedloop.nodes.gate.notices import UNKNOWN_PREFIX
 
 log = logging.getLogger("gatedloop.notify")
 
@@ -76,7 +80,10 @@ EVENT_TYPES = {
     "finished": "request_finished",
     "reminder": "approval_reminder",
     "escalated": "approval_escalated",
+    "unknown_reminder": "outcome_unknown_reminder",
+    "unknown_escalated": "outcome_unknown_escalated",
 }
+"""By `shown_kind`, as are the tables below."""
 HEADLINES = {
     "request": "Approval requested",
     "expiring": "Approval expiring soon",
@@ -85,9 +92,19 @@ HEADLINES = {
     "finished": "Finished",
     "reminder": "Still waiting for approval",
     "escalated": "Escalated to backup approvers",
+    "unknown_reminder": "Outcome unknown, still waiting for an answer",
+    "unknown_escalated": "Outcome unknown, escalated to backup approvers",
 }
+AUDIT_STEPS = {
+    "reminder": "approval_reminded",
+    "escalated": "approval_escalated",
+    "unknown_reminder": "unknown_outcome_reminded",
+    "unknown_escalated": "unknown_outcome_escalated",
+}
+"""The audit event of each step sent (`<event>:<request id>`)."""
 LADDER = frozenset({"reminder", "escalated"})
-"""A request's later steps: queued with it, due at their time, sent only while it is still undecided."""
+"""A request's later steps: queued with it, due at their time, sent only while it is still undecided (or, for an
+unknown outcome's question, unsettled)."""
 TELLS = frozenset({"decided", "finished"})
 """Notices that tell what happened (nobody is asked anything): never closed, only too old for a new endpoint."""
 TOLD_KEYS = {
@@ -96,14 +113,10 @@ TOLD_KEYS = {
 }
 """The generic body's keys of the notices that tell, beside id, type, request, thread and url."""
 DECISION_WORDS = {"approve": "approved", "edit": "edited and approved", "reject": "rejected", "respond": "answered"}
-ACTION_KEYS = {
-    "request": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
-    "expiring": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
-    "reminder": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
-    "escalated": ("tool", "tool_call_id", "args", "approvals_required", "expires_at"),
-    "unknown": ("tool", "tool_call_id", "args", "idempotency_key", "reason"),
-}
-"""Each action's keys in the generic body, per kind (an unknown outcome has no approvals and no expiry)."""
+APPROVAL_ACTION_KEYS = ("tool", "tool_call_id", "args", "approvals_required", "expires_at")
+UNKNOWN_ACTION_KEYS = ("tool", "tool_call_id", "args", "idempotency_key", "reason")
+"""Each action's keys in the generic body: an approval's, and an unknown outcome's question's (no approvals, no
+expiry; why it is unknown and the key its write was started with)."""
 ERROR_CHARS = 300
 
 WebhookFormat = Literal["generic", "slack", "slack_channel"]
@@ -232,12 +245,28 @@ def sign(secret: bytes, timestamp: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
+def about_unknown(notice: Notification) -> bool:
+    """Whether the notice is about an unknown outcome's question (the question, or its reminder or escalation):
+    its payload is the question's, which has none of an approval's fields."""
+    return notice.request_id.startswith(UNKNOWN_PREFIX)
+
+
+def shown_kind(notice: Notification) -> str:
+    """The notice's kind as the tables above read it: an unknown outcome's reminder and escalation are told apart
+    from an approval request's (`unknown_reminder`, `unknown_escalated`)."""
+    return f"unknown_{notice.kind}" if notice.kind in LADDER and about_unknown(notice) else notice.kind
+
+
+def event_type(notice: Notification) -> str:
+    return EVENT_TYPES[shown_kind(notice)]
+
+
 def request_link(config: NotifyConfig, notice: Notification) -> str:
     """The request's page in the inbox; the thread names it exactly (request ids repeat across threads). A question
     about an unknown outcome links its thread's page, which shows the thread's pending request: the inbox names
     that question by its interrupt id, which LangGraph makes only once the question is put, after its notice."""
     thread = quote(notice.thread_id, safe="")
-    if notice.kind in ("unknown", "finished"):
+    if notice.kind == "finished" or about_unknown(notice):
         return f"{config.inbox_url}/thread/{thread}"
     return f"{config.inbox_url}/requests/{quote(notice.request_id, safe='')}?thread={thread}"
 
@@ -246,17 +275,18 @@ def generic_body(notice: Notification, link: str) -> dict[str, Any]:
     """The generic JSON body: what was asked, by whom, until when, and where to answer. Arguments are masked. An
     unknown outcome's actions say why it is unknown (`reason`) and the key its write was started with."""
     p = notice.payload
-    head = {"id": notice.id, "type": EVENT_TYPES[notice.kind], "request_id": notice.request_id}
+    head = {"id": notice.id, "type": event_type(notice), "request_id": notice.request_id}
     if notice.kind in TELLS:
         keys = TOLD_KEYS[notice.kind]
         return {**head, "thread_id": notice.thread_id, **{k: p[k] for k in keys}, "url": link}
+    keys = UNKNOWN_ACTION_KEYS if about_unknown(notice) else APPROVAL_ACTION_KEYS
     return {
         **head,
         "thread_id": notice.thread_id,
         "requested_by": p["requested_by"],
         "requested_at": p["requested_at"],
         "expires_at": p["expires_at"],
-        "actions": [{k: a[k] for k in ACTION_KEYS[notice.kind]} for a in p["actions"]],
+        "actions": [{k: a[k] for k in keys} for a in p["actions"]],
         **({"backup_approvers": p["backup_approvers"]} if notice.kind == "escalated" else {}),
         "url": link,
     }
@@ -302,7 +332,7 @@ def slack_body(notice: Notification, link: str) -> dict[str, Any]:
             ],
         }
     tools = ", ".join(a["tool"] for a in p["actions"])
-    headline = f"{HEADLINES[notice.kind]}: {tools}"
+    headline = f"{HEADLINES[shown_kind(notice)]}: {tools}"
     lines = [f"*{_slack_escape(headline)}*", f"Thread `{_slack_escape(notice.thread_id)}`"]
     lines.append(f"Requested by {_slack_escape(p['requested_by'] or 'unknown')}")
     if notice.kind == "escalated":
@@ -335,10 +365,11 @@ def body_bytes(webhook: Webhook, notice: Notification, config: NotifyConfig) -> 
 def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | None:
     """Why the request needs no reviewer any more (None: it still does), from the ledger's evidence only: it
     expired, its thread was cancelled, or every call in it was decided (answered, started, edited, or approved
-    by as many reviewers as it needs; for an unknown outcome's question, settled)."""
+    by as many reviewers as it needs; for an unknown outcome's question, settled). An expiry notice is closed too
+    once an extension moved the deadline it warns of."""
     if notice.kind in TELLS:
         return None
-    if notice.kind == "unknown":
+    if about_unknown(notice):
         return "thread cancelled" if ledger.cancel_requested(notice.thread_id) else _settled_reason(ledger, notice)
     actions = notice.payload["actions"]
     ids = [a["tool_call_id"] for a in actions]
@@ -346,6 +377,8 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
     deadline = request_deadline(notice, approvals)
     if deadline is not None and now >= deadline:
         return "expired before delivery"
+    if notice.kind == "expiring" and deadline != notice.expires_at:  # deadlines only move later
+        return "extended before delivery"  # a later warning names the new deadline
     if ledger.cancel_requested(notice.thread_id):
         return "thread cancelled"
     records = ledger.calls(notice.thread_id, ids)
@@ -432,11 +465,14 @@ class Deliverer:
                 return
 
     def _warn_expiring(self, now: float) -> None:
+        """One expiry notice per deadline of a request still open: before the first one, and again before each
+        one an extension gave it. The notice names the deadline it warns of (`expires_at`, in the row and the
+        body) and is told apart by it (`part`), so two deliverers queue it once."""
         for notice in self.ledger.unwarned(now):
-            assert notice.expires_at is not None  # `unwarned` selects requests with an expiry
-            ttl = notice.expires_at - notice.payload["requested_at"]
             ids = [a["tool_call_id"] for a in notice.payload["actions"]]
-            deadline = request_deadline(notice, self.ledger.approvals(notice.thread_id, ids)) or notice.expires_at
+            deadline = request_deadline(notice, self.ledger.approvals(notice.thread_id, ids))
+            assert deadline is not None  # `unwarned` selects requests with an expiry
+            ttl = notice.payload["expires_at"] - notice.payload["requested_at"]  # as queued: the row's may be extended
             if now < deadline - min(self.config.expiry_warning_s, ttl / 2):
                 continue
             if closed_reason(self.ledger, notice, now) is None:
@@ -444,9 +480,10 @@ class Deliverer:
                     notice.thread_id,
                     notice.request_id,
                     "expiring",
-                    notice.payload,
+                    {**notice.payload, "expires_at": deadline},
                     created_at=now,
-                    expires_at=notice.expires_at,
+                    expires_at=deadline,
+                    part=repr(deadline),
                 )
 
     def _dispatch(self, now: float) -> None:
@@ -466,8 +503,9 @@ class Deliverer:
             self.ledger.dispatch(rows, now)
 
     def _audit_step(self, notice: Notification, now: float) -> None:
-        """A reminder or an escalation is evidence too: the request's step, with when it was due, kept once."""
-        step = "approval_reminded" if notice.kind == "reminder" else "approval_escalated"
+        """A reminder or an escalation is evidence too: the request's (or question's) step, with when it was due,
+        kept once."""
+        step = AUDIT_STEPS[shown_kind(notice)]
         detail = {"request_id": notice.request_id, "due_at": notice.created_at, "seen_at": now}
         if notice.kind == "escalated":
             detail["backup_approvers"] = notice.payload["backup_approvers"]
@@ -540,7 +578,7 @@ class Deliverer:
         from slack_sdk.errors import SlackApiError, SlackClientError
 
         link = request_link(self.config, notice)
-        if notice.kind == "request" or notice.kind in LADDER:
+        if shown_kind(notice) in ("request", *LADDER):
             body = approval_message(notice.payload, link, headline=HEADLINES[notice.kind])
         else:
             body = slack_body(notice, link)
@@ -579,7 +617,7 @@ def delivery_status(ledger: SqlLedger) -> list[dict[str, Any]]:
     return [
         {
             "notification_id": notice.id,
-            "type": EVENT_TYPES[notice.kind],
+            "type": event_type(notice),
             "thread_id": notice.thread_id,
             "request_id": notice.request_id,
             "url": delivery.shown_url,

@@ -20,10 +20,10 @@ from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 
 from gatedloop.checkpoints.ledger import Evidence, Ledger
-from gatedloop.graph.masking import Redactor, thread_redactor
 from gatedloop.graph.pending import PendingRequest
 from gatedloop.inbox.forms import FormField, edit_fields
 from gatedloop.nodes.gate.admission import shown_deadline
+from gatedloop.nodes.gate.masking import Redactor, content_text, thread_redactor, thread_title
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 RECENT_MESSAGES = 6
@@ -111,7 +111,7 @@ class _Cached:
 
 
 def _text(message: BaseMessage) -> tuple[str, str]:
-    content = message.content if isinstance(message.content, str) else str(message.content)
+    content = content_text(message)
     if isinstance(message, HumanMessage):
         return "user", content
     if isinstance(message, AIMessage):
@@ -124,18 +124,6 @@ def _text(message: BaseMessage) -> tuple[str, str]:
 
 def recent_conversation(messages: Sequence[BaseMessage], redact: Redactor) -> list[tuple[str, str]]:
     return [(who, redact(text)) for who, text in (_text(m) for m in messages[-RECENT_MESSAGES:])]
-
-
-TITLE_CHARS = 60
-
-
-def thread_title(messages: Sequence[BaseMessage], redact: Redactor) -> str:
-    """The thread's first user message, shortened: what a reviewer calls the thread (its id says nothing)."""
-    first = next((m for m in messages if isinstance(m, HumanMessage)), None)
-    if first is None:
-        return ""
-    text = " ".join(redact(_text(first)[1]).split())
-    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 def shown_value(value: Any) -> str:
@@ -246,7 +234,16 @@ def pending_view(
         if pending.kind == "unknown_outcome":
             actions.append(
                 ActionView(
-                    call.index, call.name, call.args, "", call.tool_call_id, "", list(call.allowed), reason=call.reason
+                    call.index,
+                    call.name,
+                    call.args,
+                    "",
+                    call.tool_call_id,
+                    "",
+                    list(call.allowed),
+                    reason=call.reason,
+                    escalates_at=call.escalates_at,
+                    backup_approvers=list(call.backup_approvers),
                 )
             )
             continue

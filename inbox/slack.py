@@ -80,14 +80,18 @@ def choice_action(index: int) -> str:
 
 
 def approval_message(payload: Mapping[str, Any], link: str, headline: str = "Approval requested") -> dict[str, Any]:
-    """The message for one approval request (an outbox `request` payload, arguments already masked): a section per
-    call, then the buttons and a link to its card (for edits and justifications). One call: Approve / Reject.
+    """The message for one approval request (an outbox `request` payload, arguments already masked): the thread's
+    title as its card shows it, a section per call, then the buttons and a link to its card (for edits and
+    justifications). One call: Approve / Reject.
     Several: each call's section has its own Approve / Reject choice, and "Submit choices" sends them in one answer
     (the gate takes one decision per call, in one answer; Slack returns the clicker's choices with the click, so
     no half-made answer is kept anywhere), beside Approve all / Reject all."""
     actions: Sequence[Mapping[str, Any]] = payload["actions"]
     tools = ", ".join(a["tool"] for a in actions)
-    head = [f"*{escape(headline)}: {escape(tools)}*", f"Thread `{escape(payload['thread_id'])}`"]
+    head = [f"*{escape(headline)}: {escape(tools)}*"]
+    if payload.get("title"):  # queued by this release on: what the card calls the thread
+        head.append(f"“{escape(payload['title'])}”")
+    head.append(f"Thread `{escape(payload['thread_id'])}`")
     head.append(f"Requested by {escape(payload.get('requested_by') or 'unknown')}")
     if payload.get("backup_approvers"):
         head.append(f"Now also decided by: {escape(', '.join(payload['backup_approvers']))}")

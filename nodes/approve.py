@@ -45,6 +45,7 @@ from gatedloop.nodes.gate.hitl import (
     check_addressed,
     check_decisions,
     decider,
+    ladder_steps,
 )
 from gatedloop.nodes.gate.notices import queue_approval_notice, queue_decided_notice
 from gatedloop.nodes.gate.parts import LoopParts
@@ -99,11 +100,7 @@ def approval_request(
         }
         if policy.review_note:
             action["review_note"] = policy.review_note
-        if policy.remind_after_s is not None:
-            action["remind_at"] = record.requested_at + policy.remind_after_s
-        if policy.escalate_after_s is not None and policy.backup_approvers is not None:
-            action["escalates_at"] = record.requested_at + policy.escalate_after_s
-            action["backup_approvers"] = sorted(policy.backup_approvers)
+        action.update(ladder_steps(policy, record.requested_at))
         preview = _preview(policy, shown, plan["name"])
         if preview:
             action["preview"] = preview
@@ -200,7 +197,7 @@ def make_approve_node(parts: LoopParts):
         try:
             answer, reviewer, _ = received(interrupt(request))
         except GraphInterrupt:  # the request is put to a person now (on resume `interrupt` returns instead)
-            queue_approval_notice(parts, thread_id, request)
+            queue_approval_notice(parts, thread_id, request, state["messages"])
             raise
         try:
             if replaced and not _shown_to(parts, thread_id, request, reviewer):

@@ -103,6 +103,7 @@ def test_the_cli_and_the_inbox_extend_and_the_deliverer_and_the_card_see_the_new
         until = row["detail"]["until"]
         notice = saver.ledger.notification(notification_id("t1", request_id, "request"))
         assert notice is not None and until > first
+        assert notice.expires_at == until  # the outbox row moved with it: the deliverer warns again before it
         assert closed_reason(saver.ledger, notice, (first + until) / 2) is None  # open past the first deadline
         assert closed_reason(saver.ledger, notice, until + 1) == "expired before delivery"
     graph_file = tmp_path / "payments.py"

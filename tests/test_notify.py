@@ -30,6 +30,7 @@ from gate_app import build, effects_for, responder
 from langchain_core.tools import InjectedToolArg, tool
 from standardwebhooks import Webhook as StandardWebhook
 from standardwebhooks.webhooks import WebhookVerificationError
+from starlette.testclient import TestClient
 
 from gatedloop.checkpoints import idempotency_key, open_sqlite
 from gatedloop.checkpoints.outbox import notification_id
@@ -38,7 +39,7 @@ from gatedloop.graph import build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel
 from gatedloop.inbox import InboxBackend, create_app
 from gatedloop.inbox.identity import Reviewer, Sessions
-from gatedloop.inbox.notify import Deliverer, NotifyConfig, PassResult, Webhook, notify_config
+from gatedloop.inbox.notify import Deliverer, NotifyConfig, PassResult, Webhook, closed_reason, notify_config
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.tools import CallContext, ToolPolicy
 
@@ -375,6 +376,39 @@ def test_an_expiry_notice_goes_out_once_and_only_for_a_request_still_undecided(d
     assert len(receiver.unique()) == 5
 
 
+def test_an_extended_request_is_warned_again_before_its_new_deadline_past_the_first(db, receiver):
+    """Issue 32: one `approval_expiring` per deadline. Warned before its first deadline, then extended by an
+    approver, the request is warned again before the new deadline, once the first one has passed, and the warning
+    names the deadline it warns of; the first warning, were it still to go out, is skipped."""
+    clock = Clock()
+    with open_sqlite(db) as saver:
+        request = pause(saver, "t1", approval_ttl_s=100)
+        graph = build(saver, effects_for(saver), approval="always", secret_args=frozenset({"to"}), approval_ttl_s=100)
+        first = request["action_requests"][0]["expires_at"]
+        sender = deliverer(saver, Webhook(receiver.url), clock=clock, expiry_warning_s=0.2)
+        assert sender.run_once().delivered == 1
+        clock.offset = first - 0.1 - time.time()
+        assert sender.run_once().delivered == 1  # within 0.2 s of the first deadline
+        time.sleep(0.5)  # the extension (on the gate's real clock) gives a deadline 0.5 s past the first one
+        until = runs.extend(graph, "t1", context=BO, request_id=request["request_id"])
+        assert until >= first + 0.5
+        clock.offset = first + 0.1 - time.time()
+        assert sender.run_once().delivered == 0  # past the first deadline, not yet near the new one
+        clock.offset = until - 0.1 - time.time()
+        assert sender.run_once().delivered == 1
+        assert sender.run_once().delivered == 0
+        clock.offset = until + 1 - time.time()
+        assert sender.run_once().delivered == 0
+        warned_first = next(n for _, n in saver.ledger.deliveries(["delivered"]) if n.kind == "expiring")
+        assert closed_reason(saver.ledger, warned_first, first - 0.1) == "extended before delivery"
+    assert receiver.bad_signatures == 0
+    warnings = [b for _, b in receiver.posts if b["type"] == "approval_expiring"]
+    assert [(b["request_id"], b["expires_at"]) for b in warnings] == [
+        (request["request_id"], d) for d in (first, until)
+    ]
+    assert len({b["id"] for b in warnings}) == 2 and HIDDEN not in json.dumps(warnings)
+
+
 def test_a_slack_webhook_gets_slacks_body_with_the_link_and_masked_arguments(db, receiver):
     config = notify_config(
         [], [receiver.url], inbox_url="https://review.example/inbox", env={"GATEDLOOP_NOTIFY_SECRET": SECRET}
@@ -521,6 +555,40 @@ def test_the_outbox_keeps_one_row_per_request_and_one_lease_holder_on_each_backe
         assert [d.state for d, n in ledger.deliveries(["delivered"]) if n.id == notice] == ["delivered"]
 
 
+def test_each_deadline_of_a_request_is_warned_of_once_on_each_backend(backend):
+    """The outbox's side of one warning per deadline, in each backend's SQL: an extension moves the request's
+    deadline (never back), `unwarned` selects it again past the first deadline, and a second `expiring` notice for
+    the request is a row of its own."""
+    from pg_server import new_thread_id
+
+    thread_id = new_thread_id("warned") if backend.name == "postgres" else "t1"
+    with backend.open() as saver:
+        ledger = saver.ledger
+        ledger.record_notification(thread_id, "req-1", "request", {}, created_at=1.0, expires_at=100.0)
+
+        def unwarned(now: float) -> list[float | None]:
+            return [n.expires_at for n in ledger.unwarned(now) if n.thread_id == thread_id]
+
+        def warn(deadline: float) -> bool:
+            return ledger.record_notification(
+                thread_id, "req-1", "expiring", {}, created_at=deadline - 1, expires_at=deadline, part=repr(deadline)
+            )
+
+        assert unwarned(50.0) == [100.0]
+        assert warn(100.0) and not warn(100.0)
+        assert unwarned(50.0) == []
+        assert ledger.extend_notification(thread_id, "req-1", 150.0)
+        assert not ledger.extend_notification(thread_id, "req-1", 140.0)  # never back
+        assert not ledger.extend_notification(thread_id, "req-other", 150.0)  # no such request
+        assert unwarned(120.0) == [150.0]  # past the first deadline
+        assert warn(150.0)
+        assert unwarned(120.0) == [] and unwarned(200.0) == []
+        warnings = [
+            ledger.notification(notification_id(thread_id, "req-1", "expiring", repr(d))) for d in (100.0, 150.0)
+        ]
+        assert [n.expires_at for n in warnings] == [100.0, 150.0]
+
+
 OLD_OUTBOX = """CREATE TABLE gatedloop_outbox (
     id TEXT PRIMARY KEY,
     kind TEXT NOT NULL CHECK (kind IN ('request', 'expiring', 'unknown')),
@@ -569,9 +637,9 @@ def test_an_outbox_made_before_the_loop_closed_takes_the_new_notices_and_keeps_i
 DONE = {"decisions": [{"type": "done", "result": {"payment": "seen at the bank"}}]}
 
 
-def lossy_graph(saver: Any) -> Any:
+def lossy_graph(saver: Any, **policy: Any) -> Any:
     """The payments app with an ungated `pay` whose connection drops after the payment is made, and no
-    `reconcile`: every payment's outcome is unknown and a person is asked."""
+    `reconcile`: every payment's outcome is unknown and a person is asked (`policy`: more of `pay`'s policy)."""
     effects = effects_for(saver)
 
     @tool
@@ -580,17 +648,23 @@ def lossy_graph(saver: Any) -> Any:
         effects.add("pay", {"amount": amount, "to": to}, idempotency_key)
         raise ConnectionError("connection reset after the request was sent")
 
-    policy = ToolPolicy(effect="write", approval="never", secret_args=frozenset({"to"}))
+    rules = ToolPolicy(effect="write", approval="never", secret_args=frozenset({"to"}), **policy)
     return build_graph(
-        ScriptedChatModel(responder=responder), [pay], policies={"pay": policy}, checkpointer=saver, name="lossy"
+        ScriptedChatModel(responder=responder), [pay], policies={"pay": rules}, checkpointer=saver, name="lossy"
     )
 
 
-def ask_unknown(saver: Any, thread_id: str = "u1") -> Any:
-    graph = lossy_graph(saver)
+def ask_unknown(saver: Any, thread_id: str = "u1", **policy: Any) -> Any:
+    return ask_unknown_question(saver, thread_id, **policy)[0]
+
+
+def ask_unknown_question(saver: Any, thread_id: str = "u1", **policy: Any) -> tuple[Any, dict[str, Any]]:
+    """The lossy graph, and the question it puts about `thread_id`'s payment."""
+    graph = lossy_graph(saver, **policy)
     out = runs.start(graph, thread_id, "pay 250 to " + HIDDEN + " as c1", context=ANA)
-    assert out["__interrupt__"][0].value["kind"] == "unknown_outcome"
-    return graph
+    question = out["__interrupt__"][0].value
+    assert question["kind"] == "unknown_outcome"
+    return graph, question
 
 
 def test_an_unknown_outcome_question_is_delivered_once_with_its_reason_key_and_masked_arguments(db, receiver):
@@ -636,6 +710,65 @@ def test_an_unknown_outcome_settled_before_delivery_is_skipped_with_its_reason(d
         [(delivery, notice)] = saver.ledger.deliveries(["skipped"])
         assert (notice.kind, delivery.last_error) == ("unknown", "settled before delivery")
     assert receiver.posts == []
+
+
+def test_an_unknown_outcomes_question_is_reminded_then_escalated_each_step_a_notice_and_an_audit_row(db, receiver):
+    """Issue 32's ladder for the second kind of question: past `remind_after_s` from its first asking a reminder,
+    past `escalate_after_s` an escalation naming the backup roles, each once, signed, with the question's body (no
+    approval fields) and an audit row; a question settled before its reminder is due has neither."""
+    clock = Clock()
+    with open_sqlite(db) as saver:
+        graph, question = ask_unknown_question(saver, "u1", **LADDER)
+        ask_unknown(saver, "u2", **LADDER)
+        [call] = question["calls"]
+        asked = next(e["detail"]["asked_at"] for e in saver.ledger.audit("u1") if e["event"].startswith("unknown_"))
+        assert (call["remind_at"], call["escalates_at"], call["backup_approvers"]) == (asked + 60, asked + 120, ["ops"])
+        assert runs.resume(graph, "u2", DONE, context=BO)["status"] == "completed"
+        sender = deliverer(saver, Webhook(receiver.url), clock=clock)
+        assert sender.run_once().delivered == 1  # u1's question (u2's was settled: skipped)
+        clock.offset += 61
+        assert sender.run_once().delivered == 1
+        clock.offset += 60
+        assert sender.run_once().delivered == 1
+        clock.offset += 600
+        assert sender.run_once().delivered == 0
+        steps = [(e["event"], e["detail"]) for e in saver.ledger.audit("u1") if e["actor"] == "gatedloop-notify"]
+        assert [e["event"] for e in saver.ledger.audit("u2") if e["actor"] == "gatedloop-notify"] == []
+        skipped = sorted((n.thread_id, n.kind, d.last_error) for d, n in saver.ledger.deliveries(["skipped"]))
+    assert skipped == [("u2", kind, "settled before delivery") for kind in ("escalated", "reminder", "unknown")]
+    assert receiver.bad_signatures == 0
+    ladder = [b for _, b in receiver.posts[1:]]
+    assert [(b["type"], b["thread_id"], b["request_id"]) for b in ladder] == [
+        ("outcome_unknown_reminder", "u1", "unknown:c1"),
+        ("outcome_unknown_escalated", "u1", "unknown:c1"),
+    ]
+    assert [b["actions"] for b in ladder] == [receiver.posts[0][1]["actions"]] * 2  # the question's own body
+    assert ladder[1]["backup_approvers"] == ["ops"] and ladder[1]["url"] == "http://inbox.example:8765/inbox/thread/u1"
+    assert HIDDEN not in json.dumps(ladder)
+    assert [event for event, _ in steps] == [
+        "unknown_outcome_reminded:unknown:c1",
+        "unknown_outcome_escalated:unknown:c1",
+    ]
+    assert steps[0][1]["due_at"] == asked + 60 and steps[1][1]["backup_approvers"] == ["ops"]
+
+
+def test_past_its_escalation_a_backup_approver_may_settle_an_unknown_outcome_and_not_before(db):
+    """The escalation is judged from the question's first asking, by the gate itself: no step needs to run."""
+    ops = CallContext(user_id="olga", roles={"ops"})
+    with open_sqlite(db) as saver:
+        graph, question = ask_unknown_question(saver, "u1", **{**LADDER, "remind_after_s": None, "escalate_after_s": 1})
+        [call] = question["calls"]
+        assert "remind_at" not in call and call["backup_approvers"] == ["ops"]
+        with pytest.raises(InvalidDecision, match=r"roles \['finance'\] \(after 1 s waiting, or one of \['ops'\]\)"):
+            runs.resume(graph, "u1", DONE, context=ops)
+        assert saver.ledger.get("u1", "c1").state == "claimed"  # not settled
+        with TestClient(inbox_for(graph, saver)) as client:
+            assert "escalates to ops at " in client.get("/inbox").text  # the card shows when
+        time.sleep(max(0.0, call["escalates_at"] - time.time()) + 0.1)
+        assert runs.resume(graph, "u1", DONE, context=ops)["status"] == "completed"
+        [decision] = [e for e in saver.ledger.audit("u1") if e["event"] == "unknown_outcome_decision"]
+        assert (decision["actor"], decision["detail"]["decision"]) == ("olga", "done")
+        assert saver.ledger.get("u1", "c1").state == "done"
 
 
 def test_a_slack_webhook_is_told_the_outcome_is_unknown_and_why(db, receiver):

@@ -239,6 +239,18 @@ def test_the_message_carries_the_request_the_digest_and_a_link_to_the_card(db, s
     assert link.endswith(f"/inbox/requests/{request['request_id']}?thread=t1")
 
 
+def test_the_message_names_the_thread_as_its_card_does_without_its_secrets(db, slack):
+    """The card's title (the thread's first user message, shortened, redacted of the thread's secret values) heads
+    the message too, from the notice (the same function makes both)."""
+    secret = "iban-DE0012345678"
+    with open_sqlite(db) as saver:
+        start(saver, text=f"pay 250 to {secret} as c1", secret_args=frozenset({"to"}))
+        posted = post_request(saver, slack)
+    head = posted["blocks"][0]["text"]["text"].splitlines()
+    assert head[:3] == ["*Approval requested: pay*", "“pay 250 to *** as c1”", "Thread `t1`"]
+    assert secret not in json.dumps(posted)
+
+
 def test_a_signed_approve_click_runs_the_write_once_and_updates_the_message(db, slack):
     with open_sqlite(db) as saver:
         graph, _ = start(saver)

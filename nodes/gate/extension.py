@@ -3,23 +3,30 @@
 Not an answer: nothing is decided and the request keeps waiting, so it is no interrupt answer either. The extension
 is evidence, an approval record of type `extend` written with its audit row in one transaction, and the gate derives
 every deadline from the records (`admission.expires_at`): an extension by someone who may not decide the call, or
-made after the request had expired, changes no deadline. Each approver extends a request once.
+made after the request had expired, changes no deadline. Each approver extends a request once. The request's outbox
+notice is moved to the new deadline first (`Outbox.extend_notification`), so the deliverer warns again before it; a
+crash between the two leaves a notice later than the evidence, which costs nothing (the deliverer judges every
+notice by the evidence), never an extension the deliverer does not see.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, AuditEvent
-from gatedloop.checkpoints.ledger import Evidence
+from gatedloop.checkpoints.ledger import Evidence, Outbox
 from gatedloop.nodes.gate.admission import EXTEND, expires_at
 from gatedloop.nodes.gate.hitl import InvalidDecision, decider
 from gatedloop.tools.policy import CallContext, ToolPolicy
 
 
+class ExtensionLedger(Evidence, Outbox, Protocol):
+    """What an extension touches: the evidence it records, and the outbox notice whose deadline it moves."""
+
+
 def extend_request(
-    ledger: Evidence,
+    ledger: ExtensionLedger,
     policy_of: Callable[[str], ToolPolicy],
     thread_id: str,
     request: Mapping[str, Any],
@@ -60,5 +67,6 @@ def extend_request(
         deadlines.append(until)
     if not extensions:
         raise InvalidDecision("no approval request is waiting; nothing to extend")
+    ledger.extend_notification(thread_id, str(request.get("request_id")), min(deadlines))
     ledger.record_approvals(thread_id, extensions, events)
     return min(deadlines)

@@ -36,10 +36,34 @@ class ReviewConfig(TypedDict):
     """The decisions that need a `justification` (the tool's `ToolPolicy.justification`); absent: none."""
 
 
-class GatedActionRequest(ActionRequest):
+class LadderSteps(TypedDict):
+    """When a request that waits for a person (an approval, or an unknown outcome's question) is reminded and
+    escalated, from when it was asked (`ladder_steps`); each key absent when the tool's policy sets none."""
+
+    remind_at: NotRequired[float]
+    """When a reviewer is reminded that it still waits (`ToolPolicy.remind_after_s`)."""
+    escalates_at: NotRequired[float]
+    """From when a reviewer with one of `backup_approvers` may decide it too (`ToolPolicy.escalate_after_s`)."""
+    backup_approvers: NotRequired[list[str]]
+    """The roles that may decide it too from `escalates_at` (`ToolPolicy.backup_approvers`)."""
+
+
+def ladder_steps(policy: ToolPolicy, since: float) -> LadderSteps:
+    """The steps of a request asked at `since` under `policy`: the one computation for both kinds of request, so
+    an unknown outcome's question escalates as an approval does."""
+    steps: LadderSteps = {}
+    if policy.remind_after_s is not None:
+        steps["remind_at"] = since + policy.remind_after_s
+    if policy.escalate_after_s is not None and policy.backup_approvers is not None:
+        steps["escalates_at"] = since + policy.escalate_after_s
+        steps["backup_approvers"] = sorted(policy.backup_approvers)
+    return steps
+
+
+class GatedActionRequest(ActionRequest, LadderSteps):
     """One gated call as a reviewer is shown it: LangChain's `ActionRequest` (`name`, `args` with `secret_args`
-    masked, `description`: everything below in words, for clients that show only it) and the facts a decision is
-    bound to."""
+    masked, `description`: everything below in words, for clients that show only it), the facts a decision is
+    bound to, and its `LadderSteps` from when the call was proposed."""
 
     tool_call_id: str
     """The model's id for the call; a decision that names it applies to this call only."""
@@ -61,11 +85,6 @@ class GatedActionRequest(ActionRequest):
     """The policy's note for reviewers (an MCP tool: its server, and whether it is destructive or idempotent)."""
     preview: NotRequired[str]
     """What approving will do, in one line, from the policy's `preview` of the arguments shown."""
-    remind_at: NotRequired[float]
-    """When a reviewer is reminded that it still waits (`ToolPolicy.remind_after_s`)."""
-    escalates_at: NotRequired[float]
-    """From when a reviewer with one of `backup_approvers` may decide it too (`ToolPolicy.escalate_after_s`)."""
-    backup_approvers: NotRequired[list[str]]
 
 
 class GatedHITLRequest(TypedDict):
@@ -269,7 +288,11 @@ UnknownDecisionType = Literal["done", "not_done", "abandon"]
 UNKNOWN_DECISIONS: tuple[UnknownDecisionType, ...] = ("done", "not_done", "abandon")
 
 
-class UnknownCall(TypedDict):
+class UnknownCall(LadderSteps):
+    """One call whose outcome is unknown, as a person is asked about it. Its `LadderSteps` (optional, added with
+    the expiry ladder) count from the question's first asking: from `escalates_at` a `backup_approvers` role may
+    answer it too."""
+
     tool_call_id: str
     name: str
     args: dict[str, Any]

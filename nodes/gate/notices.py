@@ -4,14 +4,18 @@ and for what became of them.
 Two kinds ask, each queued when its `interrupt()` really puts the request to a person (it raises
 `GraphInterrupt`; on resume it returns the answer, and nothing is written): `request` for an approval request
 (nodes/approve.py) and `unknown` for a question about a write whose outcome is unknown (nodes/gate/unknown.py).
+Either is queued with its later steps where the tool's policy sets them (the expiry ladder): `reminder` and
+`escalated`, due at their time, with the asking notice's payload (the escalation adds the backup roles).
 Two close the loop: `decided` for each reviewer's accepted answer (who decided what; queued after the decision is
 recorded, so a crash in between queues it on the node's re-run), and `finished` when a request a reviewer decided
 ends (its status and what ran, from `finalize`).
 Each row is one `INSERT ... ON CONFLICT DO NOTHING` keyed by (thread, request id, kind): a request asked again after
 a refused answer writes nothing new. It is committed before the interrupt is
 checkpointed; a crash in between re-runs the asking code, which builds the same request. Arguments are the
-request's own, with `secret_args` masked. Nothing here touches the network: a deliverer (`gatedloop notify`) sends
-the rows.
+request's own, with `secret_args` masked; an approval request's notice also carries the thread's title as the
+inbox's card shows it (`thread_title`, redacted of the thread's secrets). Nothing here touches the network: a
+deliverer (`gatedloop notify`) sends the rows. The one change to a row is an approver's extension, which moves a
+`request` row's deadline (nodes/gate/extension.py).
 """
 
 from __future__ import annotations
@@ -22,18 +26,28 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
-from gatedloop.nodes.gate.hitl import ANONYMOUS, GatedHITLRequest, UnknownOutcomeRequest, approving_text
+from gatedloop.nodes.gate.hitl import (
+    ANONYMOUS,
+    GatedHITLRequest,
+    LadderSteps,
+    UnknownOutcomeRequest,
+    approving_text,
+)
+from gatedloop.nodes.gate.masking import thread_redactor, thread_title
 from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.state import CallPlan
-from gatedloop.tools.policy import CallContext
+from gatedloop.tools.policy import GATED_WRITE, CallContext
 
 UNKNOWN_PREFIX = "unknown:"
 
 
-def queue_approval_notice(parts: LoopParts, thread_id: str, request: GatedHITLRequest) -> None:
+def queue_approval_notice(
+    parts: LoopParts, thread_id: str, request: GatedHITLRequest, messages: Sequence[BaseMessage]
+) -> None:
     """Queued by `approve` rather than with the calls' registration in `validate`: the request id is computed
     there, and that node also makes requests `validate` never saw (an edit that needs more approvals, a call dropped
-    at admission), so the notice names exactly the request a reviewer is shown."""
+    at admission), so the notice names exactly the request a reviewer is shown. It carries the thread's `title`
+    from its `messages`, as the inbox's card shows it (`thread_title`, redacted of the thread's secrets)."""
     actions = request["action_requests"]
     deadlines = [a["expires_at"] for a in actions if a["expires_at"] is not None]
     expires = min(deadlines) if deadlines else None
@@ -43,6 +57,9 @@ def queue_approval_notice(parts: LoopParts, thread_id: str, request: GatedHITLRe
         "requested_by": actions[0]["requested_by"],
         "requested_at": min(a["requested_at"] for a in actions),
         "expires_at": expires,
+        "title": thread_title(
+            messages, thread_redactor(messages, lambda name: parts.registry.policies.get(name, GATED_WRITE))
+        ),
         "actions": [
             {
                 "tool": a["name"],
@@ -61,29 +78,34 @@ def queue_approval_notice(parts: LoopParts, thread_id: str, request: GatedHITLRe
     parts.ledger.record_notification(
         thread_id, request["request_id"], "request", payload, created_at=time.time(), expires_at=expires
     )
-    _queue_ladder(parts, thread_id, request, payload, expires)
+    _queue_ladder(parts, thread_id, request["request_id"], actions, payload, expires)
 
 
 def _queue_ladder(
-    parts: LoopParts, thread_id: str, request: GatedHITLRequest, payload: dict[str, Any], expires: float | None
+    parts: LoopParts,
+    thread_id: str,
+    request_id: str,
+    steps: Sequence[LadderSteps],
+    payload: dict[str, Any],
+    expires: float | None,
 ) -> None:
     """The request's later steps, queued with it and due at their time (the deliverer sends a row once it is due,
-    and skips it if the request was decided by then): a reminder, and the escalation to the backup approvers."""
-    actions = request["action_requests"]
-    reminders = [a["remind_at"] for a in actions if "remind_at" in a]
+    and skips it if the request was decided, or the question settled, by then): a reminder, and the escalation to
+    the backup approvers. `steps`: each call's, as the request carries them (`ladder_steps`)."""
+    reminders = [s["remind_at"] for s in steps if "remind_at" in s]
     if reminders:
         parts.ledger.record_notification(
-            thread_id, request["request_id"], "reminder", payload, created_at=min(reminders), expires_at=expires
+            thread_id, request_id, "reminder", payload, created_at=min(reminders), expires_at=expires
         )
-    escalations = [a for a in actions if "escalates_at" in a]
+    escalations = [s for s in steps if "escalates_at" in s]
     if escalations:
-        backup = sorted({role for a in escalations for role in a.get("backup_approvers", [])})
+        backup = sorted({role for s in escalations for role in s.get("backup_approvers", [])})
         parts.ledger.record_notification(
             thread_id,
-            request["request_id"],
+            request_id,
             "escalated",
             {**payload, "backup_approvers": backup},
-            created_at=min(a["escalates_at"] for a in escalations),
+            created_at=min(s["escalates_at"] for s in escalations),
             expires_at=expires,
         )
 
@@ -99,7 +121,9 @@ def queue_unknown_notice(
 ) -> None:
     """Queued by the settle task when it puts its question to a person (never on the common path: a write whose
     outcome is known, or reconciled, asks nobody). `requested_by` is the call's requester from the ledger's record,
-    `asked_at` the task's first question. No expiry: the question waits for a person however long it takes."""
+    `asked_at` the task's first question. No expiry: the question waits for a person however long it takes; its
+    reminder and escalation (`LadderSteps` of its calls, counted from `asked_at`) are queued with it, as an
+    approval request's are."""
     request_id = unknown_request_id(request)
     payload = {
         "request_id": request_id,
@@ -119,6 +143,7 @@ def queue_unknown_notice(
         ],
     }
     parts.ledger.record_notification(thread_id, request_id, "unknown", payload, created_at=time.time(), expires_at=None)
+    _queue_ladder(parts, thread_id, request_id, request["calls"], payload, None)
 
 
 def queue_decided_notice(

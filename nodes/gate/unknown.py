@@ -9,7 +9,9 @@ Waiting for that person is not work: the request's deadline excludes it, as it e
 A node cannot update its counters before an `interrupt()`, so the settle task records when it put its question
 (`ASKED_EVENT`, once, with the loop's clock) and returns how long the answer took (`Settlement.waited_s`); the node
 that gets the answer adds it to `waited_s` in its update, and weighs its deadline with it (nodes/execute.py,
-nodes/gate/open_calls.py). Nothing is read for this on the common path: only an answered question reads its event.
+nodes/gate/open_calls.py). Nothing is read for this on the common path: only a question put to a person reads its
+event. The question is reminded and escalated as an approval request is (the tool's `remind_after_s`,
+`escalate_after_s`), counted from its first asking: past `escalate_after_s`, a `backup_approvers` role may answer it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from gatedloop.nodes.gate.hitl import (
     UnknownOutcomeRequest,
     check_unknown_answer,
     decider,
+    ladder_steps,
 )
 from gatedloop.nodes.gate.notices import queue_unknown_notice
 from gatedloop.nodes.gate.parts import LoopParts
@@ -73,9 +76,12 @@ def reconciled_outcome(parts: LoopParts, result: Any) -> Outcome:
     return ok_outcome(result, parts.limits.max_result_chars)
 
 
-def unknown_request(registry: ToolRegistry, pending: list[tuple[CallPlan, Outcome, str]]) -> UnknownOutcomeRequest:
-    """The question for a person; each call with the idempotency key its write was started with, and its
-    arguments as a reviewer sees them (`secret_args` masked)."""
+def unknown_request(
+    registry: ToolRegistry, pending: list[tuple[CallPlan, Outcome, str]], asked_at: float
+) -> UnknownOutcomeRequest:
+    """The question for a person, first asked at `asked_at`; each call with the idempotency key its write was
+    started with, its arguments as a reviewer sees them (`secret_args` masked), and when it is reminded and
+    escalated (`ladder_steps`, as an approval request)."""
     return {
         "kind": "unknown_outcome",
         "calls": [
@@ -85,6 +91,7 @@ def unknown_request(registry: ToolRegistry, pending: list[tuple[CallPlan, Outcom
                 "args": registry.policy(plan["name"]).masked(plan["args"]),
                 "idempotency_key": key,
                 "reason": str(outcome.get("unknown", "unknown")),
+                **ladder_steps(registry.policy(plan["name"]), asked_at),
             }
             for plan, outcome, key in pending
         ],
@@ -175,19 +182,20 @@ def _ask_person(
     not_done (run it now) or abandon. Who answers is the answer's sender, bound to it when it entered (invariant
     10), never the identity of whoever runs the task when LangGraph hands it back nor a name written in the
     answer; a refused answer changes nothing but the audit trail, and stays refused however often this task is
-    handed it again (see `_refused_before`)."""
+    handed it again (see `_refused_before`). A `backup_approvers` role may answer once the question has waited
+    `escalate_after_s` since it was first asked (`ASKED_EVENT`), as the question's `escalates_at` shows."""
     key = key_of_record(parts.ledger.get(thread_id, plan["id"]), thread_id, plan["id"])
-    request = unknown_request(parts.registry, [(plan, outcome, key)])
     policy = parts.registry.policy(plan["name"])
     requester = _requester(parts, thread_id, plan)
     error: str | None = None
     question = 0
     asked = f"{ASKED_EVENT}:{_task_key()}"
     while True:
+        first = _asked_at(parts, thread_id, plan, asked, answered=question > 0)
+        request = unknown_request(parts.registry, [(plan, outcome, key)], first)
         try:
             answer, reviewer, arrival = received(interrupt(request if error is None else {**request, "error": error}))
         except GraphInterrupt:  # the question is put to a person now (a replayed answer returns instead)
-            first = parts.clock() if question == 0 else _asked_before_events(parts, thread_id, plan)
             parts.ledger.record(thread_id, plan["id"], asked, {"asked_at": first})  # kept once: the first question
             queue_unknown_notice(parts, thread_id, request, requester, first)  # queued once, like the event
             raise
@@ -198,7 +206,8 @@ def _ask_person(
             continue
         try:
             [decision] = check_unknown_answer(answer, 1)
-            who = decider(policy, reviewer, requester, f"{plan['name']} ({plan['id']})")
+            waited = _waited_s(parts, thread_id, plan, asked)
+            who = decider(policy, reviewer, requester, f"{plan['name']} ({plan['id']})", waited)
             claimant = _claimant(parts, thread_id, plan)
             if decision["type"] == "not_done" and _may_be_running(parts, thread_id, plan, claimant):
                 raise InvalidDecision(
@@ -211,7 +220,6 @@ def _ask_person(
             detail = {"kind": "unknown_outcome", "error": error, "roles": sorted(reviewer.roles)}
             actor = reviewer.user_id or ANONYMOUS
             parts.ledger.record(thread_id, plan["id"], f"{REFUSED_EVENT}:{attempt}", detail, actor)
-    waited = _waited_s(parts, thread_id, plan, asked)
     detail = {"decision": decision["type"], **({"note": decision["note"]} if decision.get("note") else {})}
     if decision.get("justification"):
         detail["justification"] = decision["justification"]
@@ -252,11 +260,18 @@ def _task_key() -> str:
 
 
 def _waited_s(parts: LoopParts, thread_id: str, plan: CallPlan, asked: str) -> float:
-    """How long the person took, from this task's first question to the answer being applied now."""
+    """How long the question has waited, from this task's first question to the answer being applied now: the
+    time excluded from the deadline, and what the escalation to `backup_approvers` is judged by."""
+    return max(0.0, parts.clock() - _asked_at(parts, thread_id, plan, asked, answered=True))
+
+
+def _asked_at(parts: LoopParts, thread_id: str, plan: CallPlan, asked: str, *, answered: bool) -> float:
+    """When this task first put its question: its `ASKED_EVENT`; with none, now if no answer was taken yet (the
+    question is first put now), else `_asked_before_events`."""
     for row in parts.ledger.audit(thread_id):
         if row["call_id"] == plan["id"] and row["event"] == asked:
-            return max(0.0, parts.clock() - float(row["detail"]["asked_at"]))
-    return max(0.0, parts.clock() - _asked_before_events(parts, thread_id, plan))
+            return float(row["detail"]["asked_at"])
+    return _asked_before_events(parts, thread_id, plan) if answered else parts.clock()
 
 
 def _asked_before_events(parts: LoopParts, thread_id: str, plan: CallPlan) -> float:

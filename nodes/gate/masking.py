@@ -9,6 +9,9 @@ garble the page and tell a reader which short strings are secret.
 
 A thread whose policies cannot be known (no graph recorded for it) is shown with `unknown_policies`: each of its
 tools' arguments treated as secret, since nothing says which of them are not.
+
+The thread's title (`thread_title`, its first user message, shortened and redacted) is made here too, in the gate's
+layer, because the approval notice carries the title the inbox's card shows: one function for both.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from gatedloop.tools.policy import GATED_WRITE, MASK, ToolPolicy
 
@@ -78,3 +81,21 @@ def unknown_policies(messages: Sequence[BaseMessage]) -> dict[str, ToolPolicy]:
             arguments.setdefault(bad.get("name") or "?", set())
     # A tool with any secret has its unparsed text masked whole (`Display.shown_args`): never none.
     return {tool: replace(GATED_WRITE, secret_args=frozenset(names or {MASK})) for tool, names in arguments.items()}
+
+
+def content_text(message: BaseMessage) -> str:
+    """A message's content as text (a list of content blocks as its repr)."""
+    return message.content if isinstance(message.content, str) else str(message.content)
+
+
+TITLE_CHARS = 60
+
+
+def thread_title(messages: Sequence[BaseMessage], redact: Redactor) -> str:
+    """The thread's first user message, shortened: what a reviewer calls the thread (its id says nothing), on the
+    inbox's card and in Slack's approval message (the notice's `title`)."""
+    first = next((m for m in messages if isinstance(m, HumanMessage)), None)
+    if first is None:
+        return ""
+    text = " ".join(redact(content_text(first)).split())
+    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1].rstrip() + "…"
