@@ -37,9 +37,9 @@ one `aegra serve` of it (reviewers: deploy/aegra/reviewers.example.json) and `ne
    tool message, `success`; the UI shows the answer.
 2. `refusal`: ana's token, graph `tables`, "a table for 4 at Chez Ana": `reserve_table` needs role `hosts` and ana is
    `staff`; she approves it in the UI; the gate refuses and the request waits again with an `error` (read over
-   langgraph-sdk). The check records what the UI shows: the refusal text in the main view, and in the request's
-   Description panel (the action's `description`); it fails unless the Description panel shows it, as a paragraph
-   of its own.
+   langgraph-sdk). The run's stream ends with an `error` event (gatedloop.inbox.refusals), which the UI shows as an
+   error toast; the check fails unless that toast names the refusal, the request is still shown to be answered,
+   and the request's Description panel (the action's `description`) shows it too, as a paragraph of its own.
 3. `bad-token`: a token the reviewers file does not hold: the server answers 401/403 and the UI shows an error.
 
 Screenshots go to the folder given as the argument; a summary (JSON) is printed. Exits 1 on a failed check.
@@ -250,6 +250,10 @@ def check_refusal(ui: Browser, api_url: str, summary: dict[str, Any]) -> None:
     summary["thread"] = thread_id
     summary["shots"].append(ui.shot(page, "3-table-interrupt"))
     approve.click()
+    error_toast = page.locator("[data-sonner-toast]", has_text="An error occurred").first
+    error_toast.wait_for()  # read at once: a toast closes itself after a few seconds
+    error_toasts = [error_toast.inner_text()]
+    summary["shots"].append(ui.shot(page, "4-table-refused-toast"))
 
     def refused() -> Any:
         waiting = sdk(api_url, ANA).threads.get_state(thread_id).get("interrupts") or []
@@ -266,8 +270,11 @@ def check_refusal(ui: Browser, api_url: str, summary: dict[str, Any]) -> None:
     main = visible_text(page)
     summary["main_view_shows_refusal"] = error in main or REFUSED in main
     summary["toasts"] = [t.inner_text() for t in page.locator("[data-sonner-toast]").all()]
+    summary["error_toast"] = error_toasts
+    summary["toast_shows_refusal"] = any(error in t for t in error_toasts)
     summary["main_view_text"] = main[-1200:]
-    summary["shots"].append(ui.shot(page, "4-table-refused-main-view"))
+    summary["shots"].append(ui.shot(page, "5-table-refused-main-view"))
+    expect(summary["toast_shows_refusal"], f"no toast names the refusal: {summary['toasts']}")
     page.get_by_role("button", name="Description", exact=True).click()
     page.wait_for_timeout(500)
     panel = visible_text(page)
@@ -275,7 +282,7 @@ def check_refusal(ui: Browser, api_url: str, summary: dict[str, Any]) -> None:
     paragraphs = [p.inner_text() for p in page.locator("p", has_text=REFUSED).all()]
     summary["refusal_paragraph"] = paragraphs
     summary["refusal_is_its_own_paragraph"] = any(p.startswith(REFUSED) for p in paragraphs)
-    summary["shots"].append(ui.shot(page, "5-table-refused-description"))
+    summary["shots"].append(ui.shot(page, "6-table-refused-description"))
     expect(summary["description_panel_shows_refusal"], "the Description panel does not show the refusal")
     expect(summary["refusal_is_its_own_paragraph"], f"the refusal is not a paragraph of its own: {paragraphs}")
     page.context.close()
@@ -292,7 +299,7 @@ def check_bad_token(ui: Browser, api_url: str, summary: dict[str, Any]) -> None:
     page.wait_for_timeout(1500)
     summary["toasts"] = [t.inner_text() for t in page.locator("[data-sonner-toast]").all()]
     summary["statuses"] = sorted({(c["method"], re.sub(r"^https?://[^/]+", "", c["url"]), c["status"]) for c in calls})
-    summary["shots"].append(ui.shot(page, "6-unknown-token"))
+    summary["shots"].append(ui.shot(page, "7-unknown-token"))
     expect(any(c["status"] in (401, 403) for c in calls), f"the UI's calls got no 401/403: {summary['statuses']}")
     expect(any("error" in t.lower() or "failed" in t.lower() for t in summary["toasts"]), "the UI showed no error")
     page.context.close()
