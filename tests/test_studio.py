@@ -27,6 +27,7 @@ from devserver import STUDIO_CHECKPOINTER, gated_project, run_dev_server
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import BaseMessage, ToolMessage, messages_from_dict
 from langgraph_sdk import get_sync_client
+from refused import resumed
 
 from gatedloop.checkpoints.ledger import LedgerEntry, SqliteLedger, idempotency_key
 
@@ -138,7 +139,9 @@ def resume(
     server: Server, thread_id: str, graph: str, answer: dict[str, Any], who: str | None = None
 ) -> dict[str, Any]:
     context = {"user_id": who} if who else None
-    return server.client.runs.wait(thread_id, graph, command={"resume": answer}, context=context)
+    if graph != GRAPH:  # `lab`: a project of its own, with no http.app, so no middleware reports refusals
+        return server.client.runs.wait(thread_id, graph, command={"resume": answer}, context=context)
+    return resumed(server.client, thread_id, graph, answer, context=context)  # a refusal is also its __error__
 
 
 def decide(
