@@ -4,7 +4,7 @@ The graph never talks to the network. The gate inserts one row per request a per
 outbox pattern: the row is in the same database as the evidence the request is built from, written before the
 interrupt, and re-inserting it when the node re-runs on resume changes nothing): `request` for an approval request,
 `unknown` for a question about a write of unknown outcome, `reminder` and `escalated` queued with a request and
-due later, `decided` and `finished` when it is decided and when it ends (nodes/gate/notices.py); the deliverer adds
+due later, `decided` and `finished` when it is decided and when it ends (nodes/run/notices.py); the deliverer adds
 `expiring` for an approval request close to its expiry, one per deadline: an approver's extension moves the
 `request` row's `expires_at` (`extend_notification`, the one update of a notice), and the request is warned again
 before the new deadline. A deliverer

@@ -23,9 +23,9 @@ from gatedloop.graph.routing import after_approve, after_execute, after_model, a
 from gatedloop.nodes.approve import make_approve_node
 from gatedloop.nodes.execute import make_execute_node
 from gatedloop.nodes.finalize import make_finalize_node
-from gatedloop.nodes.gate.parts import LoopParts, SystemPrompt
 from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.model import make_model_node
+from gatedloop.nodes.parts import LoopParts, SystemPrompt
 from gatedloop.nodes.provider.answer_format import AnswerFormat
 from gatedloop.nodes.state import GatedState, InputState, OutputState
 from gatedloop.nodes.validate import make_validate_node

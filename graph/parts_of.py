@@ -8,7 +8,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from gatedloop.checkpoints.evidence import GraphIdentity
-from gatedloop.nodes.gate.parts import LoopParts
+from gatedloop.nodes.parts import LoopParts
 from gatedloop.tools.arguments import digest
 
 # What each compiled graph was built from, keyed by its `model` node's runnable: the one object LangGraph's copies

@@ -56,7 +56,7 @@ from gatedloop.checkpoints.ledger import SqlLedger
 from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification
 from gatedloop.inbox.slack import TOKEN_ENV, approval_message, web_client
 from gatedloop.nodes.gate.admission import shown_deadline
-from gatedloop.nodes.gate.notices import UNKNOWN_PREFIX
+from gatedloop.nodes.run.notices import UNKNOWN_PREFIX
 
 log = logging.getLogger("gatedloop.notify")
 

@@ -8,7 +8,7 @@ state's `model_view`, so the next request's hooks start from it as they would fr
 thread (nodes/model_view.py). The one exception is the response itself: an `after_model`
 hook may rewrite it (same id), and what it proposes then is what `validate` and the gate judge. Other state keys a
 hook writes (`state_schema` extensions) are stored. Tool side (`wrap_tool_call`) runs under the gate, in
-nodes/gate/wrapped_run.py. What would walk around the gate is refused at `build_graph` (`refusal`).
+nodes/run/wrapped_run.py. What would walk around the gate is refused at `build_graph` (`refusal`).
 """
 
 from __future__ import annotations

@@ -47,9 +47,9 @@ from gatedloop.nodes.gate.hitl import (
     decider,
     ladder_steps,
 )
-from gatedloop.nodes.gate.notices import queue_approval_notice, queue_decided_notice
-from gatedloop.nodes.gate.parts import LoopParts
 from gatedloop.nodes.gate.senders import received
+from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.run.notices import queue_approval_notice, queue_decided_notice
 from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, Verdict
 from gatedloop.tools import errors

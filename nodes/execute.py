@@ -31,10 +31,11 @@ from langgraph.runtime import Runtime
 from gatedloop.checkpoints.evidence import AuditEvent
 from gatedloop.nodes.gate.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
-from gatedloop.nodes.gate.parts import LoopParts
-from gatedloop.nodes.gate.running import Outcome, error_outcome, run_read, run_write
-from gatedloop.nodes.gate.tool_env import ToolEnv
-from gatedloop.nodes.gate.unknown import make_settle_task
+from gatedloop.nodes.gate.outcomes import Outcome, error_outcome
+from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.run.running import run_read, run_write
+from gatedloop.nodes.run.tool_env import ToolEnv
+from gatedloop.nodes.run.unknown import make_settle_task
 from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead, Status
 from gatedloop.tools import errors

@@ -16,11 +16,11 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from gatedloop.nodes.gate.answers import error_message, record_answers, tool_message
-from gatedloop.nodes.gate.notices import queue_finished_notice
 from gatedloop.nodes.gate.open_calls import recorded_answer
-from gatedloop.nodes.gate.parts import LoopParts
-from gatedloop.nodes.gate.running import UnknownReason, unknown
+from gatedloop.nodes.gate.outcomes import UnknownReason, unknown
 from gatedloop.nodes.model_view import view_of
+from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.run.notices import queue_finished_notice
 from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import PROTECTED_KEYS, GatedState
 from gatedloop.tools import errors

@@ -11,9 +11,10 @@ import pytest
 from doc_text import section
 
 MODULES = {
-    "running": "gatedloop.nodes.gate.running",
+    "running": "gatedloop.nodes.run.running",
+    "outcomes": "gatedloop.nodes.gate.outcomes",
     "hitl": "gatedloop.nodes.gate.hitl",
-    "unknown": "gatedloop.nodes.gate.unknown",
+    "unknown": "gatedloop.nodes.run.unknown",
     "policy": "gatedloop.tools.policy",
     "ledger": "gatedloop.checkpoints.ledger",
     "threads": "gatedloop.checkpoints.threads",
@@ -69,7 +70,7 @@ def test_every_code_name_in_the_glossary_exists(word):
 @pytest.mark.parametrize(
     ("word", "spelled"),
     [
-        ("outcome", "running.OutcomeStatus"),
+        ("outcome", "outcomes.OutcomeStatus"),
         ("outcome", "ledger.FinishedState"),
         ("decision", "policy.DecisionType"),
         ("decision", "hitl.UnknownDecisionType"),

@@ -38,7 +38,7 @@ from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.graph import STATUSES, Limits, build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
-from gatedloop.nodes.gate.running import ToolAborted
+from gatedloop.nodes.run.running import ToolAborted
 from gatedloop.tools import ToolFailure, ToolPolicy
 from gatedloop.tools.errors import GENERIC_TOOL_ERROR
 from gatedloop.tools.results import MAX_DEPTH, TOO_DEEP, TRUNCATION_MARKER

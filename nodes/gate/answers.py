@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolM
 
 from gatedloop.checkpoints.evidence import Answer, AuditEvent
 from gatedloop.checkpoints.ledger import Ledger
-from gatedloop.nodes.gate.running import OutcomeStatus
+from gatedloop.nodes.gate.outcomes import OutcomeStatus
 from gatedloop.tools.arguments import digest
 from gatedloop.tools.errors import ToolFailure
 

@@ -27,8 +27,8 @@ from gatedloop.nodes.gate.answers import (
     record_answers,
     tool_message,
 )
-from gatedloop.nodes.gate.parts import LoopParts
-from gatedloop.nodes.gate.running import stored_outcome, unknown
+from gatedloop.nodes.gate.outcomes import stored_outcome, unknown
+from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 

@@ -20,7 +20,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from gatedloop.nodes.gate.tool_env import ToolEnv
+from gatedloop.nodes.run.tool_env import ToolEnv
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.results import to_json_text

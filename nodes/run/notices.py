@@ -3,7 +3,7 @@ and for what became of them.
 
 Two kinds ask, each queued when its `interrupt()` really puts the request to a person (it raises
 `GraphInterrupt`; on resume it returns the answer, and nothing is written): `request` for an approval request
-(nodes/approve.py) and `unknown` for a question about a write whose outcome is unknown (nodes/gate/unknown.py).
+(nodes/approve.py) and `unknown` for a question about a write whose outcome is unknown (nodes/run/unknown.py).
 Either is queued with its later steps where the tool's policy sets them (the expiry ladder): `reminder` and
 `escalated`, due at their time, with the asking notice's payload (the escalation adds the backup roles).
 Two close the loop: `decided` for each reviewer's accepted answer (who decided what; queued after the decision is
@@ -34,7 +34,7 @@ from gatedloop.nodes.gate.hitl import (
     approving_text,
 )
 from gatedloop.nodes.gate.masking import thread_redactor, thread_title
-from gatedloop.nodes.gate.parts import LoopParts
+from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools.policy import GATED_WRITE, CallContext
 

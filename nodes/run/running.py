@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import json
 import logging
 import threading
 import time
@@ -19,7 +18,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any
 
 import anyio
 import httpx
@@ -27,21 +26,28 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from gatedloop.checkpoints.ledger import FinishedState, Ledger, LedgerEntry, idempotency_key
-from gatedloop.nodes.gate.masked_trace import run_masked
-from gatedloop.nodes.gate.tool_env import ToolEnv, tool_config, tool_input, tool_output
-from gatedloop.nodes.gate.wrapped_run import run_wrapped
+from gatedloop.checkpoints.ledger import Ledger, LedgerEntry, idempotency_key
+from gatedloop.nodes.gate.outcomes import (
+    Outcome,
+    UnknownReason,
+    error_outcome,
+    finished_state,
+    ok_outcome,
+    stored_outcome,
+    unknown,
+)
+from gatedloop.nodes.run.masked_trace import run_masked
+from gatedloop.nodes.run.tool_env import ToolEnv, tool_config, tool_input, tool_output
+from gatedloop.nodes.run.wrapped_run import run_wrapped
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.registry import ToolRegistry
-from gatedloop.tools.results import cap, to_json_text
 
 log = logging.getLogger("gatedloop.execute")
 
 # Threads, not processes: tools are mostly I/O. A timed-out call keeps its thread until it returns.
 _POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gatedloop-tool")
 
-UnknownReason = Literal["timeout", "connection_lost", "claimant_died", "claimant_running", "ledger_lost"]
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
@@ -102,27 +108,8 @@ def attempt_here(thread_id: str, call_id: str) -> Iterator[None]:
                 del _ATTEMPTS_HERE[key]
 
 
-OutcomeStatus = Literal["ok", "error", "unknown"]
-"""Success and failure in gatedloop's own words (as the model's `{"ok": ...}` body): `ok`, `error`, or `unknown`
-for a write that may or may not have happened. Mapped to LangChain's `ToolMessage.status` only in
-`answers.tool_message`, and to the ledger's row state only in `finished_state`."""
-
-
-class Outcome(TypedDict):
-    """What running one call produced. Stored as JSON in the checkpoint (task results) and in the ledger row's
-    `result`, so its keys and values are kept as written."""
-
-    status: OutcomeStatus
-    content: str
-    duration_ms: float
-    error_type: NotRequired[str]
-    unknown: NotRequired[UnknownReason]
-    attempts: NotRequired[int]
-    reused: NotRequired[bool]
-
-
 def invoke_tool(tool: BaseTool, tool_input: Any, config: RunnableConfig, shown_args: dict[str, Any] | None) -> Any:
-    """Run the tool; with `shown_args` (a tool with `secret_args`), callbacks see only those (gate/masked_trace.py)."""
+    """Run the tool; with `shown_args` (a tool with `secret_args`), callbacks see only those (run/masked_trace.py)."""
 
     def run(config: RunnableConfig) -> Any:
         if getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None:
@@ -150,16 +137,6 @@ def submit(registry: ToolRegistry, plan: CallPlan, args: dict[str, Any], env: To
         run = functools.partial(invoke_tool, tool, prepared, config, shown)
         return _POOL.submit(contextvars.copy_context().run, run_wrapped, env, plan, tool, visible, config, run)
     return _POOL.submit(contextvars.copy_context().run, invoke_tool, tool, prepared, config, shown)
-
-
-def ok_outcome(result: Any, max_chars: int) -> Outcome:
-    """A call that ran and returned `result`: its JSON text, capped."""
-    return {"status": "ok", "content": cap(to_json_text(result), max_chars), "duration_ms": 0.0}
-
-
-def error_outcome(failure: errors.ToolFailure) -> Outcome:
-    """A call that failed (or was never run) for a reason the model may read: the failure's JSON and type."""
-    return {"status": "error", "content": failure.to_json(), "error_type": failure.error_type, "duration_ms": 0.0}
 
 
 def _failure(exc: BaseException, name: str, call_id: str) -> Outcome:
@@ -308,14 +285,6 @@ def _record_late(ledger: Ledger, thread_id: str, plan: CallPlan, future: Future[
     ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
 
 
-def finished_state(outcome: Outcome) -> FinishedState:
-    """The ledger row state that records an outcome: `done` for `ok`, `failed` otherwise.
-
-    The ledger keeps its own spelling because its rows are persisted (`state` column, checked by the schema);
-    `abandoned` is a person's choice, written by `unknown`, never derived from an outcome."""
-    return "done" if outcome["status"] == "ok" else "failed"
-
-
 def still_running_here(thread_id: str, call_id: str) -> bool:
     """True while an attempt of the call in this process is under way (`attempt_here`), or timed out and has not
     returned."""
@@ -324,27 +293,3 @@ def still_running_here(thread_id: str, call_id: str) -> bool:
             return True
     future = _IN_FLIGHT.get((thread_id, call_id))
     return future is not None and not future.done()
-
-
-def unknown(reason: UnknownReason, attempts: int, seconds: float = 0.0) -> Outcome:
-    body = errors.error_json("outcome_unknown", f"The outcome of this call is unknown ({reason.replace('_', ' ')}).")
-    return {
-        "status": "unknown",
-        "content": body,
-        "unknown": reason,
-        "attempts": attempts,
-        "error_type": "outcome_unknown",
-        "duration_ms": round(seconds * 1000, 3),
-    }
-
-
-def stored_outcome(state: str, result: str | None) -> Outcome:
-    """The recorded outcome of a call that already ran: reused, never re-executed."""
-    try:
-        outcome: Outcome = json.loads(result) if result else unknown("claimant_died", 1)
-    except (TypeError, ValueError):
-        outcome = unknown("claimant_died", 1)
-    if state == "abandoned":
-        outcome = error_outcome(errors.ToolFailure(errors.ABANDONED, error_type="outcome_unknown"))
-    outcome["reused"] = True
-    return outcome

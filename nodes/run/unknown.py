@@ -33,23 +33,19 @@ from gatedloop.nodes.gate.hitl import (
     decider,
     ladder_steps,
 )
-from gatedloop.nodes.gate.notices import queue_unknown_notice
-from gatedloop.nodes.gate.parts import LoopParts
-from gatedloop.nodes.gate.running import (
+from gatedloop.nodes.gate.outcomes import Outcome, error_outcome, finished_state, ok_outcome, stored_outcome
+from gatedloop.nodes.gate.senders import received
+from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.run.notices import queue_unknown_notice
+from gatedloop.nodes.run.running import (
     CANNOT_TELL,
-    Outcome,
     attempt_here,
-    error_outcome,
-    finished_state,
     key_of_record,
-    ok_outcome,
     reconcile,
     start_write,
     still_running_here,
-    stored_outcome,
 )
-from gatedloop.nodes.gate.senders import received
-from gatedloop.nodes.gate.tool_env import ToolEnv
+from gatedloop.nodes.run.tool_env import ToolEnv
 from gatedloop.nodes.running_step import task_namespace
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors

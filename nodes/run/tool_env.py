@@ -41,7 +41,7 @@ class ToolEnv:
     stream_writer: StreamWriter
     tools: tuple[BaseTool, ...] = ()
     wrap_tool_call: Any = None
-    """The middleware's composed `wrap_tool_call` (nodes/gate/wrapped_run.py), or None."""
+    """The middleware's composed `wrap_tool_call` (nodes/run/wrapped_run.py), or None."""
 
     @classmethod
     def of(cls, state: Any, runtime: Runtime, tools: Sequence[BaseTool], middleware: Any = None) -> ToolEnv:
