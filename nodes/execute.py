@@ -29,11 +29,12 @@ from langgraph.func import task
 from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent
-from gatedloop.nodes.gate.admission import ARGS_CHANGED, admit, audit_refusal, edited_ids, for_state, with_edited_args
+from gatedloop.nodes.gate.admission import ARGS_CHANGED, for_state, with_edited_args
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
 from gatedloop.nodes.gate.outcomes import Outcome, error_outcome
+from gatedloop.nodes.gate.turn_evidence import admit_turn
 from gatedloop.nodes.parts import LoopParts
-from gatedloop.nodes.run.running import run_read, run_write
+from gatedloop.nodes.run.running import run_read, run_write, started_calls
 from gatedloop.nodes.run.tool_env import ToolEnv
 from gatedloop.nodes.run.unknown import make_settle_task
 from gatedloop.nodes.running_step import current_thread_id
@@ -132,7 +133,6 @@ class _Turn:
         self.seen_reads = state.get("seen_reads") or {}
         self.outcomes: dict[str, Outcome] = {}
         self.unsettled: list[str] = []
-        self.refused: list[ToolMessage] = []
         self.waited_s = 0.0
         self.not_run: list[CallPlan] = []
         self.calls, self.runnable = self._admitted(state.get("calls") or [])
@@ -141,24 +141,16 @@ class _Turn:
         self.early = self._early_exit()
 
     def _admitted(self, calls: list[CallPlan]) -> tuple[list[CallPlan], list[CallPlan]]:
-        """Each call the state marks runnable, admitted against the ledger (see module docstring)."""
-        ids = [c["id"] for c in calls if c["verdict"] == "run"]
-        records = self.parts.ledger.calls(self.thread_id, ids)
-        approvals = self.parts.ledger.approvals(self.thread_id, ids)
-        edited_args = self.parts.ledger.edited_args(self.thread_id, edited_ids(calls))
+        """Each call the state marks runnable, admitted again from the evidence (see module docstring and
+        nodes/gate/turn_evidence.py for why `approve` admitting it is not enough)."""
+        turn = admit_turn(self.parts.registry, self.parts.ledger, self.thread_id, calls, "run")
+        self.refused: list[ToolMessage] = turn.refused
         admitted: list[CallPlan] = []
         runnable: list[CallPlan] = []
-        for plan in calls:
-            if plan["verdict"] != "run":
+        for plan, admission in turn.admissions:
+            if admission is None:
                 admitted.append(plan)
-                continue
-            admission = admit(self.parts.registry, plan, records.get(plan["id"]), approvals, edited_args)
-            if admission.refusal is not None:
-                log.warning("not running call %s (%s): %s", plan["id"], plan["name"], admission.refusal.message)
-                audit_refusal(self.parts.ledger, self.thread_id, plan, admission.refusal, self.parts.registry)
-                self.refused.append(error_message(plan["id"], plan["name"], admission.refusal))
-                admitted.append({**plan, "verdict": "answered"})
-            elif admission.action == "answered":
+            elif admission.action in ("answered", "refuse"):
                 admitted.append({**plan, "verdict": "answered"})
             elif admission.action == "ask":
                 admitted.append(for_state(self.parts.registry, {**admission.plan, "verdict": "ask"}))
@@ -179,7 +171,7 @@ class _Turn:
         """How many runnable calls to take through the usual path under a stop: up to the last write that already
         started (reads before it ran before it, and replay from their tasks), so that each started write reaches
         the same settle task, with the same question and answer, as it would without the stop."""
-        started = {entry.call_id for entry in self.parts.ledger.entries(self.thread_id)}
+        started = started_calls(self.parts.ledger, self.thread_id)
         hits = [i + 1 for i, plan in enumerate(self.runnable) if plan["effect"] == "write" and plan["id"] in started]
         return hits[-1] if hits else 0
 

@@ -12,18 +12,16 @@ import json
 import logging
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.gate.answers import error_message, record_answers, tool_message
-from gatedloop.nodes.gate.open_calls import recorded_answer
-from gatedloop.nodes.gate.outcomes import UnknownReason, unknown
+from gatedloop.nodes.gate.answers import record_answers
+from gatedloop.nodes.gate.open_calls import leftover_answers
 from gatedloop.nodes.model_view import view_of
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.notices import queue_finished_notice
 from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import PROTECTED_KEYS, GatedState
-from gatedloop.tools import errors
 
 log = logging.getLogger("gatedloop.finalize")
 
@@ -52,21 +50,7 @@ def make_finalize_node(parts: LoopParts):
         else:
             status, answer, detail = "error", None, "the loop ended without a final answer"
         check = parts.histories.check(parts.ledger, thread_id, messages).check
-        leftovers: list[ToolMessage] = []
-        started_unknown = False
-        for call in check.open_calls:
-            entry = parts.ledger.get(thread_id, call.id)
-            recorded = recorded_answer(entry, call)
-            if recorded is not None:
-                leftovers.append(recorded)
-                continue
-            if entry is not None:  # claimed: it started, and nobody knows whether it happened
-                alive = parts.ledger.claimant_alive(entry.claimant)
-                why: UnknownReason = "claimant_running" if alive else "claimant_died"
-                leftovers.append(tool_message(call.id, call.name, "unknown", unknown(why, entry.attempts)["content"]))
-                started_unknown = True
-                continue
-            leftovers.append(error_message(call.id, call.name, errors.stopped_before_run(status, detail or status)))
+        leftovers, started_unknown = leftover_answers(parts.ledger, thread_id, check.open_calls, status, detail)
         if started_unknown and status != "completed":
             status, detail = "needs_attention", "a write's outcome is unknown and was left to a person"
         removals = check.removals()

@@ -211,14 +211,14 @@ class _ModelTurn:
     def __init__(self, parts: LoopParts, settle_task: Any, state: GatedState, runtime: Runtime):
         self.parts = parts
         self.thread_id = current_thread_id()
-        self.closed = close_open_calls(parts, settle_task, self.thread_id, state["messages"])
+        self.closed = close_open_calls(parts.histories, parts.ledger, settle_task, self.thread_id, state["messages"])
         messages = self.closed.view
         counters: RequestCounters | None = state.get("counters")
         self.reset: dict[str, Any] = {"messages": self.closed.update} if self.closed.update else {}
         fresh = counters is None or bool(messages and isinstance(messages[-1], HumanMessage))
         if counters is None or fresh:
             counters = fresh_counters(parts.clock())
-            parts.ledger.clear_cancel(self.thread_id)
+            parts.clear_cancel(self.thread_id)
             self.reset.update(status=None, answer=None, stop_detail=None, review_error=None, structured_response=None)
             if state.get("seen_reads"):
                 self.reset["seen_reads"] = Overwrite({})  # repeats are counted per request

@@ -63,6 +63,10 @@ class LoopParts:
             return "budget_exhausted", f"the token budget ({self.limits.max_tokens}) is used up"
         return None
 
+    def clear_cancel(self, thread_id: str) -> None:
+        """A new request starts with no cancel pending (a cancel asked for the previous one is spent)."""
+        self.ledger.clear_cancel(thread_id)
+
     def past_deadline(self, counters: RequestCounters, waited_s: float = 0.0) -> tuple[Status, str] | None:
         """The deadline alone, on the request's active time: wall clock since it started, minus time spent waiting
         for a person (`counters["waited_s"]`, plus `waited_s` a node has waited and not stored yet)."""

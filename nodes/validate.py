@@ -17,11 +17,11 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.checkpoints.evidence import AuditEvent, NewCall
+from gatedloop.checkpoints.evidence import AuditEvent
 from gatedloop.nodes.gate.answers import error_message, record_answers
 from gatedloop.nodes.gate.call_arguments import checked_plan, plan_arguments, stored_form
 from gatedloop.nodes.gate.identity import requester_of
-from gatedloop.nodes.gate.proposals import NOT_PROPOSED, unproposed
+from gatedloop.nodes.gate.proposals import NOT_PROPOSED, register_turn, unproposed
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, Status, Verdict
@@ -30,7 +30,6 @@ from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import CheckedCall
 
 TOO_MANY_IN_TURN = "Not run: one turn may propose at most {limit} calls; propose fewer at a time."
-VALIDATED_BEFORE = "Not run: this call id was already validated with other arguments."
 
 
 def make_validate_node(parts: LoopParts):
@@ -67,7 +66,7 @@ def make_validate_node(parts: LoopParts):
                 "repair": checked.repair,
             }
             events.append(AuditEvent(plan["id"], "validated", detail, context.user_id))
-        plans, answers = _registered(parts, thread_id, plans, answers, context, events)
+        plans, answers = register_turn(parts.ledger, parts.registry, thread_id, plans, answers, context, events)
         update: dict[str, Any] = {"calls": plans, **record_answers(parts.ledger, thread_id, answers, "validate")}
         if any(p["verdict"] == "ask" for p in plans):
             update["counters"] = {**counters, "paused_at": parts.clock()}
@@ -76,39 +75,6 @@ def make_validate_node(parts: LoopParts):
         return update
 
     return validate
-
-
-def _registered(
-    parts: LoopParts,
-    thread_id: str,
-    plans: list[CallPlan],
-    answers: list[ToolMessage],
-    requester: CallContext,
-    events: list[AuditEvent],
-) -> tuple[list[CallPlan], list[ToolMessage]]:
-    """Register the turn's calls (with their audit `events`); an accepted call whose id was registered before with
-    other arguments is refused."""
-    new = [
-        NewCall(p["id"], p["name"], p["digest"], _verdict(p), requester, parts.registry.definition_digest(p["name"]))
-        if p["verdict"] != "answered"
-        else NewCall(p["id"], p["name"], "", "refused", requester)
-        for p in plans
-    ]
-    records = parts.ledger.register_calls(thread_id, new, events)
-    checked: list[CallPlan] = []
-    for plan in plans:
-        record = records.get(plan["id"])
-        clash = record is None or record.tool != plan["name"] or record.args_digest != plan["digest"]
-        if plan["verdict"] != "answered" and clash:
-            refusal = errors.invalid_arguments(VALIDATED_BEFORE)
-            answers.append(error_message(plan["id"], plan["name"], refusal))
-            plan = {**plan, "verdict": "answered"}
-        checked.append(plan)
-    return checked, answers
-
-
-def _verdict(plan: CallPlan) -> Any:
-    return {"run": "run", "ask": "ask"}.get(plan["verdict"], "refused")
 
 
 def _shown(parts: LoopParts, name: str, args: Any) -> Any:

@@ -261,3 +261,70 @@ def test_the_notebooks_and_examples_import_only_public_modules():
         if not (module in PUBLIC or module.startswith(("gatedloop.graph.", "gatedloop.demo.")))
     ]
     assert not inner, "\n".join(inner)
+
+
+INSIDE_NODES = {
+    "base": ("state", "limits", "running_step", "model_view"),
+    "gate": ("gate",),
+    "provider": ("provider",),
+    "parts": ("parts", "agent_middleware"),
+    "run": ("run",),
+    "nodes": ("model", "validate", "approve", "execute", "finalize", ""),
+}
+"""docs/architecture.md "Inside nodes/": each layer and the modules (or subpackages) of `gatedloop.nodes` in it,
+lowest first ("" is the package's own `__init__`)."""
+
+
+def inner_layer(module: str) -> int:
+    head = module.split(".")[2] if module.count(".") >= 2 else ""
+    found = [i for i, heads in enumerate(INSIDE_NODES.values()) if head in heads]
+    assert found, f"{module} is in no layer of INSIDE_NODES (docs/architecture.md, 'Inside nodes/')"
+    return found[0]
+
+
+def test_imports_inside_nodes_point_to_the_same_layer_or_a_lower_one():
+    """Issue 30: the gate imports neither the tool runner (nodes/run), nor the provider adapters, nor the
+    dependency bag (nodes/parts.py), nor a node; the runner does not import a node."""
+    nodes = {m: p for m, p in modules().items() if m.startswith("gatedloop.nodes")}
+    upward = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for module, path in nodes.items()
+        for line, target in gatedloop_imports(path)
+        if target.startswith("gatedloop.nodes") and inner_layer(target) > inner_layer(module)
+    ]
+    assert not upward, "\n".join(upward)
+    assert {inner_layer(m) for m in nodes} == set(range(len(INSIDE_NODES))), "a layer with no module"
+
+
+def test_the_drawing_inside_nodes_is_the_order_this_test_enforces():
+    text = section("Inside nodes/")
+    diagram = text[text.index("```\n") + 4 : text.index("```", text.index("```\n") + 4)]
+    drawn = [line.split()[0] for line in diagram.splitlines() if line[:1].isalpha()]
+    assert list(reversed(drawn)) == list(INSIDE_NODES)
+
+
+def ledger_calls(path: Path) -> list[tuple[int, str]]:
+    """(line, method) for every call of a method on something named `ledger` (`parts.ledger.record(...)`,
+    `ledger.calls(...)`) in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else ""
+            if name == "ledger":
+                found.append((node.lineno, node.func.attr))
+    return found
+
+
+def test_no_node_calls_the_ledger_it_asks_the_gate():
+    """Issue 30: the five nodes read the state, ask the gate and return the update. Reading and writing evidence is
+    the gate's (and the runner's), so a review of what a node may record is a review of nodes/gate and nodes/run."""
+    paths = modules()
+    calls = [
+        f"{paths[module].relative_to(ROOT)}:{line} calls ledger.{method}"
+        for module in sorted(NODES)
+        for line, method in ledger_calls(paths[module])
+    ]
+    assert not calls, "\n".join(calls)
+    gate_calls = [m for m, p in paths.items() if m.startswith("gatedloop.nodes.gate") and ledger_calls(p)]
+    assert "gatedloop.nodes.gate.approvals" in gate_calls, "the scan finds no ledger call at all: it lost its way"

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolMessage
 
 from gatedloop.checkpoints.evidence import Answer, AuditEvent
-from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.checkpoints.ledger import Evidence
 from gatedloop.nodes.gate.outcomes import OutcomeStatus
 from gatedloop.tools.arguments import digest
 from gatedloop.tools.errors import ToolFailure
@@ -62,7 +62,7 @@ _json_str = json.JSONEncoder(ensure_ascii=False).encode  # a str's JSON text, as
 
 
 def record_answers(
-    ledger: Ledger, thread_id: str, messages: Sequence[ToolMessage], source: str, events: Sequence[AuditEvent] = ()
+    ledger: Evidence, thread_id: str, messages: Sequence[ToolMessage], source: str, events: Sequence[AuditEvent] = ()
 ) -> dict[str, Any]:
     """Record the answers (and the step's audit `events`, in the same transaction) in the ledger, then return
     them as a `messages` update (none: no update at all, since an empty write still costs a DeltaChannel step)."""

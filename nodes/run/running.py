@@ -26,7 +26,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from gatedloop.checkpoints.ledger import Ledger, LedgerEntry, idempotency_key
+from gatedloop.checkpoints.ledger import Claims, Ledger, LedgerEntry, idempotency_key
 from gatedloop.nodes.gate.outcomes import (
     Outcome,
     UnknownReason,
@@ -36,6 +36,7 @@ from gatedloop.nodes.gate.outcomes import (
     stored_outcome,
     unknown,
 )
+from gatedloop.nodes.gate.settling import CANNOT_TELL
 from gatedloop.nodes.run.masked_trace import run_masked
 from gatedloop.nodes.run.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.nodes.run.wrapped_run import run_wrapped
@@ -192,9 +193,6 @@ def _wait(future: Future[Any], timeout_s: float, plan: CallPlan) -> tuple[bool, 
     raise ToolAborted(f"tool {plan['name']} (call {plan['id']}) raised {aborted}; the run stopped (details in the log)")
 
 
-CANNOT_TELL = object()
-
-
 def key_of_record(entry: LedgerEntry | None, thread_id: str, call_id: str) -> str:
     """The idempotency key a write was (or will be) started with: its ledger row's, else the thread's own.
 
@@ -293,3 +291,8 @@ def still_running_here(thread_id: str, call_id: str) -> bool:
             return True
     future = _IN_FLIGHT.get((thread_id, call_id))
     return future is not None and not future.done()
+
+
+def started_calls(claims: Claims, thread_id: str) -> set[str]:
+    """The calls of the thread whose write was ever claimed (started), finished or not."""
+    return {entry.call_id for entry in claims.entries(thread_id)}

@@ -35,10 +35,10 @@ from gatedloop.nodes.gate.hitl import (
 )
 from gatedloop.nodes.gate.outcomes import Outcome, error_outcome, finished_state, ok_outcome, stored_outcome
 from gatedloop.nodes.gate.senders import received
+from gatedloop.nodes.gate.settling import CANNOT_TELL, settle_step
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.notices import queue_unknown_notice
 from gatedloop.nodes.run.running import (
-    CANNOT_TELL,
     attempt_here,
     key_of_record,
     reconcile,
@@ -124,21 +124,27 @@ def settle_unknown(
 ) -> Settlement:
     """The outcome to report for a write whose outcome was unknown, and whether it is still left open.
 
-    In order: an outcome recorded meanwhile (a late finish) wins; then the tool's `reconcile`; then, if no
-    attempt can still be running, `None` from reconcile means run it again (one winner, by a conditional
-    re-claim) — or, with `rerun=False` (a new message superseded the call), that it is answered `superseded`
-    and never run; anything else goes to a person. Re-runs call the tool directly, not as a LangGraph task: the
-    ledger decides who may start it, and a node re-run must not depend on how many tasks ran before.
+    The facts are gathered here and the step is the gate's settle table (`settle_step`, nodes/gate/settling.py):
+    recorded, reconciled, rerun, superseded (`rerun=False`: a new message superseded the call), or ask a person.
+    Re-runs call the tool directly, not as a LangGraph task: the ledger decides who may start it, and a node
+    re-run must not depend on how many tasks ran before.
     """
     entry = parts.ledger.get(thread_id, plan["id"])
-    if entry is not None and entry.state != "claimed":
+    recorded = entry is not None and entry.state != "claimed"
+    key = key_of_record(entry, thread_id, plan["id"])
+    answer = CANNOT_TELL if recorded else reconcile(parts.registry, plan, key)  # the tool is asked only if needed
+    due = entry is not None and answer is None  # only then does a live attempt matter (it costs a claimant check)
+    may_be_running = not due or _may_be_running(parts, thread_id, plan, entry.claimant if entry else "")
+    step = settle_step(
+        recorded=recorded, reconciled=answer, claimed=entry is not None, may_be_running=may_be_running, rerun=rerun
+    )
+    if step == "recorded" and entry is not None:
         return Settlement(stored_outcome(entry.state, entry.result), entry.state == "abandoned")
-    answer = reconcile(parts.registry, plan, key_of_record(entry, thread_id, plan["id"]))
-    if answer is not CANNOT_TELL and answer is not None:
+    if step == "reconciled":
         return Settlement(_settle(parts, thread_id, plan, reconciled_outcome(parts, answer), "reconciled"), False)
-    if answer is None and entry is not None and not _may_be_running(parts, thread_id, plan, entry.claimant):
-        if not rerun:
-            return Settlement(_superseded(parts, thread_id, plan, "reconciled: not done"), False)
+    if step == "superseded":
+        return Settlement(_superseded(parts, thread_id, plan, "reconciled: not done"), False)
+    if step == "rerun" and entry is not None:
         rerun_outcome = _rerun(parts, thread_id, plan, entry.attempts, env)
         if rerun_outcome is not None:
             return Settlement(rerun_outcome, False)
