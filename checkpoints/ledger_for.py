@@ -20,14 +20,13 @@ import threading
 from typing import Any, cast
 from weakref import WeakKeyDictionary
 
-from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.config import get_config
 
 from gatedloop.checkpoints.contract import GatedSaver
 from gatedloop.checkpoints.ledger import Ledger, LedgerError, SqliteLedger
+from gatedloop.checkpoints.running_step import running_checkpointer
 
 NO_DURABLE_LEDGER = (
     "build_graph cannot keep approvals and write outcomes durably with a {saver}: gatedloop's ledger must live where "
@@ -128,7 +127,7 @@ class LedgerOfTheRun:
 
     def current(self) -> Ledger:
         try:
-            saver = get_config().get("configurable", {}).get(CONFIG_KEY_CHECKPOINTER)
+            saver = running_checkpointer()
         except RuntimeError:  # not inside a run
             return self._outside
         if not isinstance(saver, BaseCheckpointSaver):

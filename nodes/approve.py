@@ -20,6 +20,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphInterrupt
 from langgraph.types import interrupt
 
+from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.admission import for_state
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.approvals import (
@@ -38,7 +39,6 @@ from gatedloop.nodes.gate.senders import received
 from gatedloop.nodes.gate.turn_evidence import admit_turn
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.notices import queue_approval_notice, queue_decided_notice
-from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
 
 

@@ -29,6 +29,7 @@ from langgraph.func import task
 from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent
+from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.admission import ARGS_CHANGED, for_state, with_edited_args
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
 from gatedloop.nodes.gate.outcomes import Outcome, error_outcome
@@ -37,7 +38,6 @@ from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.running import run_read, run_write, started_calls
 from gatedloop.nodes.run.tool_env import ToolEnv
 from gatedloop.nodes.run.unknown import make_settle_task
-from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead, Status
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, fingerprint
@@ -78,18 +78,19 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         turn = _Turn(parts, state, runtime)
         if turn.early is not None:
             return turn.early
-        env = ToolEnv.of(state, runtime, parts.registry.bindable(), parts.middleware)
         for step in turn.steps():
             if isinstance(step, list):  # reads, at once
                 if turn.lone_read(step):
-                    turn.outcomes[step[0]["id"]] = read(shown(step[0]), env)
+                    turn.outcomes[step[0]["id"]] = read(shown(step[0]), turn.env)
                     continue
-                futures = [(plan, read_task(shown(plan), env)) for plan in step]
+                futures = [(plan, read_task(shown(plan), turn.env)) for plan in step]
                 turn.outcomes.update({plan["id"]: future.result() for plan, future in futures})
                 continue
             masked = shown(step)
-            outcome = write_task(turn.thread_id, masked, env).result()
-            settled = settle_task(turn.thread_id, masked, outcome, True, env).result() if _unknown(outcome) else None
+            outcome = write_task(turn.thread_id, masked, turn.env).result()
+            settled = (
+                settle_task(turn.thread_id, masked, outcome, True, turn.env).result() if _unknown(outcome) else None
+            )
             turn.record_write(step, outcome, settled)
         return turn.update()
 
@@ -98,18 +99,17 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         turn = await asyncio.to_thread(_Turn, parts, state, runtime)
         if turn.early is not None:
             return turn.early
-        env = ToolEnv.of(state, runtime, parts.registry.bindable(), parts.middleware)
         for step in turn.steps():
             if isinstance(step, list):  # reads, at once
                 if turn.lone_read(step):
-                    turn.outcomes[step[0]["id"]] = await asyncio.to_thread(read, shown(step[0]), env)
+                    turn.outcomes[step[0]["id"]] = await asyncio.to_thread(read, shown(step[0]), turn.env)
                     continue
-                results = await asyncio.gather(*(read_task(shown(plan), env) for plan in step))
+                results = await asyncio.gather(*(read_task(shown(plan), turn.env) for plan in step))
                 turn.outcomes.update({plan["id"]: result for plan, result in zip(step, results, strict=True)})
                 continue
             masked = shown(step)
-            outcome = await write_task(turn.thread_id, masked, env)
-            settled = await settle_task(turn.thread_id, masked, outcome, True, env) if _unknown(outcome) else None
+            outcome = await write_task(turn.thread_id, masked, turn.env)
+            settled = await settle_task(turn.thread_id, masked, outcome, True, turn.env) if _unknown(outcome) else None
             turn.record_write(step, outcome, settled)
         return await asyncio.to_thread(turn.update)
 
@@ -139,6 +139,7 @@ class _Turn:
         self.stop: tuple[Status, str] | None = None
         self.settle_first = 0
         self.early = self._early_exit()
+        self.env = ToolEnv.of(state, runtime, parts.registry.bindable(), parts.middleware)
 
     def _admitted(self, calls: list[CallPlan]) -> tuple[list[CallPlan], list[CallPlan]]:
         """Each call the state marks runnable, admitted again from the evidence (see module docstring and

@@ -15,12 +15,12 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
+from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.open_calls import leftover_answers
 from gatedloop.nodes.model_view import view_of
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.notices import queue_finished_notice
-from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import PROTECTED_KEYS, GatedState
 
 log = logging.getLogger("gatedloop.finalize")

@@ -20,6 +20,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
+from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.call_arguments import entry_plan
 from gatedloop.nodes.gate.open_calls import close_open_calls
@@ -29,7 +30,6 @@ from gatedloop.nodes.parts import LoopParts, fresh_counters
 from gatedloop.nodes.provider.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.provider.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.run.unknown import make_settle_task
-from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import PROTECTED_KEYS, CallPlan, GatedState, RequestCounters
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
 from gatedloop.tools.registry import ToolRegistry

@@ -18,12 +18,12 @@ from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent
+from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.answers import error_message, record_answers
 from gatedloop.nodes.gate.call_arguments import checked_plan, plan_arguments, stored_form
 from gatedloop.nodes.gate.identity import requester_of
 from gatedloop.nodes.gate.proposals import NOT_PROPOSED, register_turn, unproposed
 from gatedloop.nodes.parts import LoopParts
-from gatedloop.nodes.running_step import current_thread_id
 from gatedloop.nodes.state import CallPlan, GatedState, Status, Verdict
 from gatedloop.tools import errors
 from gatedloop.tools.policy import CallContext

@@ -100,21 +100,15 @@ def names_used(path: Path) -> set[str]:
 
 def test_who_is_calling_is_read_in_one_place_and_the_running_step_in_one_module():
     """Issue 29/30: the runtime identity is read where a call enters (`graph/gated.py`) and bound to the message
-    and the answer as data; no node reads who is running it. Inside `nodes`, `get_config`/`get_runtime` (the
-    running step's ambient facts) appear in `nodes/running_step.py` only."""
+    and the answer as data; no node reads who is running it. In the whole package, `get_config`/`get_runtime` (the
+    running step's ambient facts) appear in `checkpoints/running_step.py` only."""
     readers = {
-        module: names_used(path) & {"caller_context", "get_config", "get_runtime"}
-        for module, path in modules().items()
-        if module.startswith(("gatedloop.nodes", "gatedloop.graph"))
+        module: names_used(path) & {"caller_context", "get_config", "get_runtime"} for module, path in modules().items()
     }
     identity = sorted(module for module, names in readers.items() if "caller_context" in names)
-    ambient = sorted(
-        module
-        for module, names in readers.items()
-        if module.startswith("gatedloop.nodes") and names & {"get_config", "get_runtime"}
-    )
+    ambient = sorted(module for module, names in readers.items() if names & {"get_config", "get_runtime"})
     assert identity == ["gatedloop.graph.gated"], identity
-    assert ambient == ["gatedloop.nodes.running_step"], ambient
+    assert ambient == ["gatedloop.checkpoints.running_step"], ambient
 
 
 IMPORT_EACH_FIRST = """
@@ -264,7 +258,7 @@ def test_the_notebooks_and_examples_import_only_public_modules():
 
 
 INSIDE_NODES = {
-    "base": ("state", "limits", "running_step", "model_view"),
+    "base": ("state", "limits", "model_view"),
     "gate": ("gate",),
     "provider": ("provider",),
     "parts": ("parts", "agent_middleware"),

@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 from langchain_core.runnables import Runnable
 
-from gatedloop.nodes.running_step import step_config
+from gatedloop.checkpoints.running_step import step_config
 from gatedloop.tools.arguments import UnreadArguments, read_arguments
 
 

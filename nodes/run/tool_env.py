@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Command, StreamWriter
 
-from gatedloop.nodes.running_step import step_config
+from gatedloop.checkpoints.running_step import step_config
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.injection import Injections

@@ -23,6 +23,7 @@ from langgraph.errors import GraphInterrupt
 from langgraph.func import task
 from langgraph.types import interrupt
 
+from gatedloop.checkpoints.running_step import task_namespace
 from gatedloop.nodes.gate.admission import with_edited_args
 from gatedloop.nodes.gate.hitl import (
     ANONYMOUS,
@@ -46,7 +47,6 @@ from gatedloop.nodes.run.running import (
     still_running_here,
 )
 from gatedloop.nodes.run.tool_env import ToolEnv
-from gatedloop.nodes.running_step import task_namespace
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text

@@ -1,5 +1,6 @@
-"""What LangGraph says about the step running now: the one module of `nodes/` that reads the running step's
-config (`langgraph.config.get_config`).
+"""What LangGraph says about the step running now: the one module of gatedloop that reads the running step's
+config (`langgraph.config.get_config`). In `checkpoints`, the lowest layer that needs it: the ledger of a served
+run is found from the run's checkpointer (checkpoints/ledger_for.py), and the nodes read the rest.
 
 Only facts of the run are read here (its thread, the task's namespace, its callbacks); who asked and who answered
 never are: they arrive as data, bound to the message and the answer as they entered (gatedloop.graph.gated).
@@ -10,6 +11,7 @@ from __future__ import annotations
 import uuid
 
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.config import get_config
 
 
@@ -23,6 +25,11 @@ def current_thread_id() -> str:
     config = get_config()
     thread = config.get("configurable", {}).get("thread_id")
     return str(thread) if thread is not None else f"run-{config.get('run_id') or uuid.uuid4()}"
+
+
+def running_checkpointer() -> object | None:
+    """The checkpointer LangGraph gave the running step (None when it has none); RuntimeError outside a run."""
+    return get_config().get("configurable", {}).get(CONFIG_KEY_CHECKPOINTER)
 
 
 def task_namespace() -> str:
