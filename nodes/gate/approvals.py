@@ -70,14 +70,13 @@ def approval_request(
 ) -> GatedHITLRequest:
     """The request for the gated calls, from their evidence: who asked and when, who approved so far, the
     deadline, what approving does; `error` is why the previous answer was refused."""
-    records, approvals = evidence.records, evidence.approvals
     actions: list[GatedActionRequest] = []
     configs: list[ReviewConfig] = []
     for plan in gated:
         policy = registry.policy(plan["name"])
-        record = records[plan["id"]]
+        record = evidence.records[plan["id"]]
         digest_now = plan["digest"]
-        approved = approvers_so_far(policy, record, [a for a in approvals if a.call_id == plan["id"]], digest_now)
+        approved = approvers_so_far(policy, record, evidence.approvals_of(plan["id"]), digest_now)
         shown = policy.masked(plan["args"])
         action: GatedActionRequest = {
             "name": plan["name"],
@@ -87,7 +86,7 @@ def approval_request(
             "args_digest": digest_now,
             "requested_by": record.requester.user_id,
             "requested_at": record.requested_at,
-            "expires_at": expires_at(policy, record, approvals),
+            "expires_at": expires_at(policy, record, evidence.approvals),
             "approvals_required": policy.approvals_required,
             "approved_by": approved,
             "approvers": sorted(policy.approvers) if policy.approvers is not None else None,
