@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatResult
 from langchain_core.tools import BaseTool, tool
 from langgraph.types import Command
 
@@ -92,8 +94,23 @@ def responder(messages: list[BaseMessage]) -> AIMessage | None:
     return reply(calls=calls)
 
 
+class AsyncScriptedModel(ScriptedChatModel):
+    """The scripted model, answering `ainvoke` on the event loop as a provider's client does (ChatOpenAI awaits
+    its HTTP call). LangChain's default `_agenerate` would hand every async call to a thread, for both systems:
+    a cost of this fake, not of the loops measured. The responder is pure and quick, so it cannot block the loop."""
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._generate(messages, stop, None, **kwargs)
+
+
 def scripted_model() -> ScriptedChatModel:
-    return ScriptedChatModel(responder=responder)
+    return AsyncScriptedModel(responder=responder)
 
 
 def connect(path: str | Path) -> sqlite3.Connection:

@@ -19,7 +19,7 @@ from gatedloop.checkpoints.ledger_for import ledger_for
 from gatedloop.graph.gated import GatedGraph
 from gatedloop.graph.models import bind_loop_tools
 from gatedloop.graph.parts_of import parts_of, remember_parts
-from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate
+from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate, edge
 from gatedloop.nodes.approve import make_approve_node
 from gatedloop.nodes.execute import make_execute_node
 from gatedloop.nodes.finalize import make_finalize_node
@@ -122,10 +122,10 @@ def _compile(
     builder.add_node("execute", make_execute_node(parts))
     builder.add_node("finalize", make_finalize_node(parts))
     builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", after_model, ["validate", "finalize"])
-    builder.add_conditional_edges("validate", after_validate, ["approve", "execute", "model", "finalize"])
-    builder.add_conditional_edges("approve", after_approve, ["approve", "execute", "model"])
-    builder.add_conditional_edges("execute", after_execute, ["approve", "model", "finalize"])
+    builder.add_conditional_edges("model", edge(after_model), ["validate", "finalize"])
+    builder.add_conditional_edges("validate", edge(after_validate), ["approve", "execute", "model", "finalize"])
+    builder.add_conditional_edges("approve", edge(after_approve), ["approve", "execute", "model"])
+    builder.add_conditional_edges("execute", edge(after_execute), ["approve", "model", "finalize"])
     builder.add_edge("finalize", END)
     compiled = builder.compile(checkpointer=checkpointer, store=store, name=name)
     graph = GatedGraph(**{k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"})  # as Pregel.copy

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, NotRequired, TypedDict
+
+from langgraph._internal._runnable import RunnableCallable  # as langgraph.prebuilt.ToolNode: sync + async twins
 
 from gatedloop.nodes.state import CallPlan, Status
 
@@ -49,3 +52,14 @@ def after_execute(state: RouteState) -> Next:
     if state.get("stop"):
         return "finalize"
     return "approve" if "ask" in _verdicts(state) else "model"
+
+
+def edge(router: Callable[[RouteState], Next]) -> RunnableCallable:
+    """`router` as a conditional edge that runs where the step runs. LangGraph sends a plain sync router to a
+    thread under `ainvoke` (five hand-offs per approval turn); a router computes nothing that could block."""
+
+    async def on_the_loop(state: RouteState) -> Next:
+        return router(state)
+
+    # name=None: the edge keeps the router's name, as LangGraph names a plain function's edge
+    return RunnableCallable(router, on_the_loop, name=None, trace=True)
