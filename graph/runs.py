@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, TypedDict, Unpack, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
@@ -56,51 +57,83 @@ def lease_for(
     return nullcontext()
 
 
-def stream_start(
-    graph: CompiledStateGraph[Any, Any, Any, Any],
-    thread_id: str,
-    text: str,
-    *,
-    context: CallContext | None = None,
-    wait_s: float = 0.0,
-    upgrade: bool = False,
-) -> Iterator[tuple[str, Any]]:
-    """Start (or continue) a thread with a user message, yielding (mode, chunk) as steps happen."""
-    config = config_for(thread_id)
-    with lease_for(graph, thread_id, wait_s):
-        if upgrade:  # otherwise the graph's own entry checks the thread's graph (graph/gated.py)
-            claim_thread(graph, thread_id, upgrade=True, context=context)
-        yield from cast(
-            Iterator[tuple[str, Any]],
-            graph.stream(
-                {"messages": [("user", text)]}, config, context=context, stream_mode=STREAM_MODES, durability="sync"
-            ),
-        )
+class RunOptions(TypedDict, total=False):
+    """How `start`, `resume` and their streaming and async forms run a thread."""
+
+    context: CallContext | None
+    """Who runs it: the runtime context (its `user_id` and `roles` are the requester's, or the answer's sender's)."""
+    wait_s: float
+    """How long to wait for the thread's lease while another process runs it (0: `ThreadBusy` at once)."""
+    upgrade: bool
+    """Run the thread with this graph although another graph (or this one with other tools or policies) made it,
+    recording the change in the audit trail: an operator's explicit act (CLI: `--upgrade-graph`)."""
 
 
-def stream_resume(
-    graph: CompiledStateGraph[Any, Any, Any, Any],
-    thread_id: str,
-    answer: Any = None,
-    *,
-    context: CallContext | None = None,
-    wait_s: float = 0.0,
-    upgrade: bool = False,
-) -> Iterator[tuple[str, Any]]:
-    """Resume a paused thread with an answer (or, with None, a thread stopped mid-run by a crash)."""
-    config = config_for(thread_id)
-    with lease_for(graph, thread_id, wait_s):
-        snapshot = graph.get_state(config)  # one load: rebuilding a long thread is the costly part
-        payload = _resume_payload(thread_id, snapshot, answer)
-        if upgrade:  # otherwise the graph's own entry checks the thread's graph (graph/gated.py)
-            claim_thread(graph, thread_id, upgrade=True, context=context)
-        events = graph.stream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
+@dataclass(frozen=True)
+class _Run:
+    """One run of a thread, the schedule both drivers keep: under the thread's lease, the input (a message, or an
+    answer checked against the pending request, which needs the thread's state), the thread moved to this graph if
+    asked, then the graph's stream with every step on disk before the next (`durability="sync"`)."""
+
+    graph: CompiledStateGraph[Any, Any, Any, Any]
+    thread_id: str
+    options: RunOptions
+    message: str | None = None  # a new request's text; None: a resume, with `answer`
+    answer: Any = None
+
+    @property
+    def config(self) -> RunnableConfig:
+        return config_for(self.thread_id)
+
+    @property
+    def resumes(self) -> bool:
+        return self.message is None
+
+    @property
+    def upgrade(self) -> bool:
+        return self.options.get("upgrade", False)
+
+    def lease(self) -> AbstractContextManager[None]:
+        return lease_for(self.graph, self.thread_id, self.options.get("wait_s", 0.0))
+
+    def prepared(self, snapshot: StateSnapshot | None) -> Any:
+        """The graph's input; with `upgrade`, the thread claimed for this graph first (a ledger write: blocking).
+        Without it the graph's own entry checks the thread's graph (graph/gated.py)."""
+        payload = {"messages": [("user", self.message)]} if snapshot is None else _resume_payload(self, snapshot)
+        if self.upgrade:
+            claim_thread(self.graph, self.thread_id, upgrade=True, context=self.options.get("context"))
+        return payload
+
+    def stream_options(self) -> dict[str, Any]:
+        return {"context": self.options.get("context"), "stream_mode": STREAM_MODES, "durability": "sync"}
+
+
+def _stream(run: _Run) -> Iterator[tuple[str, Any]]:
+    """The sync driver of `_Run`."""
+    with run.lease():
+        snapshot = run.graph.get_state(run.config) if run.resumes else None  # one load: a long thread's costly part
+        events = run.graph.stream(run.prepared(snapshot), run.config, **run.stream_options())
         yield from cast(Iterator[tuple[str, Any]], events)
 
 
-def _resume_payload(thread_id: str, snapshot: StateSnapshot, answer: Any) -> Command | None:
+def stream_start(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, text: str, **options: Unpack[RunOptions]
+) -> Iterator[tuple[str, Any]]:
+    """Start (or continue) a thread with a user message, yielding (mode, chunk) as steps happen."""
+    return _stream(_Run(graph, thread_id, options, message=text))
+
+
+def stream_resume(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, answer: Any = None, **options: Unpack[RunOptions]
+) -> Iterator[tuple[str, Any]]:
+    """Resume a paused thread with an answer (or, with None, a thread stopped mid-run by a crash)."""
+    return _stream(_Run(graph, thread_id, options, answer=answer))
+
+
+def _resume_payload(run: _Run, snapshot: StateSnapshot) -> Command | None:
     """The answer addressed to the pending interrupt, checked first (InvalidDecision, nothing changed). A thread
     with no checkpoint is UnknownThread, not "not waiting": a typo in a thread id must not read as a finished one."""
+    thread_id, answer = run.thread_id, run.answer
     if snapshot.created_at is None:
         raise UnknownThread(thread_id, "this graph's checkpointer")
     pending = snapshot.interrupts
@@ -117,17 +150,19 @@ def _resume_payload(thread_id: str, snapshot: StateSnapshot, answer: Any) -> Com
     return None
 
 
-def start(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, text: str, **kwargs: Any) -> dict[str, Any]:
+def start(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, text: str, **options: Unpack[RunOptions]
+) -> dict[str, Any]:
     """Run until the thread pauses or ends; returns the thread's values plus `__interrupt__` if paused."""
-    for _ in stream_start(graph, thread_id, text, **kwargs):
+    for _ in stream_start(graph, thread_id, text, **options):
         pass
     return output(graph, thread_id)
 
 
 def resume(
-    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, answer: Any = None, **kwargs: Any
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, answer: Any = None, **options: Unpack[RunOptions]
 ) -> dict[str, Any]:
-    for _ in stream_resume(graph, thread_id, answer, **kwargs):
+    for _ in stream_resume(graph, thread_id, answer, **options):
         pass
     return _raise_if_refused(output(graph, thread_id))
 
@@ -180,9 +215,8 @@ def cancel(thread_id: str, *, ledger: CancelFlags) -> None:
 
 
 @asynccontextmanager
-async def _alease(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, wait_s: float) -> AsyncIterator[None]:
-    """The same lease as `lease_for`; taking and releasing it may block (file lock, Postgres), so not on the loop."""
-    lease = lease_for(graph, thread_id, wait_s)
+async def _alease(lease: AbstractContextManager[None]) -> AsyncIterator[None]:
+    """`lease` held; taking and releasing it may block (file lock, Postgres), so not on the event loop."""
     await asyncio.to_thread(lease.__enter__)
     try:
         yield
@@ -195,61 +229,44 @@ async def apending_request(graph: CompiledStateGraph[Any, Any, Any, Any], thread
     return _request_of((await graph.aget_state(config_for(thread_id))).interrupts)
 
 
-async def astream_start(
-    graph: CompiledStateGraph[Any, Any, Any, Any],
-    thread_id: str,
-    text: str,
-    *,
-    context: CallContext | None = None,
-    wait_s: float = 0.0,
-    upgrade: bool = False,
+async def _astream(run: _Run) -> AsyncIterator[tuple[str, Any]]:
+    """The async driver of `_Run`: the lease and an upgrade's claim, which block, off the event loop."""
+    async with _alease(run.lease()):
+        snapshot = await run.graph.aget_state(run.config) if run.resumes else None
+        payload = await asyncio.to_thread(run.prepared, snapshot) if run.upgrade else run.prepared(snapshot)
+        events = run.graph.astream(payload, run.config, **run.stream_options())
+        async for event in cast(AsyncIterator[tuple[str, Any]], events):
+            yield event
+
+
+def astream_start(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, text: str, **options: Unpack[RunOptions]
 ) -> AsyncIterator[tuple[str, Any]]:
     """Async twin of `stream_start`."""
-    config = config_for(thread_id)
-    async with _alease(graph, thread_id, wait_s):
-        if upgrade:
-            await asyncio.to_thread(claim_thread, graph, thread_id, upgrade=True, context=context)
-        events = graph.astream(
-            {"messages": [("user", text)]}, config, context=context, stream_mode=STREAM_MODES, durability="sync"
-        )
-        async for event in cast(AsyncIterator[tuple[str, Any]], events):
-            yield event
+    return _astream(_Run(graph, thread_id, options, message=text))
 
 
-async def astream_resume(
-    graph: CompiledStateGraph[Any, Any, Any, Any],
-    thread_id: str,
-    answer: Any = None,
-    *,
-    context: CallContext | None = None,
-    wait_s: float = 0.0,
-    upgrade: bool = False,
+def astream_resume(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, answer: Any = None, **options: Unpack[RunOptions]
 ) -> AsyncIterator[tuple[str, Any]]:
     """Async twin of `stream_resume`."""
-    config = config_for(thread_id)
-    async with _alease(graph, thread_id, wait_s):
-        payload = _resume_payload(thread_id, await graph.aget_state(config), answer)
-        if upgrade:
-            await asyncio.to_thread(claim_thread, graph, thread_id, upgrade=True, context=context)
-        events = graph.astream(payload, config, context=context, stream_mode=STREAM_MODES, durability="sync")
-        async for event in cast(AsyncIterator[tuple[str, Any]], events):
-            yield event
+    return _astream(_Run(graph, thread_id, options, answer=answer))
 
 
 async def astart(
-    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, text: str, **kwargs: Any
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, text: str, **options: Unpack[RunOptions]
 ) -> dict[str, Any]:
     """Async twin of `start`."""
-    async for _ in astream_start(graph, thread_id, text, **kwargs):
+    async for _ in astream_start(graph, thread_id, text, **options):
         pass
     return await aoutput(graph, thread_id)
 
 
 async def aresume(
-    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, answer: Any = None, **kwargs: Any
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, answer: Any = None, **options: Unpack[RunOptions]
 ) -> dict[str, Any]:
     """Async twin of `resume`."""
-    async for _ in astream_resume(graph, thread_id, answer, **kwargs):
+    async for _ in astream_resume(graph, thread_id, answer, **options):
         pass
     return _raise_if_refused(await aoutput(graph, thread_id))
 

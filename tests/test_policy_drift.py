@@ -13,6 +13,7 @@ check): `test_a_graph_whose_policies_were_weakened_never_decides_an_old_threads_
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -29,7 +30,7 @@ from gate_app import build, effects_for
 from langgraph.types import Command
 from pg_server import new_thread_id
 
-from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints import open_async_sqlite, open_sqlite
 from gatedloop.checkpoints.evidence import AuditEvent, GraphIdentity
 from gatedloop.graph import runs, thread_graph
 from gatedloop.graph.parts_of import graph_identity
@@ -164,6 +165,26 @@ def test_approvers_dropped_and_the_quorum_lowered_are_refused_then_an_explicit_u
         assert "pay: approvals_required 2 -> 1" in upgraded["detail"]["changes"]
         assert upgraded["detail"]["from"][0] == upgraded["detail"]["to"][0] == "gate_app"
         assert thread_graph.check_thread_graph(weaker, T) is None  # the thread is the weaker graph's now
+
+
+def test_the_async_runs_refuse_a_weakened_graph_then_upgrade_it_explicitly(db: str):
+    """`aresume` keeps the sync schedule (graph/runs.py): refused without `upgrade`, nothing paid; with it the
+    upgrade is audited as the operator's and the payment made once."""
+
+    async def main() -> tuple[dict[str, Any], list[tuple[float, str]], list[dict[str, Any]], str]:
+        async with open_async_sqlite(db) as saver:
+            await runs.astart(build(saver, effects_for(saver), **STRICT), T, "pay 500 to bo as c1", context=ANA)
+            weaker = build(saver, effects_for(saver), approvers=None, approvals_required=1, approval_ttl_s=3600.0)
+            with pytest.raises(thread_graph.GraphMismatch) as refused:
+                await runs.aresume(weaker, T, APPROVE, context=OPS)
+            assert paid(saver) == []
+            out = await runs.aresume(weaker, T, APPROVE, context=OPS, upgrade=True)
+            return out, paid(saver), upgrades(saver), str(refused.value)
+
+    out, payments, [upgraded], refusal = asyncio.run(main())
+    assert "approvals_required 2 -> 1" in refusal
+    assert out["status"] == "completed" and payments == [(500.0, "bo")]
+    assert upgraded["actor"] == "ops" and "pay: approvals_required 2 -> 1" in upgraded["detail"]["changes"]
 
 
 def test_two_upgrades_of_one_thread_are_both_audited(db: str):
