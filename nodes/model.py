@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from langchain_core.exceptions import ModelConnectionError
@@ -142,63 +144,93 @@ def initial_plans(message: AIMessage, registry: ToolRegistry) -> list[CallPlan]:
 
 
 def make_model_node(parts: LoopParts) -> RunnableCallable:
-    """Sync and async twins: under `ainvoke`/`astream` the model is awaited (`ainvoke`), never run in a thread."""
+    """Sync and async twins: under `ainvoke`/`astream` the model is awaited (`ainvoke`), never run in a thread.
+    Both drive one schedule, `_ModelTurn.steps`, and differ only in `await`."""
     settle_task = make_settle_task(parts)
-    mw = parts.middleware
 
     def model(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         turn = _ModelTurn(parts, settle_task, state, runtime)
-        if mw is not None and turn.hooks is not None and turn.result is None:
-            if turn.fresh:
-                turn.hooks.run(mw.before_agent, "before_agent", runtime)
-            turn.hooks.run(mw.before_model, "before_model", runtime)
-            turn.hooked()
-        while (request := turn.next_request()) is not None:
-            try:
-                raw = invoke_capturing(parts.model, request) if turn.call is None else turn.call.invoke(turn.wrapped())
-            except GraphBubbleUp:
-                raise
-            except Exception as exc:
-                turn.failed(exc)
-                continue
-            response = turn.checked(raw)
-            if response is not None and mw is not None and turn.hooks is not None:
-                turn.hooks.state["messages"] = [*turn.messages, response]  # this attempt's response only
-                turn.hooks.run(mw.after_model, "after_model", runtime)
-                response = turn.rewritten(response)
-            if response is not None:
-                turn.accept(response)
+        steps, result = turn.steps(), None
+        while (step := _advance(steps, result)) is not None:
+            result = step.run(turn, runtime)
         return turn.update()
 
     async def amodel(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         # Closing open calls and the cancel flag use the ledger (blocking SQLite): off the event loop.
         turn = await asyncio.to_thread(_ModelTurn, parts, settle_task, state, runtime)
-        if mw is not None and turn.hooks is not None and turn.result is None:
-            if turn.fresh:
-                await turn.hooks.arun(mw.before_agent, "before_agent", runtime)
-            await turn.hooks.arun(mw.before_model, "before_model", runtime)
-            turn.hooked()
-        while (request := turn.next_request()) is not None:
-            try:
-                if turn.call is None:
-                    raw = await ainvoke_capturing(parts.model, request)
-                else:
-                    raw = await turn.call.ainvoke(turn.wrapped())
-            except GraphBubbleUp:
-                raise
-            except Exception as exc:
-                turn.failed(exc)
-                continue
-            response = turn.checked(raw)
-            if response is not None and mw is not None and turn.hooks is not None:
-                turn.hooks.state["messages"] = [*turn.messages, response]  # this attempt's response only
-                await turn.hooks.arun(mw.after_model, "after_model", runtime)
-                response = turn.rewritten(response)
-            if response is not None:
-                await asyncio.to_thread(turn.accept, response)  # records proposals/answers: blocking SQLite
+        steps, result = turn.steps(), None
+        while (step := _advance(steps, result)) is not None:
+            result = await step.arun(turn, runtime)
         return turn.update()
 
     return RunnableCallable(model, amodel, name="model")
+
+
+def _advance(steps: Generator[_Step, Any, None], result: Any) -> _Step | None:
+    """The schedule's next step, given the last one's result; None when it is done."""
+    try:
+        return steps.send(result)
+    except StopIteration:
+        return None
+
+
+@dataclass(frozen=True)
+class _Hooks:
+    """Middleware hooks to run on the turn's hook state (`before_agent`, `before_model`, `after_model`)."""
+
+    hooks: Sequence[Any]
+    name: str
+
+    def run(self, turn: _ModelTurn, runtime: Runtime) -> None:
+        assert turn.hooks is not None
+        turn.hooks.run(self.hooks, self.name, runtime)
+
+    async def arun(self, turn: _ModelTurn, runtime: Runtime) -> None:
+        assert turn.hooks is not None
+        await turn.hooks.arun(self.hooks, self.name, runtime)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One model call; its result is the raw response, or the exception it raised (an interrupt propagates)."""
+
+    request: Any
+
+    def run(self, turn: _ModelTurn, runtime: Runtime) -> BaseMessage | Exception:
+        try:
+            if turn.call is None:
+                return invoke_capturing(turn.parts.model, self.request)
+            return turn.call.invoke(turn.wrapped())
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return exc
+
+    async def arun(self, turn: _ModelTurn, runtime: Runtime) -> BaseMessage | Exception:
+        try:
+            if turn.call is None:
+                return await ainvoke_capturing(turn.parts.model, self.request)
+            return await turn.call.ainvoke(turn.wrapped())
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return exc
+
+
+@dataclass(frozen=True)
+class _Accept:
+    """A response taken into the turn: its proposals and answers are recorded in the ledger (blocking SQLite)."""
+
+    response: AIMessage
+
+    def run(self, turn: _ModelTurn, runtime: Runtime) -> None:
+        turn.accept(self.response)
+
+    async def arun(self, turn: _ModelTurn, runtime: Runtime) -> None:
+        await asyncio.to_thread(turn.accept, self.response)
+
+
+_Step = _Hooks | _Call | _Accept
 
 
 class _ModelTurn:
@@ -311,8 +343,30 @@ class _ModelTurn:
         self.counters["model_calls"] += 1
         return [*self.prompt, *self.messages, *self.feedback]
 
+    def steps(self) -> Generator[_Step, Any, None]:
+        """The turn's schedule: the hooks before the first attempt, then each attempt (a model call, its check, the
+        `after_model` hooks, the response accepted) until one is accepted or the retries run out."""
+        mw = self.parts.middleware
+        if mw is not None and self.hooks is not None and self.result is None:
+            if self.fresh:
+                yield _Hooks(mw.before_agent, "before_agent")
+            yield _Hooks(mw.before_model, "before_model")
+            self.hooked()
+        while (request := self.next_request()) is not None:
+            raw = yield _Call(request)
+            if isinstance(raw, Exception):
+                self.failed(raw)
+                continue
+            response = self.checked(raw)
+            if response is not None and mw is not None and self.hooks is not None:
+                self.hooks.state["messages"] = [*self.messages, response]  # this attempt's response only
+                yield _Hooks(mw.after_model, "after_model")
+                response = self.rewritten(response)
+            if response is not None:
+                yield _Accept(response)
+
     def failed(self, exc: Exception) -> None:
-        log.warning("thread %s: model call failed: %s", self.thread_id, type(exc).__name__, exc_info=True)
+        log.warning("thread %s: model call failed: %s", self.thread_id, type(exc).__name__, exc_info=exc)
         if _never_connected(exc):
             self.problem = ResponseProblem("error", f"the model server could not be reached ({type(exc).__name__})")
         else:
