@@ -493,7 +493,7 @@ def test_killed_between_a_steps_writes_and_its_checkpoint_is_listed_as_resumable
 def test_claim_of_a_killed_but_unreaped_process_is_reconciled(tmp_path: Path):
     db, effects_path = str(tmp_path / "runs.sqlite"), str(tmp_path / "effects.sqlite")
     cmd = child_command(db, effects_path, THREAD, "--text", "book 2 seat", "--hold", "before", "--gate", "/nonexistent")
-    child = Child(cmd, tmp_path / "child.stderr")
+    child = Child(cmd, tmp_path / "child.stderr", fresh=True)  # a child of this process, so it stays unreaped
     try:
         assert child.wait_for("hold_before") is not None
         child.proc.kill()  # SIGKILL without reaping: the claimant stays a zombie until wait()

@@ -429,14 +429,21 @@ def child_env() -> dict[str, str]:
 
 
 class Child:
-    """A running child process whose marker lines arrive on a queue."""
+    """A running child process whose marker lines arrive on a queue. It is forked from the preloaded server
+    (tests/support/preloaded.py: the third-party imports done once) unless `fresh`: a new interpreter, a child of
+    this process (left a zombie until `wait`)."""
 
-    def __init__(self, cmd: list[str], stderr_path: Path):
+    def __init__(self, cmd: list[str], stderr_path: Path, fresh: bool = False):
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "w")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1, env=child_env()
-        )
+        if fresh:
+            self.proc: Any = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1, env=child_env()
+            )
+        else:
+            from preloaded import spawn
+
+            self.proc = spawn(cmd, child_env(), self._stderr)
         self.lines: list[str] = []
         self.queue: queue.Queue[str | None] = queue.Queue()
         self.killed = False
