@@ -12,6 +12,7 @@ in WS-101 for Alice and Bob" (two gated calls in one request).
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,6 +88,7 @@ def main(db: str, port: int, reviewers: str) -> None:
 
     from gatedloop.graph.auth import parse_auth_config
     from gatedloop.inbox import InboxBackend, create_app
+    from gatedloop.inbox import app as inbox_app
     from gatedloop.inbox.identity import Sessions
     from gatedloop.inbox.pending import PendingRequests
 
@@ -96,6 +98,9 @@ def main(db: str, port: int, reviewers: str) -> None:
             pending = PendingRequests(graph, saver.ledger, saver.thread_ids, tools, policies)
             yield InboxBackend(graph, saver.ledger, pending)
 
+    # The pages poll for new and answered requests every POLL_MS (2 s in production): the tests wait for those
+    # refreshes, so the served pages poll faster; what a refresh shows is the same.
+    inbox_app.POLL_MS = int(os.environ.get("GATEDLOOP_TEST_INBOX_POLL_MS", "400"))
     app = create_app(open_backend, Sessions(parse_auth_config(Path(reviewers).read_text(), reviewers)))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
