@@ -99,7 +99,10 @@ class _Run:
     def prepared(self, snapshot: StateSnapshot | None) -> Any:
         """The graph's input; with `upgrade`, the thread claimed for this graph first (a ledger write: blocking).
         Without it the graph's own entry checks the thread's graph (graph/gated.py)."""
-        payload = {"messages": [("user", self.message)]} if snapshot is None else _resume_payload(self, snapshot)
+        if snapshot is None:
+            payload: Any = {"messages": [("user", self.message)]}
+        else:
+            payload = _resume_payload(self.thread_id, snapshot, self.answer)
         if self.upgrade:
             claim_thread(self.graph, self.thread_id, upgrade=True, context=self.options.get("context"))
         return payload
@@ -130,10 +133,9 @@ def stream_resume(
     return _stream(_Run(graph, thread_id, options, answer=answer))
 
 
-def _resume_payload(run: _Run, snapshot: StateSnapshot) -> Command | None:
+def _resume_payload(thread_id: str, snapshot: StateSnapshot, answer: Any) -> Command | None:
     """The answer addressed to the pending interrupt, checked first (InvalidDecision, nothing changed). A thread
     with no checkpoint is UnknownThread, not "not waiting": a typo in a thread id must not read as a finished one."""
-    thread_id, answer = run.thread_id, run.answer
     if snapshot.created_at is None:
         raise UnknownThread(thread_id, "this graph's checkpointer")
     pending = snapshot.interrupts
