@@ -37,6 +37,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
+from bench import thread_cpu
 from bench.scenarios import connect
 from gatedloop.checkpoints import open_async_sqlite, open_sqlite
 from gatedloop.graph.routing import RouteState
@@ -172,10 +173,11 @@ async def concurrency(saver_kind: str, threads: int, count: int) -> dict[str, An
                 await graph.ainvoke({"messages": [("user", f"turn {turn}")]}, cfg, durability="sync")
                 await graph.ainvoke(Command(resume=APPROVE), cfg, durability="sync")
 
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), thread_cpu.snapshot()
         await asyncio.gather(*(one(i) for i in range(threads)))
         wall = time.perf_counter() - started
-        return {"turns_per_s": threads * count / wall, "wall_s": wall}
+        by_thread = thread_cpu.split(cpu_before, thread_cpu.snapshot(), threads * count)
+        return {"turns_per_s": threads * count / wall, "wall_s": wall, "cpu_ms_per_turn_by_thread": by_thread}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -32,6 +32,7 @@ from typing import Any  # noqa: E402
 
 from langgraph.types import Command  # noqa: E402
 
+from bench import thread_cpu  # noqa: E402
 from bench.anchor import open_async_system, open_system  # noqa: E402
 from bench.scenarios import (  # noqa: E402
     APPROVE,
@@ -159,7 +160,7 @@ def _is_lock_error(exc: BaseException) -> bool:
 async def concurrency(system: Any, db: str, threads: int, turns: int, stall_s: float, pool: int) -> dict[str, Any]:
     """`threads` threads at once, `turns` approval turns each; stops at the first stall of `stall_s` seconds."""
     if pool:
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=pool))
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(pool, thread_name_prefix="asyncio"))
     errors: list[str] = []
     lock_errors = 0
     done_turns = 0
@@ -176,7 +177,7 @@ async def concurrency(system: Any, db: str, threads: int, turns: int, stall_s: f
                     return
                 done_turns += 1
 
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), thread_cpu.snapshot()
         work = asyncio.gather(*(one_thread(i) for i in range(threads)))
         seen, quiet_since, hung = -1, time.perf_counter(), False
         while not work.done():
@@ -197,6 +198,7 @@ async def concurrency(system: Any, db: str, threads: int, turns: int, stall_s: f
             "hung": hung,
             "stall_s": stall_s,
             "default_executor_workers": pool or min(32, (os.cpu_count() or 1) + 4),
+            "cpu_ms_per_turn_by_thread": thread_cpu.split(cpu_before, thread_cpu.snapshot(), max(done_turns, 1)),
             "error_samples": sorted(set(errors))[:5],
         }
         if hung:

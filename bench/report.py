@@ -403,6 +403,7 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
             f" (pool64 row: {_fmt(ratios.get('concurrent_turns_per_s_pool64'))}).",
             "",
         ]
+        lines += _cpu_by_thread(concurrency, results.get("floor", {}).get("concurrency", {}))
     rss = results.get("memory_rss")
     if rss:
         lines += [
@@ -471,3 +472,25 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
 
 def _mode(kind: str) -> str:
     return {"read": "no approval", "write": "approval"}.get(kind, kind)
+
+
+def _cpu_by_thread(concurrency: dict[str, Any], floor: dict[str, Any]) -> list[str]:
+    """Where each system's CPU per turn went, by thread (`bench.thread_cpu`), beside the floor's."""
+    splits = {label: c.get("cpu_ms_per_turn_by_thread") or {} for label, c in concurrency.items()}
+    splits.update({f"floor ({saver} saver)": f.get("cpu_ms_per_turn_by_thread") or {} for saver, f in floor.items()})
+    splits = {label: split for label, split in splits.items() if split}
+    roles = sorted({role for split in splits.values() for role in split})
+    if not roles:
+        return []
+    lines = [
+        "CPU per turn by thread, ms (median of the runs; event loop: LangGraph's async machinery and the nodes' "
+        "coroutines; aiosqlite: the checkpointer's SQL; executor: what the nodes send off the loop, gatedloop's "
+        "gate logic and ledger; tool pool: gatedloop's tool runs):",
+        "",
+        "| run | " + " | ".join(roles) + " | all |",
+        "|---|" + "---:|" * (len(roles) + 1),
+    ]
+    for label, split in splits.items():
+        cells = " | ".join(_fmt(split.get(role, 0.0)) for role in roles)
+        lines.append(f"| {label} | {cells} | {_fmt(sum(split.values()))} |")
+    return [*lines, ""]

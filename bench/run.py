@@ -115,12 +115,25 @@ def bench_floor(shape: str, plan: Plan, reps: int) -> dict[str, Any]:
         args, key = ["--turns", str(min(plan.lengths))], "mean_ms_per_turn"
     else:
         args, key = ["--threads", str(plan.threads), "--turns", str(plan.thread_turns)], "turns_per_s"
-    found: dict[str, list[float]] = {saver: [] for saver in FLOOR_SAVERS}
+    found: dict[str, list[dict[str, Any]]] = {saver: [] for saver in FLOOR_SAVERS}
     for _ in range(reps):
         for saver in FLOOR_SAVERS:
-            found[saver].append(child("bench.floor", [shape, "--saver", saver, *args])[key])
-    log(f"floor {shape}: " + ", ".join(f"{saver} {median(values):.3f} {key}" for saver, values in found.items()))
-    return {saver: {key: median(values), "runs": values} for saver, values in found.items()}
+            found[saver].append(child("bench.floor", [shape, "--saver", saver, *args]))
+    summary = {
+        saver: {key: median([r[key] for r in runs]), "runs": [r[key] for r in runs]} for saver, runs in found.items()
+    }
+    if shape == "concurrency":
+        for saver, runs in found.items():
+            summary[saver]["cpu_ms_per_turn_by_thread"] = median_split(runs)
+    log(f"floor {shape}: " + ", ".join(f"{saver} {s[key]:.3f} {key}" for saver, s in summary.items()))
+    return summary
+
+
+def median_split(results: list[dict[str, Any]]) -> dict[str, float]:
+    """The median over runs of each thread role's CPU per turn (`bench.thread_cpu`)."""
+    splits = [r.get("cpu_ms_per_turn_by_thread") or {} for r in results]
+    roles = sorted({role for split in splits for role in split})
+    return {role: median([split.get(role, 0.0) for split in splits]) for role in roles}
 
 
 # --- one long request: N tool rounds after one user message (one child process per run) ---------------
@@ -343,6 +356,7 @@ def bench_concurrency(plan: Plan, work: Path) -> dict[str, Any]:
             "turns_per_thread": plan.thread_turns,
             "turns_per_s": median([r["turns_per_s"] for r in results]),
             "wall_s": median([r["wall_s"] for r in results]),
+            "cpu_ms_per_turn_by_thread": median_split(results),
             "errors_total": sum(r["errors"] for r in results),
             "lock_errors_total": sum(r["lock_errors"] for r in results),
             "hung_runs": sum(bool(r["hung"]) for r in results),

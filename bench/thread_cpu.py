@@ -1,0 +1,49 @@
+"""CPU time by kind of thread, to say where an async turn's time goes: the event loop, aiosqlite's connection
+thread (the checkpointer's SQL), the default executor (what a node sends off the loop: gatedloop's gate logic and
+ledger) and gatedloop's tool pool. Read from /proc (Linux): cProfile and tracemalloc see one thread only, and a
+sampling profiler's overhead moves the split it measures. Hand-written: no library reports per-thread CPU by role.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+
+Snapshot = dict[int, tuple[str, float]]
+
+
+def _role(name: str) -> str:
+    if name == "MainThread":
+        return "event loop"
+    if "_connection_worker_thread" in name:
+        return "aiosqlite"
+    if name.startswith("asyncio_"):
+        return "executor"
+    if name.startswith("gatedloop-tool"):
+        return "tool pool"
+    return "other"
+
+
+def snapshot() -> Snapshot:
+    """Each live thread's role and CPU seconds so far: the scheduler's run time in nanoseconds (`schedstat`), not
+    `stat`'s clock ticks, whose 10 ms steps lose much of what many short bursts on many threads cost."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    found: Snapshot = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            run_ns = int((task / "schedstat").read_text().split()[0])
+        except OSError:  # the thread ended while being read
+            continue
+        tid = int(task.name)
+        found[tid] = (_role(names.get(tid, "")), run_ns / 1e9)
+    return found
+
+
+def split(before: Snapshot, after: Snapshot, per: int) -> dict[str, float]:
+    """Milliseconds of CPU per unit of work (`per` turns) by role, between two snapshots. A thread that ended in
+    between is not counted (the executors' threads live as long as their loop)."""
+    spent: Counter[str] = Counter()
+    for tid, (role, seconds) in after.items():
+        spent[role] += seconds - before.get(tid, (role, 0.0))[1]
+    return {role: round(seconds / per * 1000, 2) for role, seconds in sorted(spent.items()) if seconds > 0}
