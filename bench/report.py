@@ -167,6 +167,22 @@ def judge(plan: Any, results: dict[str, Any]) -> tuple[dict[str, Any], list[dict
     for row in floor_rows(plan, results):
         for saver in ("gated", "plain"):
             ratios[f"floor/{row['shape']}/{saver}"] = row[f"floor_{saver}_ratio"]
+    floor, timing, concurrency = results.get("floor") or {}, results.get("time"), results.get("concurrency")
+    if "turns" in floor and timing and "write" in timing["gatedloop"]:
+        target(
+            f"approval every turn, {lo} turns: CPU <= 1.3x the floor's CPU (gatedloop's saver; issue 30)",
+            _ratio(
+                timing["gatedloop"]["write"][lo]["cpu_mean_ms_per_turn"], floor["turns"]["gated"].get("cpu_ms_per_turn")
+            ),
+            1.3,
+        )
+    if "concurrency" in floor and concurrency:
+        target(
+            f"{plan.threads} threads at once, async: turns/s >= 0.8x the floor's (gatedloop's saver; issue 30)",
+            _ratio(concurrency["gatedloop"]["turns_per_s"], floor["concurrency"]["gated"]["turns_per_s"]),
+            0.8,
+            at_least=True,
+        )
     traced = results.get("tracemalloc")
     if traced:
         ratios["tracemalloc_peak_mb"] = _ratio(

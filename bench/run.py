@@ -122,9 +122,11 @@ def bench_floor(shape: str, plan: Plan, reps: int) -> dict[str, Any]:
     summary = {
         saver: {key: median([r[key] for r in runs]), "runs": [r[key] for r in runs]} for saver, runs in found.items()
     }
-    if shape == "concurrency":
-        for saver, runs in found.items():
+    for saver, runs in found.items():
+        if shape == "concurrency":
             summary[saver]["cpu_ms_per_turn_by_thread"] = median_split(runs)
+        if shape == "turns":
+            summary[saver]["cpu_ms_per_turn"] = median([r["cpu_ms_per_turn"] for r in runs])
     log(f"floor {shape}: " + ", ".join(f"{saver} {s[key]:.3f} {key}" for saver, s in summary.items()))
     return summary
 
