@@ -114,12 +114,19 @@ def test_who_is_calling_is_read_in_one_place_and_the_running_step_in_one_module(
 IMPORT_EACH_FIRST = """
 import importlib, os, sys
 
-# The third-party packages gatedloop builds on, loaded once; each gatedloop module is then imported in a forked copy
-# of this interpreter, where no gatedloop module is loaded yet (a fresh interpreter per module took ten times as long).
+# The third-party packages gatedloop builds on, loaded once: the ones every module needs, then each one a gatedloop
+# module imports at its top level (argv[1], comma-separated). Each gatedloop module is then imported in a forked
+# copy of this interpreter, where no gatedloop module is loaded yet (a fresh interpreter per module took ten times
+# as long, and re-importing Starlette, aiosqlite or psycopg in each fork took two thirds of what was left).
 import langchain_core.language_models, langchain_core.messages, langchain_core.tools, langgraph.graph, pydantic
 
+for name in filter(None, sys.argv[1].split(",")):
+    try:
+        importlib.import_module(name)
+    except ImportError:  # an optional extra not installed: the module needing it reports it below
+        pass
 assert not [name for name in sys.modules if name.startswith("gatedloop")]
-for module in sys.argv[1:]:
+for module in sys.argv[2:]:
     pid = os.fork()
     if pid == 0:
         try:
@@ -134,10 +141,30 @@ for module in sys.argv[1:]:
 """
 
 
-def _import_each_first(batch: list[str]) -> list[str]:
+def top_level_imports(path: Path) -> set[str]:
+    """The modules outside gatedloop that a module imports when it is imported: at its top level or in a class
+    body, not inside a function or under `if TYPE_CHECKING:`."""
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                visit(node.body + node.orelse)
+            elif isinstance(node, ast.Try | ast.ClassDef | ast.With):
+                visit(node.body)
+
+    visit(ast.parse(path.read_text(), str(path)).body)
+    return {name for name in found if name.split(".")[0] not in ("gatedloop", "__future__")}
+
+
+def _import_each_first(batch: list[str], preload: list[str]) -> list[str]:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     done = subprocess.run(
-        [sys.executable, "-c", IMPORT_EACH_FIRST, *batch],
+        [sys.executable, "-c", IMPORT_EACH_FIRST, ",".join(preload), *batch],
         cwd=ROOT.parent,  # not the repo root, so the folders there cannot stand in for the installed package
         env=env,
         capture_output=True,
@@ -149,14 +176,15 @@ def _import_each_first(batch: list[str]) -> list[str]:
 
 
 def test_every_module_imports_first_in_a_fresh_interpreter():
-    names = sorted(modules())
+    found = modules()
+    names = sorted(found)
     workers = min(2, os.cpu_count() or 1)
+    batches = [names[i::workers] for i in range(workers)]
+    # Parsed here, not in the pool's threads: Python 3.11's ast.parse is not safe to run in two threads at once
+    # ("SystemError: AST constructor recursion depth mismatch").
+    preloads = [sorted(set().union(*(top_level_imports(found[name]) for name in batch))) for batch in batches]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        failures = [
-            line
-            for lines in pool.map(_import_each_first, [names[i::workers] for i in range(workers)])
-            for line in lines
-        ]
+        failures = [line for lines in pool.map(_import_each_first, batches, preloads) for line in lines]
     assert not failures, "modules that cannot be imported first:\n" + "\n".join(failures)
 
 
