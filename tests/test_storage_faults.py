@@ -9,7 +9,7 @@ the same thread resumes by its id and completes, each approved write having happ
 The busy timeout is a module constant (`BUSY_TIMEOUT_MS`, 10 s) that `open_sqlite` does not expose; the
 lock tests lower it with monkeypatch so a lock held "longer than the timeout" costs 0.2 s, not 10 s. The
 mount tests (read-only bind mount, small tmpfs) need root and `mount`; the permission test drops the
-DAC-override capabilities in a child (`setpriv`), since root ignores file modes.
+DAC-override capabilities in a child (support/no_dac_resume.py), since root ignores file modes.
 """
 
 from __future__ import annotations
@@ -313,38 +313,24 @@ def test_a_read_only_mount_refuses_to_open_and_the_thread_resumes_once_writable(
         finish_and_check(graph, effects)
 
 
-RESUMER = """
-import json, sys
-sys.path.insert(0, sys.argv[3])
-from sample_app import Effects, build
-from gatedloop.checkpoints import open_sqlite
-from gatedloop.graph import runs
-try:
-    with open_sqlite(sys.argv[1]) as saver:
-        graph = build(saver, Effects(sys.argv[2]))
-        out = runs.resume(graph, "t1", {"decisions": [{"type": "approve"}]})
-        print(json.dumps({"ok": True, "status": out.get("status")}))
-except Exception as exc:
-    print(json.dumps({"ok": False, "type": f"{type(exc).__module__}.{type(exc).__name__}", "message": str(exc)}))
-"""
+def resume_without_dac_override(db: str, effects: Effects, tmp_path: Path) -> dict[str, Any]:
+    """Resume in a child process that is root but subject to file modes (it drops DAC override itself:
+    support/no_dac_resume.py), forked from the preloaded server like the crash tests' children."""
+    from preloaded import spawn
 
-NO_DAC = ["--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
-
-
-def resume_without_dac_override(db: str, effects: Effects) -> dict[str, Any]:
-    """Resume in a child process that is root but subject to file modes (DAC override dropped)."""
-    done = subprocess.run(
-        ["setpriv", *NO_DAC, sys.executable, "-c", RESUMER, db, effects.path, SUPPORT],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    with open(tmp_path / "resumer.err", "w+") as stderr:
+        child = spawn(
+            [sys.executable, str(Path(SUPPORT) / "no_dac_resume.py"), db, effects.path], dict(os.environ), stderr
+        )
+        assert child.stdout is not None
+        out = child.stdout.read()
+        code = child.wait(timeout=120)
+        stderr.seek(0)
+        assert code == 0, stderr.read()[-2000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @needs_root
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv(1)")
 def test_a_read_only_file_fails_the_first_write_and_the_thread_resumes_once_writable(db: str, tmp_path: Path):
     """chmod 0444 on the file; the resumer is a process without CAP_DAC_OVERRIDE, so the mode applies.
 
@@ -358,18 +344,18 @@ def test_a_read_only_file_fails_the_first_write_and_the_thread_resumes_once_writ
     os.chmod(db, 0o444)
 
     readonly = {"ok": False, "type": "sqlite3.OperationalError", "message": "attempt to write a readonly database"}
-    assert resume_without_dac_override(db, effects) == readonly
+    assert resume_without_dac_override(db, effects, tmp_path) == readonly
     assert effects.rows() == []
     modes = {suffix: Path(db + suffix).stat().st_mode & 0o777 for suffix in ("", "-wal", "-shm")}
     assert modes == {"": 0o444, "-wal": 0o444, "-shm": 0o444}
 
     os.chmod(db, 0o644)  # half a fix: the read-only -shm left by the failed attempt still refuses writes
-    assert resume_without_dac_override(db, effects) == readonly
+    assert resume_without_dac_override(db, effects, tmp_path) == readonly
     assert effects.rows() == []
 
     for suffix in ("-wal", "-shm"):
         os.chmod(db + suffix, 0o644)
-    assert resume_without_dac_override(db, effects) == {"ok": True, "status": "completed"}
+    assert resume_without_dac_override(db, effects, tmp_path) == {"ok": True, "status": "completed"}
     with open_sqlite(db) as saver:
         graph = build(saver, effects)
         assert set(before) <= set(checkpoint_ids(graph))
