@@ -11,18 +11,17 @@ import os
 import pty
 import select
 import shlex
-import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from cli_in_process import run_cli
 from doc_text import section
 
@@ -406,18 +405,26 @@ def test_an_unreachable_model_server_ends_with_error_in_one_line_per_failure(tmp
     assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) <= 2, out.stderr
 
 
-def _read_only(path: Path, command: list[str]) -> list[str]:
-    """Run `command` with `path` read-only: a read-only bind mount in a private mount namespace as root (root
-    ignores file modes), else the folder and files without write permission."""
+def run_read_only(folder: Path, *args: str, db: str) -> subprocess.CompletedProcess[str]:
+    """`gatedloop --db DB ARGS` as a process of its own with `folder` read-only: as root (which ignores file modes)
+    a read-only bind mount in a private mount namespace (support/read_only_cli.py, forked from the preloaded
+    server), else the folder and files without write permission."""
     if os.geteuid() != 0:
-        for item in [path, *path.iterdir()]:
+        for item in [folder, *folder.iterdir()]:
             item.chmod(0o555 if item.is_dir() else 0o444)
-        return command
-    quoted = " ".join(f"'{part}'" for part in command)
-    return ["unshare", "-m", "sh", "-c", f"mount --bind -o ro '{path}' '{path}' && exec {quoted}"]
+        return subprocess.run(cli_command(*args, db=db), capture_output=True, text=True, env=cli_env(), timeout=120)
+    from preloaded import spawn
+
+    script = str(Path(__file__).parent / "support" / "read_only_cli.py")
+    with tempfile.TemporaryFile("w+") as stderr:
+        child = spawn([sys.executable, script, str(folder), "--db", db, *args], cli_env(), stderr)
+        assert child.stdout is not None
+        stdout = child.stdout.read()
+        code = child.wait(timeout=120)
+        stderr.seek(0)
+        return subprocess.CompletedProcess(child.args, code, stdout, stderr.read())
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None and os.geteuid() == 0, reason="needs unshare as root")
 def test_a_read_only_database_fails_in_one_line_naming_it_and_can_still_be_read(tmp_path):
     folder = tmp_path / "ro"
     folder.mkdir()
@@ -427,8 +434,7 @@ def test_a_read_only_database_fails_in_one_line_naming_it_and_can_still_be_read(
         extra.unlink()
 
     def run(*args: str, code: int) -> subprocess.CompletedProcess[str]:
-        command = _read_only(folder, cli_command(*args, db=db))
-        out = subprocess.run(command, capture_output=True, text=True, env=cli_env(), timeout=120)
+        out = run_read_only(folder, *args, db=db)
         assert out.returncode == code, out.stdout + out.stderr
         return out
 
