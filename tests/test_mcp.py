@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import ToolMessage
-from langchain_mcp_adapters.client import MultiServerMCPClient
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import build_graph, runs, thread_graph
@@ -32,11 +31,18 @@ SERVER = str(Path(__file__).resolve().parent / "support" / "mcp_server.py")
 APPROVE = {"decisions": [{"type": "approve"}]}
 
 
+def mcp_client(connections: dict[str, Any]) -> Any:
+    """langchain-mcp-adapters' client (imported here, by the test process that runs this file only)."""
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
+    return MultiServerMCPClient(connections)
+
+
 def stdio_tools(effects: Path, description: str | None = None, **extra: str) -> list[Any]:
     env = {"MCP_EFFECTS": str(effects), "PATH": "/usr/bin:/bin", **extra}
     if description:
         env["PAY_DESCRIPTION"] = description
-    client = MultiServerMCPClient(
+    client = mcp_client(
         {"bank": {"command": sys.executable, "args": [SERVER, "stdio"], "transport": "stdio", "env": env}}
     )
     return asyncio.run(client.get_tools(server_name="bank"))
@@ -156,7 +162,7 @@ def test_over_streamable_http_under_ainvoke_the_approved_write_runs_once(tmp_pat
     url, effects = http_server
 
     async def scenario() -> dict[str, Any]:
-        client = MultiServerMCPClient({"bank": {"url": url, "transport": "streamable_http"}})
+        client = mcp_client({"bank": {"url": url, "transport": "streamable_http"}})
         tools = await client.get_tools(server_name="bank")
         from gatedloop.checkpoints import open_async_sqlite
 

@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from functools import reduce
 from typing import Any, Literal
 
-import openai
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langchain_core.tools import tool
@@ -225,6 +224,8 @@ def test_length_with_partial_tool_call_streamed_looks_valid(path: str) -> None:
 
 @pytest.mark.parametrize("path", STREAMED)
 def test_stream_aborted_mid_arguments_raises_connection_error(path: str) -> None:
+    import openai  # imported by the test process that runs this file only
+
     # 8 chunks = role, tool-call header, then '{"o' 'rde' 'r_i' 'd":' ' "A' '-10'; chunked body never ends.
     reply = Reply(tool_calls=[tool_call("query_order", ARGS)], arg_chunk_size=3, cut_after_chunks=8)
     with ScriptedOpenAIServer([reply]) as server, pytest.raises(openai.APIConnectionError) as info:
@@ -240,6 +241,8 @@ def test_stream_aborted_mid_arguments_raises_connection_error(path: str) -> None
 
 
 def test_aborted_stream_yields_partial_chunks_before_raising() -> None:
+    import openai  # imported by the test process that runs this file only
+
     reply = Reply(tool_calls=[tool_call("query_order", ARGS)], arg_chunk_size=3, cut_after_chunks=8)
     received: list[AIMessage] = []
     with ScriptedOpenAIServer([reply]) as server, pytest.raises(openai.APIConnectionError):
@@ -368,6 +371,8 @@ def test_callable_replies_see_the_conversation() -> None:
 
 
 def test_exhausted_script_answers_500_and_fails_the_block() -> None:
+    import openai  # imported by the test process that runs this file only
+
     with pytest.raises(AssertionError, match="ScriptExhausted"), ScriptedOpenAIServer([]) as server:
         with pytest.raises(openai.InternalServerError, match="no reply left") as info:
             make_model(server, "invoke").invoke("hi")

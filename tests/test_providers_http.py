@@ -16,16 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.config import Config
 from invariants import assert_each_call_answered_once
-from langchain_anthropic import ChatAnthropic
-from langchain_aws import ChatBedrockConverse
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
-from langchain_groq import ChatGroq
-from langchain_mistralai import ChatMistralAI
-from langchain_ollama import ChatOllama
 from openai_stub import chat_openai
 from provider_wires import WIRES, Call, ProviderServer, Turn
 from pydantic import SecretStr
@@ -40,27 +34,59 @@ ANSWER = "A-1 has shipped and B-2 is packed."
 CALLS = [Call("call_a1", "query_order", {"order_id": "A-1"}), Call("call_b2", "query_order", {"order_id": "B-2"})]
 ORDERS = {"A-1": "shipped", "B-2": "packed"}
 
-MODELS: dict[str, Callable[[str], BaseChatModel]] = {
-    "openai-chat": lambda url: chat_openai(f"{url}/v1"),
-    "openai-responses": lambda url: chat_openai(f"{url}/v1", use_responses_api=True),
-    "anthropic": lambda url: ChatAnthropic(  # type: ignore[call-arg]
+
+# Each client is imported when its model is built: together they are two seconds of imports (the Anthropic SDK most)
+# for every test process, and only the one running this file needs them.
+def _anthropic(url: str) -> BaseChatModel:
+    from langchain_anthropic import ChatAnthropic
+
+    return ChatAnthropic(  # type: ignore[call-arg]
         model_name="claude-sonnet-5-5", base_url=url, api_key=SecretStr("test"), max_retries=0, timeout=5
-    ),
-    "ollama": lambda url: ChatOllama(model="llama3.1", base_url=url, client_kwargs={"timeout": 5}),
-    "groq": lambda url: ChatGroq(
-        model="llama-3.3-70b-versatile", base_url=url, api_key=SecretStr("test"), max_retries=0, timeout=5
-    ),
-    "mistral": lambda url: ChatMistralAI(
+    )
+
+
+def _ollama(url: str) -> BaseChatModel:
+    from langchain_ollama import ChatOllama
+
+    return ChatOllama(model="llama3.1", base_url=url, client_kwargs={"timeout": 5})
+
+
+def _groq(url: str) -> BaseChatModel:
+    from langchain_groq import ChatGroq
+
+    return ChatGroq(model="llama-3.3-70b-versatile", base_url=url, api_key=SecretStr("test"), max_retries=0, timeout=5)
+
+
+def _mistral(url: str) -> BaseChatModel:
+    from langchain_mistralai import ChatMistralAI
+
+    return ChatMistralAI(
         model_name="mistral-large-latest", base_url=f"{url}/v1", api_key=SecretStr("test"), max_retries=0, timeout=5
-    ),
-    "bedrock-converse": lambda url: ChatBedrockConverse(
+    )
+
+
+def _bedrock_converse(url: str) -> BaseChatModel:
+    from botocore.config import Config
+    from langchain_aws import ChatBedrockConverse
+
+    return ChatBedrockConverse(
         model="anthropic.claude-3-5-haiku-20241022-v1:0",
         region_name="us-east-1",
         endpoint_url=url,
         aws_access_key_id=SecretStr("test"),
         aws_secret_access_key=SecretStr("test"),
         config=Config(retries={"max_attempts": 1}, connect_timeout=5, read_timeout=5),
-    ),
+    )
+
+
+MODELS: dict[str, Callable[[str], BaseChatModel]] = {
+    "openai-chat": lambda url: chat_openai(f"{url}/v1"),
+    "openai-responses": lambda url: chat_openai(f"{url}/v1", use_responses_api=True),
+    "anthropic": _anthropic,
+    "ollama": _ollama,
+    "groq": _groq,
+    "mistral": _mistral,
+    "bedrock-converse": _bedrock_converse,
 }
 WIRE_OF = {"groq": "openai-chat"}  # Groq speaks the Chat Completions wire format
 ALWAYS_STREAMS = {"ollama"}  # langchain-ollama asks /api/chat for a stream even under invoke

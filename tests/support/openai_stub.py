@@ -12,18 +12,23 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from http_stub import StubHandler, StubServer
-from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
+
+if TYPE_CHECKING:
+    from langchain_openai import ChatOpenAI
 
 FinishReason = Literal["stop", "tool_calls", "length", "content_filter"]
 ReplySource = list["Reply"] | Callable[[dict[str, Any]], "Reply"]
 
 
 def chat_openai(base_url: str, **kwargs: Any) -> ChatOpenAI:
-    """The real ChatOpenAI client pointed at a stub: no retries, a short timeout, a dummy key."""
+    """The real ChatOpenAI client pointed at a stub: no retries, a short timeout, a dummy key. (Imported here: the
+    openai SDK is a second of imports for every test process that only collects the files using it.)"""
+    from langchain_openai import ChatOpenAI
+
     return ChatOpenAI(
         model="gpt-4o-mini", base_url=base_url, api_key=SecretStr("test"), max_retries=0, timeout=5, **kwargs
     )
