@@ -9,8 +9,6 @@ from weakref import WeakKeyDictionary
 
 from gatedloop.checkpoints.evidence import GraphIdentity
 from gatedloop.nodes.parts import LoopParts
-from gatedloop.tools.arguments import digest
-from gatedloop.tools.registry import ToolRegistry
 
 # What each compiled graph was built from, keyed by its `model` node's runnable: the one object LangGraph's copies
 # of a compiled graph (`with_config`, `copy`) share, so a user's graph can be found again and served over another
@@ -39,15 +37,4 @@ def graph_identity(graph: Any) -> GraphIdentity:
     parts = parts_of(graph)
     if parts is None:
         raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")
-    known = _IDENTITIES.setdefault(parts.registry, {})
-    if graph.name not in known:
-        # Kept per registry and name: every run checks it (graph/thread_graph.py) and a registry's tools and
-        # policies do not change once built (`ToolRegistry.definition_digest` keeps its digests the same way).
-        names = sorted(parts.registry.tools)
-        tools = [parts.registry.definition_digest(name) for name in names]
-        policies = {name: parts.registry.policy(name).summary() for name in names}
-        known[graph.name] = GraphIdentity(graph.name, digest(tools)[:16], digest(policies)[:16], policies)
-    return known[graph.name]
-
-
-_IDENTITIES: WeakKeyDictionary[ToolRegistry, dict[str, GraphIdentity]] = WeakKeyDictionary()
+    return GraphIdentity(graph.name, *parts.registry.identity_digests())

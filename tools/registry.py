@@ -54,6 +54,7 @@ class ToolRegistry:
             raise ValueError(f"policies name tools that do not exist: {sorted(unknown)}")
         self.policies = {name: policies.get(name, GATED_WRITE) for name in self.tools}
         self._definitions: dict[str, str] = {}
+        self._identity: tuple[str, str, dict[str, dict[str, Any]]] | None = None
 
     def __contains__(self, name: object) -> bool:
         return name in self.tools
@@ -73,6 +74,17 @@ class ToolRegistry:
             found = digest([name, tool.description, shown, storable_text(tool.metadata or {})])
             self._definitions[name] = found
         return found
+
+    def identity_digests(self) -> tuple[str, str, dict[str, dict[str, Any]]]:
+        """A digest of all the tools' definitions, one of their policies (`ToolPolicy.summary`) and those
+        summaries: the part of a graph's identity its registry makes (`gatedloop.graph.parts_of.graph_identity`),
+        which every run checks. Computed once, as `definition_digest` is: tools and policies do not change."""
+        if self._identity is None:
+            names = sorted(self.tools)
+            policies = {name: self.policy(name).summary() for name in names}
+            tools = digest([self.definition_digest(name) for name in names])
+            self._identity = (tools[:16], digest(policies)[:16], policies)
+        return self._identity
 
     def takes_idempotency_key(self, name: str) -> bool:
         schema = self.tools[name].args_schema
