@@ -16,7 +16,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -413,16 +412,10 @@ def run_read_only(folder: Path, *args: str, db: str) -> subprocess.CompletedProc
         for item in [folder, *folder.iterdir()]:
             item.chmod(0o555 if item.is_dir() else 0o444)
         return subprocess.run(cli_command(*args, db=db), capture_output=True, text=True, env=cli_env(), timeout=120)
-    from preloaded import spawn
+    from preloaded import run
 
     script = str(Path(__file__).parent / "support" / "read_only_cli.py")
-    with tempfile.TemporaryFile("w+") as stderr:
-        child = spawn([sys.executable, script, str(folder), "--db", db, *args], cli_env(), stderr)
-        assert child.stdout is not None
-        stdout = child.stdout.read()
-        code = child.wait(timeout=120)
-        stderr.seek(0)
-        return subprocess.CompletedProcess(child.args, code, stdout, stderr.read())
+    return run([sys.executable, script, str(folder), "--db", db, *args], cli_env(), timeout=120)
 
 
 def test_a_read_only_database_fails_in_one_line_naming_it_and_can_still_be_read(tmp_path):

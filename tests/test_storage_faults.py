@@ -313,21 +313,14 @@ def test_a_read_only_mount_refuses_to_open_and_the_thread_resumes_once_writable(
         finish_and_check(graph, effects)
 
 
-def resume_without_dac_override(db: str, effects: Effects, tmp_path: Path) -> dict[str, Any]:
+def resume_without_dac_override(db: str, effects: Effects) -> dict[str, Any]:
     """Resume in a child process that is root but subject to file modes (it drops DAC override itself:
     support/no_dac_resume.py), forked from the preloaded server like the crash tests' children."""
-    from preloaded import spawn
+    from preloaded import run
 
-    with open(tmp_path / "resumer.err", "w+") as stderr:
-        child = spawn(
-            [sys.executable, str(Path(SUPPORT) / "no_dac_resume.py"), db, effects.path], dict(os.environ), stderr
-        )
-        assert child.stdout is not None
-        out = child.stdout.read()
-        code = child.wait(timeout=120)
-        stderr.seek(0)
-        assert code == 0, stderr.read()[-2000:]
-    return json.loads(out.strip().splitlines()[-1])
+    done = run([sys.executable, str(Path(SUPPORT) / "no_dac_resume.py"), db, effects.path], dict(os.environ), 120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @needs_root
@@ -344,18 +337,18 @@ def test_a_read_only_file_fails_the_first_write_and_the_thread_resumes_once_writ
     os.chmod(db, 0o444)
 
     readonly = {"ok": False, "type": "sqlite3.OperationalError", "message": "attempt to write a readonly database"}
-    assert resume_without_dac_override(db, effects, tmp_path) == readonly
+    assert resume_without_dac_override(db, effects) == readonly
     assert effects.rows() == []
     modes = {suffix: Path(db + suffix).stat().st_mode & 0o777 for suffix in ("", "-wal", "-shm")}
     assert modes == {"": 0o444, "-wal": 0o444, "-shm": 0o444}
 
     os.chmod(db, 0o644)  # half a fix: the read-only -shm left by the failed attempt still refuses writes
-    assert resume_without_dac_override(db, effects, tmp_path) == readonly
+    assert resume_without_dac_override(db, effects) == readonly
     assert effects.rows() == []
 
     for suffix in ("-wal", "-shm"):
         os.chmod(db + suffix, 0o644)
-    assert resume_without_dac_override(db, effects, tmp_path) == {"ok": True, "status": "completed"}
+    assert resume_without_dac_override(db, effects) == {"ok": True, "status": "completed"}
     with open_sqlite(db) as saver:
         graph = build(saver, effects)
         assert set(before) <= set(checkpoint_ids(graph))

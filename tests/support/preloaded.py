@@ -244,5 +244,16 @@ def spawn(argv: list[str], env: dict[str, str], stderr: Any) -> Any:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1, env=env)
 
 
+def run(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`spawn` to the end, as `subprocess.run(..., capture_output=True, text=True)` reports it."""
+    with tempfile.TemporaryFile("w+") as stderr:
+        child = spawn(argv, env, stderr)
+        assert child.stdout is not None
+        stdout = child.stdout.read()
+        code = child.wait(timeout=timeout)
+        stderr.seek(0)
+        return subprocess.CompletedProcess(argv, code, stdout, stderr.read())
+
+
 if __name__ == "__main__":
     serve(sys.argv[1])
