@@ -255,6 +255,23 @@ def test_a_reviewer_without_the_role_does_not_see_the_request(browser, inbox):
     assert inbox.output("v2").get("__interrupt__") and inbox.output("v1").get("__interrupt__")
 
 
+def _hold_answers_until_all_are_sent(pages: list[Any]) -> list[Any]:
+    """Each page's answer waits in its browser until every page has sent one, so the server gets them together.
+    Without this the first answer can end the request before the second is sent, and the second page's poll takes
+    its card away under the click."""
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        held.append(route)
+        if len(held) == len(pages):
+            for waiting in held:
+                waiting.continue_()
+
+    for page in pages:
+        page.route("**/inbox/answer", hold)
+    return held
+
+
 def test_two_reviewers_answering_at_once_exactly_one_wins(browser, inbox):
     inbox.pause("c1", SEAT.format(who="Carla"))
     ana, cy = sign_in(browser, inbox, "ana"), sign_in(browser, inbox, "cy")
@@ -262,9 +279,11 @@ def test_two_reviewers_answering_at_once_exactly_one_wins(browser, inbox):
     card(cy, "c1").wait_for()
     for page in (ana, cy):
         card(page, "c1").locator("input[value=approve]").check()
+    held = _hold_answers_until_all_are_sent([ana, cy])
     card(ana, "c1").locator("button.send").click(no_wait_after=True)
     card(cy, "c1").locator("button.send").click(no_wait_after=True)
     notes = [page.wait_for_selector(".flash").inner_text() for page in (ana, cy)]
+    assert len(held) == 2, "both answers were held and sent together"
     won = [n for n in notes if "the thread ended: completed" in n]
     lost = [n for n in notes if "already answered" in n or "not accepted" in n or "another answer" in n]
     assert len(won) == 1 and len(lost) == 1, notes
