@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
@@ -29,6 +30,7 @@ from langgraph.func import task
 from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent
+from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.admission import ARGS_CHANGED, for_state, with_edited_args
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
@@ -41,33 +43,50 @@ from gatedloop.nodes.run.unknown import make_settle_task
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead, Status
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, fingerprint
+from gatedloop.tools.registry import ToolRegistry
 from gatedloop.tools.results import edited_result
 
 log = logging.getLogger("gatedloop.execute")
 
 
+@dataclass(frozen=True)
+class CallRun:
+    """What a tool task needs beside its call: the gate's registry and ledger, the result cap and the tool's
+    `ToolEnv`, handed over as data, so the tasks are module-level functions (below)."""
+
+    registry: ToolRegistry
+    ledger: Ledger
+    max_chars: int
+    env: ToolEnv
+
+
+def read_call(plan: CallPlan, run: CallRun) -> Outcome:
+    """One read, with the arguments it runs with (a recorded edit's, see `with_edited_args`)."""
+    actual = with_edited_args(run.registry, run.ledger, current_thread_id(), plan)
+    if actual is None:
+        return _not_run(ARGS_CHANGED)
+    return _reported(plan, lambda: run_read(run.registry, actual, run.max_chars, run.env))
+
+
+def write_call(thread_id: str, plan: CallPlan, run: CallRun) -> Outcome:
+    """One write, claimed and recorded in the ledger, with the arguments it runs with (a recorded edit's)."""
+    actual = with_edited_args(run.registry, run.ledger, thread_id, plan)
+    if actual is None:
+        return _not_run(ARGS_CHANGED)
+    return _reported(plan, lambda: run_write(run.registry, run.ledger, thread_id, actual, run.max_chars, run.env))
+
+
+# One LangGraph task per call: a finished call's result is kept in the checkpoint and never re-run. Module-level,
+# because LangGraph builds a task's runnable once for a function it can find by name, and anew on every call for
+# a closure (langgraph/pregel/_call.py, `get_runnable_for_task`). (cast: langgraph's `task` overloads do not
+# type-check a plain sync function under mypy.)
+read_task: Any = task(name="tool_read")(cast(Any, read_call))
+write_task: Any = task(name="tool_write")(cast(Any, write_call))
+
+
 def make_execute_node(parts: LoopParts) -> RunnableCallable:
     """Sync and async twins (as LangGraph's ToolNode): under `ainvoke` the node awaits its tasks instead of
     holding an executor thread while they wait for one, which deadlocks once enough threads run at once."""
-    max_chars = parts.limits.max_result_chars
-
-    def read(plan: CallPlan, env: ToolEnv) -> Outcome:
-        actual = with_edited_args(parts.registry, parts.ledger, current_thread_id(), plan)
-        if actual is None:
-            return _not_run(ARGS_CHANGED)
-        return _reported(plan, lambda: run_read(parts.registry, actual, max_chars, env))
-
-    def write(thread_id: str, plan: CallPlan, env: ToolEnv) -> Outcome:
-        actual = with_edited_args(parts.registry, parts.ledger, thread_id, plan)
-        if actual is None:
-            return _not_run(ARGS_CHANGED)
-        return _reported(plan, lambda: run_write(parts.registry, parts.ledger, thread_id, actual, max_chars, env))
-
-    # One LangGraph task per call: a finished call's result is kept in the checkpoint and never re-run.
-    # (cast: langgraph's `task` overloads do not type-check a plain sync function under mypy.)
-    read_task: Any = task(name="tool_read")(cast(Any, read))
-    write_task: Any = task(name="tool_write")(cast(Any, write))
-
     settle_task = make_settle_task(parts)
 
     def shown(plan: CallPlan) -> CallPlan:
@@ -81,13 +100,13 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         for step in turn.steps():
             if isinstance(step, list):  # reads, at once
                 if turn.lone_read(step):
-                    turn.outcomes[step[0]["id"]] = read(shown(step[0]), turn.env)
+                    turn.outcomes[step[0]["id"]] = read_call(shown(step[0]), turn.run)
                     continue
-                futures = [(plan, read_task(shown(plan), turn.env)) for plan in step]
+                futures = [(plan, read_task(shown(plan), turn.run)) for plan in step]
                 turn.outcomes.update({plan["id"]: future.result() for plan, future in futures})
                 continue
             masked = shown(step)
-            outcome = write_task(turn.thread_id, masked, turn.env).result()
+            outcome = write_task(turn.thread_id, masked, turn.run).result()
             settled = (
                 settle_task(turn.thread_id, masked, outcome, True, turn.env).result() if _unknown(outcome) else None
             )
@@ -102,13 +121,13 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         for step in turn.steps():
             if isinstance(step, list):  # reads, at once
                 if turn.lone_read(step):
-                    turn.outcomes[step[0]["id"]] = await asyncio.to_thread(read, shown(step[0]), turn.env)
+                    turn.outcomes[step[0]["id"]] = await asyncio.to_thread(read_call, shown(step[0]), turn.run)
                     continue
-                results = await asyncio.gather(*(read_task(shown(plan), turn.env) for plan in step))
+                results = await asyncio.gather(*(read_task(shown(plan), turn.run) for plan in step))
                 turn.outcomes.update({plan["id"]: result for plan, result in zip(step, results, strict=True)})
                 continue
             masked = shown(step)
-            outcome = await write_task(turn.thread_id, masked, turn.env)
+            outcome = await write_task(turn.thread_id, masked, turn.run)
             settled = await settle_task(turn.thread_id, masked, outcome, True, turn.env) if _unknown(outcome) else None
             turn.record_write(step, outcome, settled)
         return await asyncio.to_thread(turn.update)
@@ -140,6 +159,7 @@ class _Turn:
         self.settle_first = 0
         self.early = self._early_exit()
         self.env = ToolEnv.of(state, runtime, parts.registry.bindable(), parts.middleware)
+        self.run = CallRun(parts.registry, parts.ledger, parts.limits.max_result_chars, self.env)
 
     def _admitted(self, calls: list[CallPlan]) -> tuple[list[CallPlan], list[CallPlan]]:
         """Each call the state marks runnable, admitted again from the evidence (see module docstring and
