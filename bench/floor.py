@@ -177,8 +177,13 @@ async def concurrency(saver_kind: str, threads: int, count: int) -> dict[str, An
         started, cpu_before = time.perf_counter(), thread_cpu.snapshot()
         await asyncio.gather(*(one(i) for i in range(threads)))
         wall = time.perf_counter() - started
-        by_thread = thread_cpu.split(cpu_before, thread_cpu.snapshot(), threads * count)
-        return {"turns_per_s": threads * count / wall, "wall_s": wall, "cpu_ms_per_turn_by_thread": by_thread}
+        cpu_after, turns = thread_cpu.snapshot(), threads * count
+        return {
+            "turns_per_s": turns / wall,
+            "wall_s": wall,
+            "cpu_ms_per_turn_by_thread": thread_cpu.split(cpu_before, cpu_after, turns),
+            "switches_per_turn_by_thread": thread_cpu.split_switches(cpu_before, cpu_after, turns),
+        }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -188,6 +188,7 @@ async def concurrency(system: Any, db: str, threads: int, turns: int, stall_s: f
                 hung = True
                 break
         wall = (quiet_since if hung else time.perf_counter()) - started
+        cpu_after = thread_cpu.snapshot()
         result = {
             "wall_s": round(wall, 4),
             "turns": done_turns,
@@ -198,7 +199,8 @@ async def concurrency(system: Any, db: str, threads: int, turns: int, stall_s: f
             "hung": hung,
             "stall_s": stall_s,
             "default_executor_workers": pool or min(32, (os.cpu_count() or 1) + 4),
-            "cpu_ms_per_turn_by_thread": thread_cpu.split(cpu_before, thread_cpu.snapshot(), max(done_turns, 1)),
+            "cpu_ms_per_turn_by_thread": thread_cpu.split(cpu_before, cpu_after, max(done_turns, 1)),
+            "switches_per_turn_by_thread": thread_cpu.split_switches(cpu_before, cpu_after, max(done_turns, 1)),
             "error_samples": sorted(set(errors))[:5],
         }
         if hung:

@@ -491,22 +491,36 @@ def _mode(kind: str) -> str:
 
 
 def _cpu_by_thread(concurrency: dict[str, Any], floor: dict[str, Any]) -> list[str]:
-    """Where each system's CPU per turn went, by thread (`bench.thread_cpu`), beside the floor's."""
-    splits = {label: c.get("cpu_ms_per_turn_by_thread") or {} for label, c in concurrency.items()}
-    splits.update({f"floor ({saver} saver)": f.get("cpu_ms_per_turn_by_thread") or {} for saver, f in floor.items()})
+    """Where each system's CPU per turn went, by thread (`bench.thread_cpu`), beside the floor's; then the context
+    switches per turn, by thread: how often a turn's work stops to wait."""
+    cpu = _by_thread(
+        concurrency,
+        floor,
+        "cpu_ms_per_turn_by_thread",
+        "CPU per turn by thread, ms (median of the runs; event loop: LangGraph's async machinery and the nodes' "
+        "coroutines; aiosqlite: the checkpointer's SQL; executor: what the nodes send off the loop, gatedloop's "
+        "gate logic and ledger; tool pool: gatedloop's tool runs):",
+    )
+    switches = _by_thread(
+        concurrency,
+        floor,
+        "switches_per_turn_by_thread",
+        "Context switches per turn by thread (median of the runs; each is a thread that stopped to wait, for the "
+        "GIL, a lock, a queue or a sleep, or was stopped):",
+        digits=0,
+    )
+    return [*cpu, *switches]
+
+
+def _by_thread(concurrency: dict[str, Any], floor: dict[str, Any], key: str, title: str, digits: int = 2) -> list[str]:
+    splits = {label: c.get(key) or {} for label, c in concurrency.items()}
+    splits.update({f"floor ({saver} saver)": f.get(key) or {} for saver, f in floor.items()})
     splits = {label: split for label, split in splits.items() if split}
     roles = sorted({role for split in splits.values() for role in split})
     if not roles:
         return []
-    lines = [
-        "CPU per turn by thread, ms (median of the runs; event loop: LangGraph's async machinery and the nodes' "
-        "coroutines; aiosqlite: the checkpointer's SQL; executor: what the nodes send off the loop, gatedloop's "
-        "gate logic and ledger; tool pool: gatedloop's tool runs):",
-        "",
-        "| run | " + " | ".join(roles) + " | all |",
-        "|---|" + "---:|" * (len(roles) + 1),
-    ]
+    lines = [title, "", "| run | " + " | ".join(roles) + " | all |", "|---|" + "---:|" * (len(roles) + 1)]
     for label, split in splits.items():
-        cells = " | ".join(_fmt(split.get(role, 0.0)) for role in roles)
-        lines.append(f"| {label} | {cells} | {_fmt(sum(split.values()))} |")
+        cells = " | ".join(_fmt(split.get(role, 0.0), digits) for role in roles)
+        lines.append(f"| {label} | {cells} | {_fmt(sum(split.values()), digits)} |")
     return [*lines, ""]

@@ -125,15 +125,16 @@ def bench_floor(shape: str, plan: Plan, reps: int) -> dict[str, Any]:
     for saver, runs in found.items():
         if shape == "concurrency":
             summary[saver]["cpu_ms_per_turn_by_thread"] = median_split(runs)
+            summary[saver]["switches_per_turn_by_thread"] = median_split(runs, "switches_per_turn_by_thread")
         if shape == "turns":
             summary[saver]["cpu_ms_per_turn"] = median([r["cpu_ms_per_turn"] for r in runs])
     log(f"floor {shape}: " + ", ".join(f"{saver} {s[key]:.3f} {key}" for saver, s in summary.items()))
     return summary
 
 
-def median_split(results: list[dict[str, Any]]) -> dict[str, float]:
-    """The median over runs of each thread role's CPU per turn (`bench.thread_cpu`)."""
-    splits = [r.get("cpu_ms_per_turn_by_thread") or {} for r in results]
+def median_split(results: list[dict[str, Any]], key: str = "cpu_ms_per_turn_by_thread") -> dict[str, float]:
+    """The median over runs of each thread role's CPU (or context switches) per turn (`bench.thread_cpu`)."""
+    splits = [r.get(key) or {} for r in results]
     roles = sorted({role for split in splits for role in split})
     return {role: median([split.get(role, 0.0) for split in splits]) for role in roles}
 
@@ -359,6 +360,7 @@ def bench_concurrency(plan: Plan, work: Path) -> dict[str, Any]:
             "turns_per_s": median([r["turns_per_s"] for r in results]),
             "wall_s": median([r["wall_s"] for r in results]),
             "cpu_ms_per_turn_by_thread": median_split(results),
+            "switches_per_turn_by_thread": median_split(results, "switches_per_turn_by_thread"),
             "errors_total": sum(r["errors"] for r in results),
             "lock_errors_total": sum(r["lock_errors"] for r in results),
             "hung_runs": sum(bool(r["hung"]) for r in results),
