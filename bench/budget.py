@@ -31,7 +31,6 @@ if __package__ in (None, ""):
 import argparse
 import json
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -41,6 +40,7 @@ from typing import Any
 
 from bench.anchor import open_system
 from bench.probe import warm_up
+from bench.run import child
 from bench.scenarios import run_turn
 
 PARTS = ("model call", "tool run", "ledger writes", "ledger reads")
@@ -108,20 +108,14 @@ def one_system(system: str, turns: int) -> dict[str, Any]:
     }
 
 
-def _child(module: str, args: list[str]) -> dict[str, Any]:
-    root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, check=True, cwd=root)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def compare(turns: int, reps: int) -> dict[str, Any]:
     """Medians over `reps` runs of gatedloop, the anchor and the floor, interleaved so a slow spell hits all."""
     runs: dict[str, list[dict[str, Any]]] = {"gatedloop": [], "anchor": []}
     floor: list[float] = []
     for _ in range(reps):
         for system in runs:
-            runs[system].append(_child("bench.budget", ["--system", system, "--turns", str(turns)]))
-        floor.append(_child("bench.floor", ["turns", "--saver", "gated", "--turns", str(turns)])["cpu_ms_per_turn"])
+            runs[system].append(child("bench.budget", ["--system", system, "--turns", str(turns)]))
+        floor.append(child("bench.floor", ["turns", "--saver", "gated", "--turns", str(turns)])["cpu_ms_per_turn"])
 
     def median(system: str, pick: Callable[[dict[str, Any]], float]) -> float:
         return statistics.median(pick(r) for r in runs[system])

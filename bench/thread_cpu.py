@@ -54,15 +54,17 @@ def _switches(status: str) -> int:
 def split(before: Snapshot, after: Snapshot, per: int) -> dict[str, float]:
     """Milliseconds of CPU per unit of work (`per` turns) by role, between two snapshots. A thread that ended in
     between is not counted (the executors' threads live as long as their loop)."""
-    spent: Counter[str] = Counter()
-    for tid, (role, seconds, _) in after.items():
-        spent[role] += seconds - before.get(tid, (role, 0.0, 0))[1]
-    return {role: round(seconds / per * 1000, 2) for role, seconds in sorted(spent.items()) if seconds > 0}
+    return {role: round(seconds / per * 1000, 2) for role, seconds in _by_role(before, after, 1).items()}
 
 
 def split_switches(before: Snapshot, after: Snapshot, per: int) -> dict[str, float]:
     """Context switches per unit of work (`per` turns) by role, between two snapshots, as `split`."""
-    made: Counter[str] = Counter()
-    for tid, (role, _, switches) in after.items():
-        made[role] += switches - before.get(tid, (role, 0.0, 0))[2]
-    return {role: round(count / per, 1) for role, count in sorted(made.items()) if count > 0}
+    return {role: round(count / per, 1) for role, count in _by_role(before, after, 2).items()}
+
+
+def _by_role(before: Snapshot, after: Snapshot, field: int) -> dict[str, float]:
+    """Each role's growth of one snapshot field (1: CPU seconds, 2: switches), roles that grew only."""
+    grown: Counter[str] = Counter()
+    for tid, now in after.items():
+        grown[now[0]] += now[field] - before.get(tid, (now[0], 0.0, 0))[field]
+    return {role: amount for role, amount in sorted(grown.items()) if amount > 0}
