@@ -157,8 +157,19 @@ def _is_lock_error(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
-async def concurrency(system: Any, db: str, threads: int, turns: int, stall_s: float, pool: int) -> dict[str, Any]:
-    """`threads` threads at once, `turns` approval turns each; stops at the first stall of `stall_s` seconds."""
+async def concurrency(
+    system: Any,
+    db: str,
+    threads: int,
+    turns: int,
+    stall_s: float,
+    pool: int,
+    prefix: str = "conc",
+    start_at: float = 0.0,
+) -> dict[str, Any]:
+    """`threads` threads at once, `turns` approval turns each; stops at the first stall of `stall_s` seconds.
+    `prefix` names the threads and `start_at` (epoch seconds) holds the start, so that several processes
+    (`bench.processes`) share one file with threads of their own and start together."""
     if pool:
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(pool, thread_name_prefix="asyncio"))
     errors: list[str] = []
@@ -170,14 +181,15 @@ async def concurrency(system: Any, db: str, threads: int, turns: int, stall_s: f
             nonlocal lock_errors, done_turns
             for turn in range(1, turns + 1):
                 try:
-                    await arun_turn(system, graph, f"conc-{index}", turn, "write")
+                    await arun_turn(system, graph, f"{prefix}-{index}", turn, "write")
                 except Exception as exc:
                     errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
                     lock_errors += _is_lock_error(exc)
                     return
                 done_turns += 1
 
-        started, cpu_before = time.perf_counter(), thread_cpu.snapshot()
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        started, started_epoch, cpu_before = time.perf_counter(), time.time(), thread_cpu.snapshot()
         work = asyncio.gather(*(one_thread(i) for i in range(threads)))
         seen, quiet_since, hung = -1, time.perf_counter(), False
         while not work.done():
@@ -191,6 +203,8 @@ async def concurrency(system: Any, db: str, threads: int, turns: int, stall_s: f
         cpu_after = thread_cpu.snapshot()
         result = {
             "wall_s": round(wall, 4),
+            "started_epoch": started_epoch,
+            "ended_epoch": started_epoch + wall,
             "turns": done_turns,
             "turns_expected": threads * turns,
             "turns_per_s": done_turns / wall if wall > 0 else 0.0,
@@ -271,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--turns", type=int, required=True)
     p.add_argument("--stall-s", type=float, default=15.0)
     p.add_argument("--pool", type=int, default=0, help="default executor size (0: asyncio's default)")
+    p.add_argument("--prefix", default="conc", help="thread ids are PREFIX-0, PREFIX-1, ...")
+    p.add_argument("--start-at", type=float, default=0.0, help="epoch seconds to start at (several processes)")
     p = sub.choices["memory"]
     p.add_argument("--turns", type=int, required=True)
     p.add_argument("--kind", choices=("read", "write"), default="write")
@@ -280,7 +296,11 @@ def main(argv: list[str] | None = None) -> None:
     elif args.what == "resume":
         result = resume(args.system, args.db, args.thread, args.turn)
     elif args.what == "concurrency":
-        result = asyncio.run(concurrency(args.system, args.db, args.threads, args.turns, args.stall_s, args.pool))
+        result = asyncio.run(
+            concurrency(
+                args.system, args.db, args.threads, args.turns, args.stall_s, args.pool, args.prefix, args.start_at
+            )
+        )
     else:
         result = memory(args.system, args.db, args.turns, args.kind)
     sys.stdout.write(json.dumps(result) + "\n")
