@@ -70,8 +70,11 @@ DELIVERY_COLUMNS = (
 
 
 POSTGRES_KIND_CHECK = (
-    "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'gatedloop_outbox_kind_check'"
+    "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+    " WHERE conrelid = to_regclass('gatedloop_outbox') AND conname = 'gatedloop_outbox_kind_check'"
 )
+"""The CHECK on *this* search path's outbox: by name alone it would read another schema's too, and one dropped
+meanwhile fails `pg_get_constraintdef` ("could not open relation with OID")."""
 POSTGRES_KIND_UPGRADE = (
     "ALTER TABLE gatedloop_outbox DROP CONSTRAINT IF EXISTS gatedloop_outbox_kind_check",
     f"ALTER TABLE gatedloop_outbox ADD CONSTRAINT gatedloop_outbox_kind_check {KIND_CHECK}",

@@ -75,6 +75,44 @@ def test_processes_opening_a_fresh_database_at_once_all_succeed(pg_url: str, fil
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def test_an_old_outbox_is_upgraded_in_its_own_schema_whatever_another_schema_holds(pg_url: str):
+    """The kind CHECK is read on the search path's outbox: read by name alone, a newer outbox in another schema
+    (here made first, so its row comes first) hid this one's old CHECK and left it refusing `decided` notices;
+    and a schema dropped meanwhile by another process failed setup ("could not open relation with OID")."""
+    import psycopg
+
+    from gatedloop.checkpoints.ledger import postgres_statements
+    from gatedloop.checkpoints.outbox import OUTBOX_TABLE
+    from gatedloop.checkpoints.postgres import prepare_database
+
+    suffix = new_thread_id("schema").split("-", 1)[1]
+    new_schema, old_schema = f"outbox_new_{suffix}", f"outbox_old_{suffix}"
+
+    def in_schema(schema: str) -> str:
+        return f"{pg_url}{'&' if '?' in pg_url else '?'}options=-csearch_path%3D{schema}"
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {new_schema}")
+        admin.execute(f"CREATE SCHEMA {old_schema}")
+    try:
+        prepare_database(in_schema(new_schema), checkpoints=False)
+        old_check = "CHECK (kind IN ('request', 'expiring', 'unknown', 'reminder', 'escalated'))"
+        with psycopg.connect(in_schema(old_schema), autocommit=True) as conn:
+            for statement in postgres_statements(OUTBOX_TABLE.format(check=old_check)):
+                conn.execute(statement)
+        prepare_database(in_schema(old_schema), checkpoints=False)
+        with psycopg.connect(in_schema(old_schema), autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO gatedloop_outbox (id, kind, thread_id, request_id, payload, created_at)"
+                " VALUES ('n1', 'decided', 't', 'r', '{}', 0)"
+            )
+            assert conn.execute("SELECT kind FROM gatedloop_outbox").fetchall() == [("decided",)]
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {new_schema} CASCADE")
+            admin.execute(f"DROP SCHEMA {old_schema} CASCADE")
+
+
 # ---------------------------------------------------------------------------------------- the async twin
 
 
