@@ -147,6 +147,21 @@ LEDGER_LOST = (
 BUSY_TIMEOUT_MS = 10_000
 
 
+def switch_to_wal(conn: sqlite3.Connection) -> None:
+    """`PRAGMA journal_mode=WAL`, retried for up to `BUSY_TIMEOUT_MS`: on a fresh file that another process is
+    switching at the same moment, SQLite answers "database is locked" at once, without calling the busy handler
+    (a lock escalation it refuses to wait on), so two servers or CLIs opening a new file together failed."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 class LedgerError(RuntimeError):
     """The ledger could not be read or written; nothing was half-recorded."""
 
@@ -541,7 +556,7 @@ class SqliteLedger(SqlLedger):
         self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         if self.path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            switch_to_wal(self._conn)
             # As the checkpointer's connection: a commit survives the process being killed (the threat the
             # ledger answers); FULL would add an fsync per commit, several per turn.
             self._conn.execute("PRAGMA synchronous=NORMAL")

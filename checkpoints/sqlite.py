@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, closing, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,7 +24,7 @@ from gatedloop.checkpoints.contract import LedgerThreads
 from gatedloop.checkpoints.exact import ExactResumeWrites
 from gatedloop.checkpoints.history_memo import MemoizedHistoryAsync, MemoizedHistorySync
 from gatedloop.checkpoints.lease import thread_lease
-from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger
+from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger, switch_to_wal
 from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
 
 T = TypeVar("T")
@@ -108,9 +108,12 @@ class GatedAsyncSqliteSaver(ExactResumeWrites, MemoizedHistoryAsync, _LedgerAndL
 
 
 def _prepare(path: str | Path) -> str:
+    """The folder made and the file in WAL mode (a setting the file keeps), before either saver connects."""
     target = str(path)
     if target != ":memory:":
         Path(target).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        with closing(sqlite3.connect(target, timeout=BUSY_TIMEOUT_MS / 1000)) as conn:
+            switch_to_wal(conn)
     return target
 
 
@@ -124,7 +127,6 @@ def open_sqlite(path: str | Path, *, recreate_ledger: bool = False) -> Iterator[
     ledger = None
     try:
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         saver = GatedSqliteSaver(conn)
         saver.setup()
@@ -174,7 +176,6 @@ async def open_async_sqlite(path: str | Path, *, recreate_ledger: bool = False) 
     target = _prepare(path)
     async with aiosqlite.connect(target, timeout=BUSY_TIMEOUT_MS / 1000) as conn:
         await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        await conn.execute("PRAGMA journal_mode=WAL")
         await conn.execute("PRAGMA synchronous=NORMAL")
         saver = GatedAsyncSqliteSaver(conn)
         await saver.setup()

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from gatedloop.checkpoints.ledger import switch_to_wal
 from gatedloop.tools.errors import ToolFailure
 
 BUSY_TIMEOUT_S = 10.0
@@ -130,7 +131,7 @@ class DemoStore:
         if self._seeded():
             return  # nothing to create: opening never waits on another process's write lock
         with self._connect() as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
+            switch_to_wal(conn)
             conn.executescript(_SCHEMA)
         with self._transaction() as conn:
             if conn.execute("SELECT 1 FROM meta WHERE key = 'seeded'").fetchone() is None:
