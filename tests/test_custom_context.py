@@ -36,7 +36,7 @@ TEAM_AGENT = textwrap.dedent(
 
 
     @tool
-    def refund(order: str, runtime: ToolRuntime) -> str:
+    def refund(order: str, runtime: ToolRuntime[TeamContext]) -> str:
         """Refund an order (write)."""
         seen = {"order": order, "tenant": runtime.context.tenant, "user_id": runtime.context.user_id}
         with open(os.environ["TEAM_EFFECTS"], "a") as out:

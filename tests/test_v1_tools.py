@@ -40,7 +40,7 @@ class ShownTools(ScriptedChatModel):
 
 
 @tool
-def save_note(text: str, runtime: ToolRuntime) -> str:
+def save_note(text: str, runtime: ToolRuntime[CallContext]) -> str:
     """Save a note for the current user."""
     context = runtime.context
     runtime.store.put(("notes", context.user_id), runtime.tool_call_id, {"text": text})

@@ -37,7 +37,7 @@ class World:
         world = self
 
         @tool
-        def refund(order: str, runtime: ToolRuntime) -> str:
+        def refund(order: str, runtime: ToolRuntime[Any]) -> str:
             """Refund an order (write)."""
             with world.lock:
                 world.effects.append(("refund", {"order": order}))
@@ -45,7 +45,7 @@ class World:
             return f"refunded {order}"
 
         @tool
-        def send_email(to: str, runtime: ToolRuntime) -> str:
+        def send_email(to: str, runtime: ToolRuntime[Any]) -> str:
             """Send an email (write)."""
             with world.lock:
                 world.effects.append(("send_email", {"to": to}))
