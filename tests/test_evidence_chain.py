@@ -25,6 +25,7 @@ from cli_in_process import run_cli
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.types import Command
+from pg_server import url_in_schema
 
 from gatedloop.checkpoints import chain as chain_mod
 from gatedloop.checkpoints.chain import CHAINED, Signer, chain_hash, content_hash, row_key
@@ -61,8 +62,7 @@ def isolated(backend: Backend) -> Iterator[Backend]:
     schema = f"chain_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(backend.db, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    # a postgresql:// URL still (a key=value string would be taken for a SQLite path), the schema in its options
-    url = f"{backend.db}{'&' if '?' in backend.db else '?'}options=-csearch_path%3D{schema}"
+    url = url_in_schema(backend.db, schema)
     assert url.startswith(("postgresql://", "postgres://"))
     try:
         yield Backend("postgres", url)

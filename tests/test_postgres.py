@@ -16,7 +16,7 @@ from typing import Any
 import pg_server
 import pytest
 from crash_child import Child, assert_completed_once
-from pg_server import PostgresUnavailable, find_postgres, new_thread_id, require_postgres
+from pg_server import PostgresUnavailable, find_postgres, new_thread_id, require_postgres, url_in_schema
 from sample_app import Effects, build
 
 pytestmark = pytest.mark.slow
@@ -88,20 +88,17 @@ def test_an_old_outbox_is_upgraded_in_its_own_schema_whatever_another_schema_hol
     suffix = new_thread_id("schema").split("-", 1)[1]
     new_schema, old_schema = f"outbox_new_{suffix}", f"outbox_old_{suffix}"
 
-    def in_schema(schema: str) -> str:
-        return f"{pg_url}{'&' if '?' in pg_url else '?'}options=-csearch_path%3D{schema}"
-
     with psycopg.connect(pg_url, autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {new_schema}")
         admin.execute(f"CREATE SCHEMA {old_schema}")
     try:
-        prepare_database(in_schema(new_schema), checkpoints=False)
+        prepare_database(url_in_schema(pg_url, new_schema), checkpoints=False)
         old_check = "CHECK (kind IN ('request', 'expiring', 'unknown', 'reminder', 'escalated'))"
-        with psycopg.connect(in_schema(old_schema), autocommit=True) as conn:
+        with psycopg.connect(url_in_schema(pg_url, old_schema), autocommit=True) as conn:
             for statement in postgres_statements(OUTBOX_TABLE.format(check=old_check)):
                 conn.execute(statement)
-        prepare_database(in_schema(old_schema), checkpoints=False)
-        with psycopg.connect(in_schema(old_schema), autocommit=True) as conn:
+        prepare_database(url_in_schema(pg_url, old_schema), checkpoints=False)
+        with psycopg.connect(url_in_schema(pg_url, old_schema), autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO gatedloop_outbox (id, kind, thread_id, request_id, payload, created_at)"
                 " VALUES ('n1', 'decided', 't', 'r', '{}', 0)"

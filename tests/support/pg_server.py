@@ -61,6 +61,12 @@ def new_thread_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+def url_in_schema(url: str, schema: str) -> str:
+    """The server's URL with `schema` first on the search path: a postgresql:// URL still (a key=value string
+    would be taken for a SQLite path)."""
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+
+
 # ---------------------------------------------------------------------------------------------- child side
 
 
