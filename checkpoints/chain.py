@@ -21,11 +21,15 @@ Order is the database's commit order, kept by one writer at a time at the chain'
 
 The chain begins where this code first wrote to a ledger: its first entry (`seq` 1, table `genesis`) records how
 many rows each evidence table held before, so an old database opens, resumes and gains a chain from its first
-new row; `verify` says where the chain begins and flags rows written since without an entry.
+new row; `verify` says where the chain begins and flags rows written since without an entry. Those earlier rows
+are excused from every check, so with a key the genesis is signed when it is written, and `verify` with a key
+refuses an unsigned one that excuses rows: anyone with write access could otherwise edit any row, delete the
+chain and write a genesis that counts every row as earlier.
 
 What a hash chain proves and what it does not is in docs/evidence.md: without a key, anyone with write access
-can recompute every hash after an edit; a signature needs the private key; a key holder can re-sign a
-rewritten history, so the heads are worth publishing outside the database.
+can recompute every hash after an edit; a signature needs the private key; deleting the newest rows deletes
+their signatures too, and a key holder can re-sign a rewritten history, so the signed heads are worth publishing
+outside the database (checkpoints/witness.py).
 """
 
 from __future__ import annotations
@@ -227,6 +231,30 @@ def chain_hash(seq: int, table: str, key: str, content: str, prev: str, at: floa
     return sha256("\n".join(["gatedloop-chain-v1", str(seq), table, key, content, prev, repr(float(at))]))
 
 
+@dataclass(frozen=True)
+class SignedHead:
+    """A chain head as signed: what a witness publishes outside the database (`at`: when it was signed)."""
+
+    seq: int
+    chain_hash: str
+    signature: str
+    at: float
+
+    @property
+    def key_id(self) -> str:
+        return self.signature.partition(":")[0]
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What one transaction did to the chain: rows chained, the head's seq after it, and the head it signed (to be
+    published only once the transaction has committed: a rolled-back head was never the chain's)."""
+
+    written: int
+    head: int
+    signed: SignedHead | None = None
+
+
 def is_decision(table: str, row: Mapping[str, Any]) -> bool:
     if table == "gatedloop_approvals":
         return True
@@ -382,8 +410,9 @@ def drive(execute: Callable[[str, Sequence[Any], bool], list[Any]], statements: 
         return cast(T, done.value)
 
 
-def begin_chain(placeholder: str, postgres: bool) -> Statements[None]:
-    """The genesis entry, if the chain has none yet: how many rows each evidence table held before it began."""
+def begin_chain(placeholder: str, postgres: bool, signer: Signer | None = None) -> Statements[None]:
+    """The genesis entry, if the chain has none yet: how many rows each evidence table held before it began,
+    signed when a key is configured (it excuses those rows from every check: see `genesis_problem`)."""
     lock = POSTGRES_CHAIN_LOCK if postgres else None
     if (yield ("SELECT 1 FROM gatedloop_chain LIMIT 1", (), True)):
         return
@@ -400,20 +429,9 @@ def begin_chain(placeholder: str, postgres: bool) -> Statements[None]:
     key = canonical({"version": 1, "before": before})
     at = time.time()
     content = sha256(key)
-    yield (
-        _insert(placeholder),
-        (
-            1,
-            GENESIS_TABLE,
-            key,
-            content,
-            ZERO_HASH,
-            chain_hash(1, GENESIS_TABLE, key, content, ZERO_HASH, at),
-            at,
-            None,
-        ),
-        False,
-    )
+    genesis = chain_hash(1, GENESIS_TABLE, key, content, ZERO_HASH, at)
+    signature = signer.sign_head(1, genesis) if signer else None
+    yield _insert(placeholder), (1, GENESIS_TABLE, key, content, ZERO_HASH, genesis, at, signature), False
 
 
 def append(
@@ -423,27 +441,29 @@ def append(
     signer: Signer | None,
     *,
     sign: bool = False,
-) -> Statements[int]:
+) -> Statements[Appended]:
     """Chain `entries` ((table, row as written)) after the head, signing the new head if `sign` (or if any entry
-    is a decision) and a key is configured. Returns the new head's seq. Run after the rows' own statements."""
+    is a decision) and a key is configured. Run after the rows' own statements."""
     sign = sign or any(is_decision(table, row) for table, row in entries)
     if not entries and not (sign and signer):
-        return 0
+        return Appended(0, 0)
     if postgres:
         yield POSTGRES_CHAIN_LOCK, (), False
     head = yield (HEAD_QUERY, (), True)
     seq, prev = (int(row_values(head[0])[0]), str(row_values(head[0])[1])) if head else (0, ZERO_HASH)
     at = time.time()
     if not entries:  # a signature on demand, on the head as it stands
-        if seq:
-            signature = signer.sign_head(seq, prev) if signer else None
-            yield (
-                "UPDATE gatedloop_chain SET signature=? WHERE seq=?".replace("?", placeholder),
-                (signature, seq),
-                False,
-            )
-        return seq
+        if not seq:
+            return Appended(0, 0)
+        signature = signer.sign_head(seq, prev) if signer else None
+        yield (
+            "UPDATE gatedloop_chain SET signature=? WHERE seq=?".replace("?", placeholder),
+            (signature, seq),
+            False,
+        )
+        return Appended(0, seq, SignedHead(seq, prev, signature, at) if signature else None)
     params: list[Any] = []
+    signature = None
     for index, (table, row) in enumerate(entries):
         seq += 1
         key, content = row_key(table, row), content_hash(table, row)
@@ -455,7 +475,7 @@ def append(
     for start in range(0, len(params), width):
         part = params[start : start + width]
         yield _insert(placeholder, len(part) // 8), part, False
-    return seq
+    return Appended(len(entries), seq, SignedHead(seq, prev, signature, at) if signature else None)
 
 
 def chained_statements(
@@ -465,11 +485,11 @@ def chained_statements(
     signer: Signer | None,
     *,
     started: bool,
-) -> Statements[int]:
+) -> Statements[Appended]:
     """Run `statements` in the caller's transaction and chain every evidence row they wrote (an evidence write
-    gets a RETURNING clause, so the row is hashed as stored); returns how many evidence rows were written."""
+    gets a RETURNING clause, so the row is hashed as stored); `written` is how many evidence rows were written."""
     if not started:
-        yield from begin_chain(placeholder, postgres)
+        yield from begin_chain(placeholder, postgres, signer)
     entries: list[tuple[str, dict[str, Any]]] = []
     for query, params in statements:
         table = chained_table(query)
@@ -478,8 +498,7 @@ def chained_statements(
             continue
         rows = yield query + returning(table), params, True
         entries.extend((table, as_row(table, row_values(row))) for row in rows)
-    yield from append(placeholder, postgres, entries, signer)
-    return len(entries)
+    return (yield from append(placeholder, postgres, entries, signer))
 
 
 # --- verification --------------------------------------------------------------------------------------------
@@ -527,6 +546,8 @@ class ChainEntry:
         )
 
     def where(self) -> str:
+        if self.table == GENESIS_TABLE:  # its key is the counts of earlier rows: long, and named by the word
+            return f"chain row {self.seq} (genesis)"
         return f"chain row {self.seq} ({self.table} {self.key})"
 
 
@@ -585,15 +606,50 @@ def check_links(
     return None
 
 
+ALLOW_UNSIGNED_GENESIS = "--allow-unsigned-genesis"
+
+
+def genesis_problem(genesis: ChainEntry, earlier: int, verifier: Verifier | None, allow_unsigned: bool) -> str | None:
+    """What is wrong with an unsigned genesis that counts `earlier` rows as before the chain (None: nothing).
+
+    Those rows are excused from every check, so anyone with write access could edit any row, delete the chain and
+    write an unsigned genesis that counts every row as earlier. With a key, a genesis that excuses rows must be
+    signed (one that excuses none gives no one anything: every row is then chained). A chain begun by an older
+    gatedloop has an unsigned genesis; an auditor who knows that accepts its earlier rows unchecked, explicitly
+    (`allow_unsigned`), rather than have `verify` pass in silence."""
+    if genesis.signature is not None or verifier is None or not earlier or allow_unsigned:
+        return None
+    return (
+        f"{genesis.where()}: unsigned, yet it counts {earlier} earlier rows as before the chain, so unchecked; with a"
+        f" key the genesis that excuses rows must be signed (a chain begun by an older gatedloop is not: if this"
+        f" is one, {ALLOW_UNSIGNED_GENESIS} accepts those rows unchecked)"
+    )
+
+
+def genesis_note(genesis: ChainEntry, earlier: int, verifier: Verifier | None) -> str | None:
+    """What `verify` says of an unsigned genesis it accepts (None for a signed one)."""
+    if genesis.signature is not None:
+        return None
+    if not earlier:
+        return "the genesis (chain row 1) is unsigned; it excuses no rows"
+    if verifier is None:
+        return f"the genesis (chain row 1) is unsigned: the {earlier} earlier rows it excuses rest on it alone"
+    accepted = f"its {earlier} earlier rows accepted unchecked ({ALLOW_UNSIGNED_GENESIS})"
+    return f"the genesis (chain row 1) is unsigned: {accepted}"
+
+
 def verify_chain(
     entries: Sequence[ChainEntry],
     current_rows: Callable[[str], Iterable[dict[str, Any]]],
     verifier: Verifier | None,
+    *,
+    allow_unsigned_genesis: bool = False,
 ) -> Report:
     """Check a whole ledger's chain against the rows as they are now (`current_rows(table)`: every row of a
     chained table): links, hashes and signatures; every row's latest entry matches the row (edited, swapped or
     deleted rows do not); no row written since the chain began lacks an entry (an inserted row does); with a key,
-    every decision is covered by a valid signature at or after it."""
+    every decision is covered by a valid signature at or after it, and a genesis that excuses rows is signed
+    (`genesis_problem`)."""
     report = Report(entries=len(entries))
     if not entries:
         if verifier is not None:  # an auditor who expects signatures: a missing chain is not a clean one
@@ -607,10 +663,16 @@ def verify_chain(
         report.problems.append(f"{genesis.where()}: the chain does not start with its genesis row")
         return report
     before = json.loads(genesis.key).get("before", {})
+    earlier = sum(v["rows"] for v in before.values())
     report.begins = f"chain row 1, at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(genesis.at))}" + (
-        f", after {sum(v['rows'] for v in before.values())} earlier rows (not in it: not verified)" if before else ""
+        f", after {earlier} earlier rows (not in it: not verified)" if before else ""
     )
     problems: list[tuple[int, str]] = []
+    refused = genesis_problem(genesis, earlier, verifier, allow_unsigned_genesis)
+    if refused:
+        problems.append((genesis.seq, refused))
+    elif note := genesis_note(genesis, earlier, verifier):
+        report.notes.append(note)
     links = Report()
     broken = check_links(entries, verifier, links)
     decisions: list[int] = []

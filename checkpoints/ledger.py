@@ -63,6 +63,7 @@ from gatedloop.checkpoints.evidence import SCHEMA as EVIDENCE_SCHEMA
 from gatedloop.checkpoints.outbox import SCHEMA as OUTBOX_SCHEMA
 from gatedloop.checkpoints.outbox import NotificationKind, OutboxStore, sqlite_kind_upgrade
 from gatedloop.checkpoints.pruning import Statements
+from gatedloop.checkpoints.witness import publish, witness_from_env
 
 T = TypeVar("T")
 
@@ -388,7 +389,8 @@ class SqlLedger(EvidenceStore, OutboxStore):
 
     Every write to an evidence or audit table goes through `_chained`: in the same transaction, each row written
     is appended to the evidence chain (checkpoints/chain.py), and the head is signed after a decision when a key
-    is configured (`signer`: `GATEDLOOP_SIGNING_KEY` unless set)."""
+    is configured (`signer`: `GATEDLOOP_SIGNING_KEY` unless set); each head signed is then appended to the witness
+    file, if there is one (`witness`: `GATEDLOOP_AUDIT_WITNESS` unless set; checkpoints/witness.py)."""
 
     recreated = False
     """See `Ledger.recreated`; only `SqliteLedger` can tell that its ledger was lost."""
@@ -399,6 +401,8 @@ class SqlLedger(EvidenceStore, OutboxStore):
     _chain_started = False
     _signer: Signer | None = None
     _signer_loaded = False
+    _witness: str | None = None
+    _witness_loaded = False
 
     @property
     def signer(self) -> Signer | None:
@@ -410,6 +414,17 @@ class SqlLedger(EvidenceStore, OutboxStore):
     @signer.setter
     def signer(self, value: Signer | None) -> None:
         self._signer, self._signer_loaded = value, True
+
+    @property
+    def witness(self) -> str | None:
+        """The file each signed head is appended to once committed (None: heads stay in the database only)."""
+        if not self._witness_loaded:
+            self._witness, self._witness_loaded = witness_from_env(), True
+        return self._witness
+
+    @witness.setter
+    def witness(self, value: str | None) -> None:
+        self._witness, self._witness_loaded = value, True
 
     def _write_plain(self, query: str, params: Sequence[Any]) -> int:
         raise NotImplementedError
@@ -428,17 +443,20 @@ class SqlLedger(EvidenceStore, OutboxStore):
             self._chained(statements)
 
     def _chained(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
-        written = self._transaction(
+        done = self._transaction(
             chained_statements("?", self.postgres, statements, self.signer, started=self._chain_started)
         )
         self._chain_started = True
-        return written
+        publish(self.witness, done.signed)
+        return done.written
 
     def sign_head(self) -> int:
         """Sign the chain's head now (`gatedloop audit sign`); its seq (0: no chain yet). Needs a key."""
         if self.signer is None:
             raise LedgerError("no signing key: set GATEDLOOP_SIGNING_KEY (see `gatedloop keys init`)")
-        return self._transaction(append("?", self.postgres, [], self.signer, sign=True))
+        done = self._transaction(append("?", self.postgres, [], self.signer, sign=True))
+        publish(self.witness, done.signed)
+        return done.head
 
     def chain(self, since_seq: int = 0) -> list[ChainEntry]:
         rows = self._run(f"SELECT {CHAIN_COLUMNS} FROM gatedloop_chain WHERE seq > ? ORDER BY seq", (since_seq,))

@@ -1,7 +1,8 @@
 """`gatedloop keys init` and `gatedloop audit sign|export|verify`: the evidence chain for operators and auditors.
 
 `audit verify FILE.jsonl --public-key KEY` needs no database (an auditor's machine); `gatedloop --db URL audit
-verify` checks the live ledger. Either exits non-zero naming the first row that does not hold (docs/evidence.md).
+verify` checks the live ledger. Either exits non-zero naming the first row that does not hold (docs/evidence.md);
+with `--witness FILE`, also when the chain ends before, or differs from, a head published to that file.
 """
 
 from __future__ import annotations
@@ -9,20 +10,32 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gatedloop.checkpoints.chain import (
+    ALLOW_UNSIGNED_GENESIS,
     KEY_ENV,
     PUBLIC_KEY_ENV,
+    SignedHead,
     Signer,
     Verifier,
     load_verifier,
     signer_from_env,
+    verify_chain,
     write_key_pair,
 )
 from gatedloop.checkpoints.receipts import build_receipts, receipt_line, verify_lines
+from gatedloop.checkpoints.witness import (
+    WITNESS_ENV,
+    WitnessCheck,
+    append_head,
+    check_witness,
+    export_chain,
+    witness_from_env,
+)
 from gatedloop.cli.app import EXIT_COMPLETED, EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE, CliError, open_saver, shown_db
 from gatedloop.cli.output import Output
 
@@ -69,14 +82,32 @@ def cmd_audit_sign(args: argparse.Namespace) -> int:
         raise CliError(
             f"no signing key: set {KEY_ENV} (PEM or a path) or give --key (see gatedloop keys init)", EXIT_USAGE
         )
+    witness = args.witness or witness_from_env()
     with open_saver(args.db) as saver:
         saver.ledger.signer = signer
+        saver.ledger.witness = None  # appended below, where a failure is this command's
         head = saver.ledger.sign_head()
-        entries = saver.ledger.chain(max(head - 1, 0))
-    chain_hash = entries[-1].chain_hash if entries else None
-    out.record("signed", db=shown_db(args.db), seq=head, chain_hash=chain_hash, key_id=signer.key_id)
-    out.say(f"signed chain row {head} ({chain_hash}) with key {signer.key_id}" if head else "no chain yet")
+        signed = [entry for entry in saver.ledger.chain(max(head - 1, 0)) if entry.seq == head]
+    chain_hash = signed[0].chain_hash if signed else None
+    if witness and signed and signed[0].signature:
+        _witness_head(witness, SignedHead(head, signed[0].chain_hash, signed[0].signature, time.time()))
+    out.record("signed", db=shown_db(args.db), seq=head, chain_hash=chain_hash, key_id=signer.key_id, witness=witness)
+    out.say(
+        f"signed chain row {head} ({chain_hash}) with key {signer.key_id}"
+        + (f"; appended to the witness {witness}" if witness else "")
+        if head
+        else "no chain yet"
+    )
     return EXIT_COMPLETED
+
+
+def _witness_head(witness: str, head: SignedHead) -> None:
+    try:
+        append_head(witness, head)
+    except OSError as exc:
+        raise CliError(
+            f"signed chain row {head.seq}, but the witness {witness} was not written: {exc}", EXIT_FAILED
+        ) from None
 
 
 def since_time(text: str | None) -> float | None:
@@ -116,6 +147,19 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
     return EXIT_COMPLETED
 
 
+def _witnessed(
+    args: argparse.Namespace, chain: Mapping[int, str], verifier: Verifier | None, whole: bool
+) -> WitnessCheck:
+    """The chain at hand (seq -> hash) against `--witness FILE`; nothing to check without one."""
+    if not args.witness:
+        return WitnessCheck()
+    path = Path(args.witness).expanduser()
+    if not path.is_file():
+        raise CliError(f"no witness file at {path}", EXIT_NOT_FOUND)
+    with path.open(encoding="utf-8") as handle:
+        return check_witness(handle, chain, verifier, whole=whole)
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     out = Output(args.json)
     verifier = _verifier(args)
@@ -125,27 +169,44 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             raise CliError(f"no receipts file at {path}", EXIT_NOT_FOUND)
         with path.open(encoding="utf-8") as handle:
             report = verify_lines(handle, verifier)
+        with path.open(encoding="utf-8") as handle:
+            witness = _witnessed(args, export_chain(handle), verifier, whole=False)
+        for note in witness.notes:
+            out.say(f"note: {note}")
         return _finish(
             out,
-            report.problems,
+            report.problems + witness.problems,
             f"{report.receipts} receipts verify"
             + (f" against key {verifier.key_id}" if verifier else " (hashes only: no --public-key)")
-            + (f"; {report.unsigned} not covered by a signature" if report.unsigned else ""),
+            + (f"; {report.unsigned} not covered by a signature" if report.unsigned else "")
+            + (witness.reached() if args.witness else ""),
             receipts=report.receipts,
+            notes=witness.notes,
         )
     with open_saver(args.db, read_only=True) as saver:
-        chain = saver.ledger.verify_chain(verifier)
-    for note in chain.notes:
+        entries = saver.ledger.chain()
+        chain = verify_chain(
+            entries, saver.ledger.chained_rows, verifier, allow_unsigned_genesis=args.allow_unsigned_genesis
+        )
+    witness = _witnessed(args, {entry.seq: entry.chain_hash for entry in entries}, verifier, whole=True)
+    notes = chain.notes + witness.notes
+    for note in notes:
         out.say(f"note: {note}")
     summary = (
         f"{chain.entries} chain rows verify ({chain.begins}); head: chain row {chain.head[0]}, {chain.head[1]}"
         + (f"; signed up to chain row {chain.signed_up_to} with key {verifier.key_id}" if verifier else "")
         if chain.entries and chain.head
         else "no chain yet"
-    )
+    ) + (witness.reached() if args.witness else "")
     head = {"seq": chain.head[0], "chain_hash": chain.head[1]} if chain.head else None
     return _finish(
-        out, chain.problems, summary, entries=chain.entries, begins=chain.begins, head=head, notes=chain.notes
+        out,
+        chain.problems + witness.problems,
+        summary,
+        entries=chain.entries,
+        begins=chain.begins,
+        head=head,
+        notes=notes,
     )
 
 
@@ -175,6 +236,9 @@ def add_commands(command: Callable[[str, str], argparse.ArgumentParser], shared:
     key_help = f"the signing key's PEM file ({KEY_ENV}: PEM text or a path)"
     sign = audit_sub.add_parser("sign", help="sign the chain's head now", parents=[shared])
     sign.add_argument("--key", metavar="FILE", help=key_help)
+    sign.add_argument(
+        "--witness", metavar="FILE", help=f"append the signed head to this witness file (default: {WITNESS_ENV})"
+    )
     sign.set_defaults(func=cmd_audit_sign)
     export = audit_sub.add_parser(
         "export", help="one receipt per decision and executed write (JSONL)", parents=[shared]
@@ -192,5 +256,16 @@ def add_commands(command: Callable[[str, str], argparse.ArgumentParser], shared:
     verify.add_argument("file", nargs="?", metavar="FILE.jsonl", help="an export to check without the database")
     verify.add_argument(
         "--public-key", metavar="KEY", help=f"PEM file or text ({PUBLIC_KEY_ENV}; default: {KEY_ENV}'s public half)"
+    )
+    verify.add_argument(
+        "--witness",
+        metavar="FILE",
+        help="also fail when the chain ends before, or differs from, a head published to this witness file",
+    )
+    verify.add_argument(
+        ALLOW_UNSIGNED_GENESIS,
+        action="store_true",
+        help="with a key, accept an unsigned genesis (a chain begun by an older gatedloop): the rows it counts as"
+        " earlier are then unchecked, as the output says",
     )
     verify.set_defaults(func=cmd_audit_verify)

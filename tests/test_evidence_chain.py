@@ -422,3 +422,185 @@ def test_resume_justification_goes_into_every_decision():
     answer = resume_answer(args, request)
     assert [d["justification"] for d in answer["decisions"]] == ["ok by ops", "ok by ops"]
     assert isinstance(args, argparse.Namespace)
+
+
+# --- the chain's ends: its genesis and its tail (issue 50) ------------------------------------------------------
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def key_files(tmp_path: Path) -> tuple[Signer, Path, Path]:
+    """A fresh key pair on disk: the signer, its private key's file and its public key's file."""
+    signer = Signer.generate()
+    private, public = tmp_path / "signing.key", tmp_path / "signing.pub"
+    private.write_bytes(signer.private_pem())
+    public.write_bytes(signer.verifier.public_pem())
+    return signer, private, public
+
+
+def plain_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A CLI environment with no key unless given: what an auditor's shell holds."""
+    return {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), **extra}
+
+
+def earlier_counts(saver: Any) -> dict[str, dict[str, int]]:
+    """What a genesis written now would count as before the chain: every row of every evidence table."""
+    counts = {}
+    for table, spec in CHAINED.items():
+        rows = saver.ledger.chained_rows(table)
+        top = max((int(r["seq"]) for r in rows), default=0) if "seq" in spec.columns else 0
+        counts[table] = {"rows": len(rows), "max_seq": top}
+    return counts
+
+
+def regenesis(saver: Any, signature: str | None) -> None:
+    """Someone without the key edits a decision, deletes the chain and writes one genesis that counts every row as
+    earlier than the chain (so none of them is checked), every hash computed correctly."""
+    sql(saver, "UPDATE gatedloop_approvals SET decision='reject' WHERE thread_id='t'")
+    sql(saver, "DELETE FROM gatedloop_chain")
+    key = chain_mod.canonical({"version": 1, "before": earlier_counts(saver)})
+    content, zero = chain_mod.sha256(key), chain_mod.ZERO_HASH
+    sql(
+        saver,
+        "INSERT INTO gatedloop_chain (seq, row_table, row_key, content_hash, prev_hash, chain_hash, at, signature)"
+        " VALUES (1, 'genesis', ?, ?, ?, ?, 2.0, ?)",
+        (key, content, zero, chain_hash(1, "genesis", key, content, zero, 2.0), signature),
+    )
+
+
+@pytest.mark.parametrize("signature", ["none", "the first genesis's"])
+def test_a_new_genesis_that_excuses_every_row_does_not_hide_an_edit(backend: Backend, tmp_path: Path, signature: str):
+    signer, _, public = key_files(tmp_path)
+    with isolated(backend) as store:
+        with store.open() as saver:
+            saver.ledger.signer = signer
+            approved_refund(saver, "t")
+            first = saver.ledger.chain()[0]
+            assert first.table == "genesis" and first.signature is not None  # a key signs the genesis too
+            regenesis(saver, None if signature == "none" else first.signature)
+        checked = run_cli(["--db", store.db, "audit", "verify", "--public-key", str(public)], plain_env(tmp_path))
+    assert checked.returncode == 1, checked.stdout
+    assert "evidence does not verify: chain row 1 (genesis)" in checked.stderr, checked.stderr
+
+
+def test_a_cut_tail_is_found_against_a_witnessed_head(backend: Backend, tmp_path: Path):
+    """The newest rows, signed decisions and all, deleted with their chain entries: nothing in the database says the
+    chain was longer, but the head `audit sign --witness` published outside it does."""
+    signer, private, public = key_files(tmp_path)
+    witness = tmp_path / "heads.jsonl"
+    with isolated(backend) as store:
+        with store.open() as saver:
+            saver.ledger.signer = signer
+            approved_refund(saver, "t")
+            cut_from = saver.ledger.chain()[-1].seq + 1
+            approved_refund(saver, "t2")
+        sign = ["--db", store.db, "audit", "sign", "--key", str(private), "--witness", str(witness)]
+        signed = run_cli(sign, plain_env(tmp_path))
+        assert signed.returncode == 0, signed.stderr
+        [head] = [json.loads(line) for line in witness.read_text().splitlines()]
+        assert set(head) == {"seq", "chain_hash", "signature", "key_id", "at"} and head["seq"] > cut_from
+        verify = ["--db", store.db, "audit", "verify", "--witness", str(witness), "--public-key", str(public)]
+        whole = run_cli(verify, plain_env(tmp_path))
+        assert whole.returncode == 0 and "witness" in whole.stdout, whole.stderr
+        with store.open() as saver:
+            for table in CHAINED:
+                sql(saver, f"DELETE FROM {table} WHERE thread_id='t2'")
+            sql(saver, "DELETE FROM gatedloop_chain WHERE seq >= ?", (cut_from,))
+            assert saver.ledger.verify_chain(signer.verifier).ok  # without the witness: unnoticed
+        cut = run_cli(verify, plain_env(tmp_path))
+    assert cut.returncode == 1, cut.stdout
+    assert f"witnessed head chain row {head['seq']}" in cut.stderr and f"ends at chain row {cut_from - 1}" in cut.stderr
+
+
+def test_each_signed_decision_appends_its_head_to_the_witness_file(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    signer, _, public = key_files(tmp_path)
+    witness = tmp_path / "heads.jsonl"
+    monkeypatch.setenv("GATEDLOOP_AUDIT_WITNESS", str(witness))
+    with isolated(backend) as store:
+        with store.open() as saver:
+            saver.ledger.signer = signer
+            approved_refund(saver, "t")
+            chain = {entry.seq: entry for entry in saver.ledger.chain()}
+        heads = [json.loads(line) for line in witness.read_text().splitlines()]
+        checked = run_cli(
+            ["--db", store.db, "audit", "verify", "--witness", str(witness), "--public-key", str(public)],
+            plain_env(tmp_path),
+        )
+    signed = [seq for seq, entry in chain.items() if entry.signature and entry.table != "genesis"]
+    assert signed and [h["seq"] for h in heads] == signed  # one line per signed head, in order
+    for head in heads:
+        assert head["chain_hash"] == chain[head["seq"]].chain_hash and head["key_id"] == signer.key_id
+        assert signer.verifier.check(head["seq"], head["chain_hash"], head["signature"]) is None
+    assert checked.returncode == 0, checked.stderr
+
+
+def _append_heads(path: str, writer: int, count: int) -> None:
+    from gatedloop.checkpoints.chain import SignedHead
+    from gatedloop.checkpoints.witness import append_head
+
+    for n in range(count):
+        append_head(path, SignedHead(writer * count + n, f"{writer:x}" * 64, "k" * 16 + ":" + "s" * 88, 1.0))
+
+
+def test_witness_lines_from_several_processes_never_interleave(tmp_path: Path):
+    import multiprocessing
+
+    witness, writers, count = str(tmp_path / "heads.jsonl"), 4, 150
+    context = multiprocessing.get_context("fork")
+    processes = [context.Process(target=_append_heads, args=(witness, w, count)) for w in range(writers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    assert [p.exitcode for p in processes] == [0] * writers
+    lines = Path(witness).read_text().splitlines()
+    assert sorted(json.loads(line)["seq"] for line in lines) == list(range(writers * count))
+
+
+def test_an_old_chain_with_an_unsigned_genesis_verifies_without_a_key_and_says_so(backend: Backend, tmp_path: Path):
+    """A database whose chain began under the previous release (its genesis unsigned, counting rows written before
+    the chain) still verifies by hashes; with a key it is refused unless the auditor accepts those rows unchecked."""
+    signer, _, public = key_files(tmp_path)
+    with isolated(backend) as store:
+        with store.open() as saver:
+            sql(
+                saver,
+                "INSERT INTO gatedloop_audit (thread_id, call_id, event, actor, at, detail)"
+                " VALUES ('old', 'x', 'validated', NULL, 1.0, '{}')",
+            )
+            saver.ledger.signer = None
+            saver.ledger.record("old", "y", "validated", {})  # the chain begins unsigned, as it used to
+            saver.ledger.signer = signer
+            approved_refund(saver, "t")
+        verify = ["--db", store.db, "audit", "verify"]
+        plain = run_cli(verify, plain_env(tmp_path))
+        strict = run_cli([*verify, "--public-key", str(public)], plain_env(tmp_path))
+        accepted = run_cli([*verify, "--public-key", str(public), "--allow-unsigned-genesis"], plain_env(tmp_path))
+    assert plain.returncode == 0 and "genesis (chain row 1) is unsigned" in plain.stdout, plain.stderr
+    assert strict.returncode == 1 and "chain row 1 (genesis): unsigned" in strict.stderr, strict.stderr
+    assert "--allow-unsigned-genesis" in strict.stderr
+    assert accepted.returncode == 0 and "1 earlier rows accepted unchecked" in accepted.stdout, accepted.stderr
+
+
+def test_an_export_written_before_the_witness_still_verifies_and_is_checked_against_one(tmp_path: Path):
+    """tests/data/receipts_466c842.jsonl was exported (with a key) by commit 466c842, before signed geneses and
+    witnesses; it verifies as it did, and against a witness of its own head, and not against a later head."""
+    export, public = DATA / "receipts_466c842.jsonl", DATA / "receipts_466c842.pub"
+    env = plain_env(tmp_path)
+    assert run_cli(["audit", "verify", str(export), "--public-key", str(public)], env).returncode == 0
+    last = json.loads(export.read_text().splitlines()[-1])["chain"][-1]
+    witness = tmp_path / "heads.jsonl"
+    own = {"seq": last["seq"], "chain_hash": last["chain_hash"], "signature": last["signature"]}
+    witness.write_text(json.dumps({**own, "key_id": last["signature"].split(":")[0], "at": 1.0}) + "\n")
+    verify = ["audit", "verify", str(export), "--witness", str(witness)]
+    reached = run_cli([*verify, "--public-key", str(public)], env)
+    assert reached.returncode == 0, reached.stderr
+    later = {**own, "seq": last["seq"] + 5, "key_id": "0" * 16, "signature": "0" * 16 + ":AAAA", "at": 2.0}
+    with witness.open("a") as handle:
+        handle.write(json.dumps(later) + "\n")
+    beyond = run_cli(verify, env)  # no key: the lines' signatures are not checked, their positions are
+    assert beyond.returncode == 1 and f"witnessed head chain row {later['seq']}" in beyond.stderr, beyond.stderr
+    forged = run_cli([*verify, "--public-key", str(public)], env)
+    assert forged.returncode == 1 and "witness line 2" in forged.stderr, forged.stderr
