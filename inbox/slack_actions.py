@@ -10,7 +10,8 @@ The click must name the request still pending and the exact arguments shown (els
 one). Then the answer takes the inbox's own path (`InboxBackend.send`: `runs.resume` with the reviewer's identity,
 or a run through the server), so the gate judges roles, self-approval, quorum, expiry and replaced requests as for
 any answer. Slack wants an answer within three seconds: the click is acknowledged at once and decided right after,
-and the message is then updated with who decided what, when, and what happened next.
+and the message is then updated with who answered when and what the gate did with each call, read from its record
+(`gatedloop.inbox.slack_outcome`); a click that came after the deadline is also told so, privately.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from gatedloop.inbox.slack import (
     utc,
     web_client,
 )
+from gatedloop.inbox.slack_outcome import CallOutcome, call_outcomes, too_late_notice
 from gatedloop.nodes.gate.hitl import InvalidDecision
 
 log = logging.getLogger("gatedloop.slack")
@@ -57,7 +59,6 @@ WINDOW_S = 300
 """Slack's (and `SignatureVerifier`'s) timestamp window; a trigger id is remembered this long."""
 UNMAPPED = "You are not a gatedloop reviewer (your Slack id is not in GATEDLOOP_SLACK_USERS): nothing was decided."
 FAILED = "This click could not be handled (see the inbox's log); open the request in the inbox to see where it stands."
-PAST_WORDS = {"approve": "Approved", "reject": "Rejected"}
 
 
 class SlackConfigError(ValueError):
@@ -208,25 +209,27 @@ class SlackActions:
         except ThreadBusy:
             self._tell(channel, slack_user, "Another answer is being applied to this thread; try again in a moment.")
             return
-        waiting = bool(result.get("__interrupt__"))
-        if decision != SUBMIT:
-            line = f"{PAST_WORDS[decision]} by {reviewer.user_id} at {utc(self.clock())}"
-        else:
-            each = ", ".join(
-                f"{PAST_WORDS[str(c)].lower()} {a.name} ({a.tool_call_id})"
-                for a, c in zip(view.actions, choices, strict=True)
-            )
-            line = f"Decided by {reviewer.user_id} at {utc(self.clock())}: {each}"
-        if waiting:
-            line += "; the request still waits (more approvals needed, or a new request)"
-        else:
-            status = str(result.get("status") or "unknown")
-            line += f"; the thread ended: {STOP_WORDS.get(status, status)}"
+        still_this = bool(result.get("__interrupt__")) and self._still_pending(backend, reviewer, origin, click)
+        _, policy = backend.requests(reviewer, origin).tools_and_policy(view.graph)
+        outcomes = call_outcomes(backend.ledger, policy, view.thread_id, view.request.calls)
+        for late in [o for o in outcomes if o.too_late]:
+            self._tell(channel, slack_user, too_late_notice(late))
+        line = self._report(reviewer, outcomes, result, still_this)
         message = payload.get("message") or {}
         ts = str((payload.get("container") or {}).get("message_ts") or message.get("ts") or "")
-        still_this = waiting and self._still_pending(backend, reviewer, origin, click)
         blocks = decided_message(message.get("blocks") or [], line, keep_buttons=still_this)
         self.client.chat_update(channel=channel, ts=ts, text=line, blocks=blocks)
+
+    def _report(self, reviewer: Reviewer, outcomes: list[CallOutcome], result: dict[str, Any], still_this: bool) -> str:
+        """The line the message gets: who answered when, what the gate did with each call, then where the thread
+        stands (still this request: its calls say what they wait for)."""
+        line = f"{reviewer.user_id} answered at {utc(self.clock())}. " + "; ".join(o.line() for o in outcomes) + "."
+        if still_this:
+            return line
+        if result.get("__interrupt__"):
+            return line + " The thread now waits on a new request."
+        status = str(result.get("status") or "unknown")
+        return line + f" The thread ended: {STOP_WORDS.get(status, status)}."
 
     def _still_pending(self, backend: Any, reviewer: Reviewer, origin: str, click: Click) -> bool:
         view = backend.requests(reviewer, origin).get(click.thread_id)

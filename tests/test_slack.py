@@ -265,7 +265,9 @@ def test_a_signed_approve_click_runs_the_write_once_and_updates_the_message(db, 
         assert runs.output(graph, "t1")["status"] == "completed"
     [update] = slack.of("chat.update")
     assert (update["channel"], update["ts"]) == (CHANNEL, ts)
-    assert "Approved by bo at " in update["text"] and update["text"].endswith("the thread ended: completed")
+    assert update["text"].startswith("bo answered at ")
+    assert "pay (c1): approved and ran (approved by bo)" in update["text"]
+    assert update["text"].endswith("The thread ended: completed.")
     assert [b["type"] for b in update["blocks"]][-1] == "context"
     assert "actions" not in [b["type"] for b in update["blocks"]]  # decided: no buttons left
     assert slack.of("chat.postEphemeral") == []
@@ -288,7 +290,7 @@ def test_each_call_gets_its_own_choice_and_submit_decides_them_in_one_answer(db,
         out = runs.output(graph, "t1")
     assert out["status"] == "completed" and out["answer"] == "done: c1=success; c2=error"
     [update] = slack.of("chat.update")
-    assert "Decided by bo at " in update["text"] and "approved pay (c1), rejected pay (c2)" in update["text"]
+    assert "pay (c1): approved and ran (approved by bo); pay (c2): rejected by bo" in update["text"]
     assert "actions" not in [b["type"] for b in update["blocks"]]
     assert not [b for b in update["blocks"] if "accessory" in b]  # decided: the choices are gone too
 
@@ -342,11 +344,31 @@ def test_two_approvers_of_a_quorum_run_the_write_after_the_second(db, slack):
             assert click(client, click_body({**posted, "blocks": first["blocks"]}, "1.2", "UDEE")) == 200
             assert payments(saver) == [{"amount": 250.0, "to": "bo"}]
     first_update, *_, last = slack.of("chat.update")
-    assert "Approved by bo" in first_update["text"] and "still waits" in first_update["text"]
+    assert "pay (c1): approved, waiting for 1 more approval (so far: bo; 2 needed)" in first_update["text"]
+    assert "ran" not in first_update["text"]
     assert "actions" in [b["type"] for b in first_update["blocks"]]  # still waiting for a second approver
-    assert "Approved by dee" in last["text"] and last["text"].endswith("the thread ended: completed")
+    assert last["text"].startswith("dee answered at ")
+    assert "pay (c1): approved and ran (approved by bo, dee)" in last["text"]
     assert "actions" not in [b["type"] for b in last["blocks"]]
-    assert "Approved by bo" in json.dumps(last["blocks"])  # the first approval is still told
+    assert "bo answered at " in json.dumps(last["blocks"])  # the first approval is still told
+
+
+def test_a_click_after_the_request_expired_is_reported_too_late_and_told_to_the_clicker(db, slack):
+    """The gate counts no answer past the deadline: the message says the call expired and nothing ran (not that
+    bo approved), and bo is told privately that his click came too late."""
+    with open_sqlite(db) as saver:
+        graph, request = start(saver, approval_ttl_s=1.0)
+        posted = post_request(saver, slack)
+        time.sleep(max(0.0, request["action_requests"][0]["expires_at"] + 0.05 - time.time()))
+        with inbox(graph, saver) as client:
+            assert click(client, click_body(posted, "1.2", "UBO")) == 200
+        assert payments(saver) == []
+    [update] = slack.of("chat.update")
+    assert "pay (c1): too late: its approval window closed at " in update["text"]
+    assert "nothing ran" in update["text"] and "approved" not in update["text"]
+    [told] = slack.of("chat.postEphemeral")
+    assert told["user"] == "UBO" and told["text"].startswith("Too late: pay (c1)")
+    assert "your answer was not counted and nothing ran" in told["text"]
 
 
 def test_a_click_on_a_decided_or_replaced_request_is_refused_with_the_current_one(db, slack):
@@ -375,7 +397,7 @@ def test_a_click_on_a_decided_or_replaced_request_is_refused_with_the_current_on
     decided = slack.of("chat.postEphemeral")[-1]
     assert "already decided" in decided["text"]
     [update] = slack.of("chat.update")
-    assert "Rejected by bo" in update["text"]
+    assert "pay (c2): rejected by bo (“Rejected in Slack by bo.”), not run" in update["text"]
 
 
 def test_a_message_that_cannot_be_updated_is_told_privately_and_the_decision_stands(db, slack):
@@ -454,7 +476,8 @@ def test_under_langgraph_dev_a_click_at_inbox_slack_actions_decides_through_the_
             [update] = slack.wait_for("chat.update")
         thread = client.threads.get(thread_id)
     assert thread["status"] == "idle" and thread["values"]["status"] == "completed"
-    assert "Approved by bo" in update["text"] and update["text"].endswith("the thread ended: completed")
+    assert "pay (c1): approved and ran (approved by bo)" in update["text"]
+    assert update["text"].endswith("The thread ended: completed.")
     paid = Effects(db.with_name("effects.sqlite")).rows("pay")
     assert [args for _, args, _ in paid] == [{"amount": 500.0, "to": "bo"}]
 
@@ -500,7 +523,7 @@ def test_under_a_servers_auth_a_click_acts_with_the_mapped_reviewers_token(tmp_p
         "text": "Not accepted: pay (c1): deciding this call needs one of the roles ['finance']",
     }
     assert thread["status"] == "idle" and thread["values"]["status"] == "completed"
-    assert "Approved by bo" in update["text"]
+    assert "pay (c1): approved and ran (approved by bo)" in update["text"]
     paid = Effects(db.with_name("effects.sqlite")).rows("pay")
     assert [args for _, args, _ in paid] == [{"amount": 500.0, "to": "bo"}]
     from gatedloop.checkpoints.ledger import SqliteLedger

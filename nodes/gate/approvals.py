@@ -192,12 +192,17 @@ def apply_decision(
         approved: CallPlan = {**edited, "approved_digest": edited["digest"], "edited": True, "verdict": verdict}
         return Applied(approved, None, evidence_of(edited["digest"]))
     if kind == "reject":
-        reason = decision.get("message") or errors.REJECTED
+        reason = rejection_reason(decision)
         message = error_message(plan["id"], plan["name"], errors.ToolFailure(reason, error_type="rejected_by_reviewer"))
         return Applied({**base, "verdict": "answered"}, message, evidence_of(digest_now))
     body = responded_result(decision.get("message"))
     answer = result_message(plan["id"], plan["name"], body)
     return Applied({**base, "verdict": "answered"}, answer, evidence_of(digest_now))
+
+
+def rejection_reason(decision: Decision) -> str:
+    """What the model is told of a rejection, and what its audit row keeps as the reason."""
+    return decision.get("message") or errors.REJECTED
 
 
 def _unmasked(edited: dict[str, Any], original: dict[str, Any], secret: frozenset[str]) -> dict[str, Any]:
@@ -281,6 +286,7 @@ def record_decisions(
         fresh.append(approval)
         note = decisions[call_id].get("note")
         justification = decisions[call_id].get("justification")
+        reason = rejection_reason(decisions[call_id]) if approval.decision == "reject" else None
         detail = {
             "request_id": request["request_id"],
             "decision": approval.decision,
@@ -289,6 +295,7 @@ def record_decisions(
             "roles": sorted(approval.roles),
             **({"note": note} if note else {}),
             **({"justification": justification} if justification else {}),
+            **({"message": reason} if reason else {}),
         }
         event = "decision" if not earlier else f"decision:{approval.reviewer}:{approval.args_digest[:8]}"
         events.append(AuditEvent(call_id, event, detail, approval.reviewer))
