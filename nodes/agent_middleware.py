@@ -14,8 +14,9 @@ nodes/run/wrapped_run.py. What would walk around the gate is refused at `build_g
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 # create_agent's own composition and schema merging, reused so the order rules are LangChain's (private names:
@@ -32,6 +33,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.tools import BaseTool
 from langgraph.graph.message import add_messages
+from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from gatedloop.nodes.provider.streamed_args import ainvoke_capturing, invoke_capturing
 
@@ -96,8 +98,7 @@ class Middlewares:
         wrapping = [m for m in self.items if _overrides(m, "wrap_model_call")]
         self.wrap_model_call = _chain_model_call_handlers([m.wrap_model_call for m in wrapping])
         self.awrap_model_call = _chain_async_model_call_handlers([m.awrap_model_call for m in wrapping])
-        tool_wrapping = [m for m in self.items if _overrides(m, "wrap_tool_call")]
-        self.wrap_tool_call = _chain_tool_call_wrappers([m.wrap_tool_call for m in tool_wrapping])
+        self.tool_wrappers = tuple((m.name, m.wrap_tool_call) for m in self.items if _overrides(m, "wrap_tool_call"))
 
     @property
     def tools(self) -> list[BaseTool]:
@@ -119,11 +120,13 @@ class HookState:
     applied before the next runs (hand-written: create_agent makes each hook a graph node, which would put hooks
     between `model` and `validate`; here they run inside the node, so LangGraph's channels do not apply them).
     `messages` changes stay here (the model's view); other keys are also kept in `stored`, the node's update
-    (a key with a reducer receives the node's last write, once)."""
+    (a key with a reducer receives the node's last write, once). The hooks get a deep copy: a hook (or a
+    `wrap_model_call`, handed these messages) that changes a message or a plan in place changes neither the stored
+    thread nor the gate's state."""
 
     def __init__(self, state: Any, messages: list[BaseMessage], protected: frozenset[str]):
         self.protected = protected
-        self.state: dict[str, Any] = {**state, "messages": list(messages)}
+        self.state: dict[str, Any] = copy.deepcopy({**state, "messages": list(messages)})
         self.stored: dict[str, Any] = {}
         self.jumped_to_end = False
 
@@ -250,3 +253,28 @@ def _reply(result: Any) -> BaseMessage:
     if len(messages) != 1:
         raise TypeError(f"a wrap_model_call answered with {len(messages)} AI messages, not one")
     return messages[0]
+
+
+ToolWrapper = Callable[[ToolCallRequest, Callable[[ToolCallRequest], Any]], Any]
+HandedOn = Callable[[str, ToolCallRequest], None]
+
+
+def chain_checked_tool_wrappers(wrappers: Sequence[tuple[str, ToolWrapper]], handed_on: HandedOn) -> ToolWrapper:
+    """The middleware's `wrap_tool_call`s composed as `create_agent` composes them (the first is the outermost),
+    with `handed_on(name, request)` called on every request a middleware hands to its handler, so a change to the
+    call is refused and blamed on the middleware that made it (nodes/run/wrapped_run.py)."""
+
+    def checked(name: str, wrap: ToolWrapper) -> ToolWrapper:
+        def layer(request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
+            def handed(req: ToolCallRequest) -> Any:
+                handed_on(name, req)
+                return handler(req)
+
+            return wrap(request, handed)
+
+        return layer
+
+    composed = _chain_tool_call_wrappers([checked(name, wrap) for name, wrap in wrappers])
+    if composed is None:
+        raise ValueError("no wrap_tool_call to chain")
+    return composed

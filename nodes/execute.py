@@ -267,6 +267,8 @@ class _Turn:
             shown = self.parts.registry.policy(plan["name"]).masked(plan["args"])
             answers.append(_message(plan, shown, outcome, content))
             events.append(AuditEvent(plan["id"], "executed", _audit(plan, shown, outcome)))
+            if outcome.get("error_type") == "call_changed":
+                events.append(AuditEvent(plan["id"], "call_changed", {"tool": plan["name"], "refusal": content}))
         counters["tool_calls"] += len(self.runnable)
         counters["per_tool"] = per_tool
         counters["waited_s"] += self.waited_s

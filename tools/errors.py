@@ -26,6 +26,7 @@ ErrorType = Literal[
     "approval_expired",
     "superseded",
     "tool_changed",
+    "call_changed",
 ]
 
 RETRYABLE: dict[str, bool] = {
@@ -44,6 +45,7 @@ RETRYABLE: dict[str, bool] = {
     "approval_expired": False,
     "superseded": False,
     "tool_changed": True,
+    "call_changed": False,
 }
 
 UNKNOWN_TOOL = "No tool named {name!r} exists. Available tools: {available}."

@@ -23,7 +23,6 @@ from typing import Any
 import anyio
 import httpx
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
 from gatedloop.checkpoints.ledger import Claims, Ledger, LedgerEntry, idempotency_key
@@ -37,6 +36,7 @@ from gatedloop.nodes.gate.outcomes import (
     unknown,
 )
 from gatedloop.nodes.gate.settling import CANNOT_TELL
+from gatedloop.nodes.run.decided_args import DecidedArgs
 from gatedloop.nodes.run.masked_trace import run_masked
 from gatedloop.nodes.run.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.nodes.run.wrapped_run import run_wrapped
@@ -109,35 +109,38 @@ def attempt_here(thread_id: str, call_id: str) -> Iterator[None]:
                 del _ATTEMPTS_HERE[key]
 
 
-def invoke_tool(tool: BaseTool, tool_input: Any, config: RunnableConfig, shown_args: dict[str, Any] | None) -> Any:
-    """Run the tool; with `shown_args` (a tool with `secret_args`), callbacks see only those (run/masked_trace.py)."""
+def invoke_tool(
+    registry: ToolRegistry, plan: CallPlan, decided: DecidedArgs, env: ToolEnv | None, config: RunnableConfig
+) -> Any:
+    """Run the tool on exactly the decided arguments (checked as it is called), plus what it asks to be injected;
+    with `secret_args`, callbacks see only the masked arguments (run/masked_trace.py)."""
+    tool = registry.tools[plan["name"]]
+    policy = registry.policy(plan["name"])
 
     def run(config: RunnableConfig) -> Any:
+        prepared = tool_input(tool, registry.injections[plan["name"]], plan, decided.checked(), env, config)
         if getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None:
-            return asyncio.run(tool.ainvoke(tool_input, config))
-        return tool.invoke(tool_input, config)
+            return asyncio.run(tool.ainvoke(prepared, config))
+        return tool.invoke(prepared, config)
 
-    return tool_output(tool.name, run(config) if shown_args is None else run_masked(tool, shown_args, config, run))
+    if not policy.secret_args:
+        return tool_output(tool.name, run(config))
+    return tool_output(tool.name, run_masked(tool, policy.masked(decided.args), config, run))
 
 
-def submit(registry: ToolRegistry, plan: CallPlan, args: dict[str, Any], env: ToolEnv | None) -> Future[Any]:
-    """Start the tool in the pool with the run's config and injected arguments, in a copy of this context
-    (so `get_config`, `get_stream_writer` and `get_store` work inside the tool as they do in a node)."""
-    tool = registry.tools[plan["name"]]
+def submit(registry: ToolRegistry, plan: CallPlan, env: ToolEnv | None, injected_key: str | None = None) -> Future[Any]:
+    """Start the tool in the pool with the run's config, in a copy of this context (so `get_config`,
+    `get_stream_writer` and `get_store` work inside the tool as they do in a node). A middleware's
+    `wrap_tool_call` gets its own copy of the call; the tool gets the decided arguments (invariant 16)."""
     config = tool_config(plan)
-    try:
-        prepared = tool_input(tool, registry.injections[plan["name"]], plan, args, env, config)
-    except Exception as exc:  # a missing store or state field: the tool's failure, logged, never a crash
-        failed: Future[Any] = Future()
-        failed.set_exception(exc)
-        return failed
-    policy = registry.policy(plan["name"])
-    shown = policy.masked(args) if policy.secret_args else None
-    if env is not None and env.wrap_tool_call is not None:
-        visible = policy.masked(plan["args"]) if policy.secret_args else plan["args"]
-        run = functools.partial(invoke_tool, tool, prepared, config, shown)
+    decided = DecidedArgs.of(plan, injected_key)
+    run = functools.partial(invoke_tool, registry, plan, decided, env, config)
+    if env is not None and env.tool_wrappers:
+        policy = registry.policy(plan["name"])
+        visible = policy.masked(decided.args) if policy.secret_args else decided.args
+        tool = registry.tools[plan["name"]]
         return _POOL.submit(contextvars.copy_context().run, run_wrapped, env, plan, tool, visible, config, run)
-    return _POOL.submit(contextvars.copy_context().run, invoke_tool, tool, prepared, config, shown)
+    return _POOL.submit(contextvars.copy_context().run, run)
 
 
 def _failure(exc: BaseException, name: str, call_id: str) -> Outcome:
@@ -151,7 +154,7 @@ def run_read(registry: ToolRegistry, plan: CallPlan, max_chars: int, env: ToolEn
     """A read: safe to repeat, so a timeout is simply a `timeout` error."""
     policy = registry.policy(plan["name"])
     started = time.monotonic()
-    future = submit(registry, plan, plan["args"], env)
+    future = submit(registry, plan, env)
     finished, result, exc = _wait(future, policy.timeout_s, plan)
     if not finished:
         outcome = error_outcome(
@@ -256,11 +259,9 @@ def start_write(
     """Run a write this process holds the claim (`entry`) for, and record its outcome in the ledger."""
     policy = registry.policy(plan["name"])
     attempts = entry.attempts
-    args = dict(plan["args"])
-    if registry.takes_idempotency_key(plan["name"]):
-        args["idempotency_key"] = entry.idempotency_key
+    key = entry.idempotency_key if registry.takes_idempotency_key(plan["name"]) else None
     started = time.monotonic()
-    future = submit(registry, plan, args, env)
+    future = submit(registry, plan, env, key)
     finished, result, exc = _wait(future, policy.timeout_s, plan)
     if not finished:
         _IN_FLIGHT[(thread_id, plan["id"])] = future

@@ -8,6 +8,7 @@ the decision and the reviewer.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -40,13 +41,17 @@ class ToolEnv:
     store: BaseStore | None
     stream_writer: StreamWriter
     tools: tuple[BaseTool, ...] = ()
-    wrap_tool_call: Any = None
-    """The middleware's composed `wrap_tool_call` (nodes/run/wrapped_run.py), or None."""
+    tool_wrappers: tuple[tuple[str, Any], ...] = ()
+    """Each middleware's name and `wrap_tool_call`, outermost first (nodes/run/wrapped_run.py)."""
 
     @classmethod
     def of(cls, state: Any, runtime: Runtime, tools: Sequence[BaseTool], middleware: Any = None) -> ToolEnv:
-        wrap = middleware.wrap_tool_call if middleware is not None else None
-        return cls(state, runtime.context, runtime.store, runtime.stream_writer, tuple(tools), wrap)
+        """With tool wrappers, the state they (and the tools) see is a deep copy: a wrapper that changes it in place
+        changes neither the thread nor a plan this turn has still to run."""
+        wrappers = middleware.tool_wrappers if middleware is not None else ()
+        if wrappers:
+            state = copy.deepcopy(state)
+        return cls(state, runtime.context, runtime.store, runtime.stream_writer, tuple(tools), wrappers)
 
     def runtime(self, config: RunnableConfig, call_id: str) -> ToolRuntime:
         """The `ToolRuntime` a tool (or a middleware's `wrap_tool_call`) is given, as `ToolNode` builds it."""
