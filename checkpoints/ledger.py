@@ -318,6 +318,7 @@ class Audit(Protocol):
         self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None
     ) -> None: ...
     def audit(self, thread_id: str) -> list[dict[str, Any]]: ...
+    def has_event(self, thread_id: str, call_id: str, event: str) -> bool: ...
 
 
 class CancelFlags(Protocol):
@@ -531,6 +532,11 @@ class SqlLedger(EvidenceStore, OutboxStore):
             "SELECT call_id, event, actor, at, detail FROM gatedloop_audit WHERE thread_id=? ORDER BY seq", (thread_id,)
         )
         return [{"call_id": c, "event": e, "actor": a, "at": at, "detail": json.loads(d)} for c, e, a, at, d in rows]
+
+    def has_event(self, thread_id: str, call_id: str, event: str) -> bool:
+        """Whether this (call, event) is recorded: one lookup on the trail's unique key, not the thread's trail."""
+        query = "SELECT 1 FROM gatedloop_audit WHERE thread_id=? AND call_id=? AND event=?"
+        return bool(self._run(query, (thread_id, call_id, event)))
 
     def request_cancel(self, thread_id: str) -> None:
         self._write(

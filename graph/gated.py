@@ -6,7 +6,7 @@ LangGraph Server and Aegra, `gatedloop.graph.runs`), so this is the one place th
 data to what the call carries:
 
 - a new human message: the request's `requester`, a state field written with the message (a client's value for
-  it is replaced; `update_state` cannot set it);
+  it is replaced; `update_state` cannot set it: it is one of `OWN_FIELDS`, with the model's kept view);
 - an answer (`Command(resume=...)`): its sender, wrapped around the value (nodes/gate/senders.py), stored by
   LangGraph with it before any node reads it;
 - the runtime context the tools see: under server auth, its identity fields are the authenticated user's; an
@@ -17,6 +17,9 @@ the thread (invariant 11, graph/thread_graph.py): so a served graph, which the s
 to it too.
 
 The nodes never read who is running the graph; they read these.
+
+`OWN_FIELDS` are state fields only gatedloop writes: a client's value for one is dropped from run input, a command's
+`update` and every `update_state` (invariants 13 and 18), whatever node it is written as.
 """
 
 from __future__ import annotations
@@ -36,8 +39,12 @@ from gatedloop.graph.contexts import kept_fields, missing_fields, reused_fields
 from gatedloop.graph.thread_graph import claim_thread
 from gatedloop.nodes.gate.identity import authenticated_context, caller_context, stored_identity
 from gatedloop.nodes.gate.senders import bind_sender
+from gatedloop.nodes.model_view import MODEL_VIEW_FIELD
 from gatedloop.nodes.state import REQUESTER_FIELD
 from gatedloop.tools.policy import CallContext
+
+OWN_FIELDS = frozenset({REQUESTER_FIELD, MODEL_VIEW_FIELD})
+"""Who sent a request's message (bound here as it enters) and the view of the thread `model` kept for the model."""
 
 
 class GatedGraph(CompiledStateGraph):
@@ -67,12 +74,12 @@ class GatedGraph(CompiledStateGraph):
             yield chunk
 
     def bulk_update_state(self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
-        return super().bulk_update_state(config, _without_requester(supersteps))
+        return super().bulk_update_state(config, _without_own_fields(supersteps))
 
     async def abulk_update_state(
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
-        return await super().abulk_update_state(config, _without_requester(supersteps))
+        return await super().abulk_update_state(config, _without_own_fields(supersteps))
 
     def _saved_thread(self, config: RunnableConfig | None) -> str | None:
         """The thread a run over this graph's own checkpointer is for: the one the graph that made it must run."""
@@ -116,8 +123,8 @@ def _requester(caller: CallContext, context: Any) -> dict[str, Any]:
 
 def _with_requester(values: Mapping[str, Any], caller: CallContext, context: Any) -> dict[str, Any]:
     """Values with the requester set when they carry messages (a request's requester is who sent its message),
-    and a client's own `requester` dropped either way."""
-    kept = {k: v for k, v in values.items() if k != REQUESTER_FIELD}
+    and a client's own `OWN_FIELDS` dropped either way."""
+    kept = _without_own(values)
     return {**kept, REQUESTER_FIELD: _requester(caller, context)} if kept.get("messages") else kept
 
 
@@ -127,7 +134,7 @@ def _update_with_requester(command: Command, caller: CallContext, context: Any) 
         return None
     if isinstance(command.update, Mapping):
         return _with_requester(command.update, caller, context)
-    pairs = [(key, value) for key, value in command._update_as_tuples() if key != REQUESTER_FIELD]
+    pairs = _pairs_without_own(command)
     if any(key == "messages" for key, _ in pairs):
         pairs.append((REQUESTER_FIELD, _requester(caller, context)))
     return pairs
@@ -151,14 +158,25 @@ def _kept(values: Mapping[str, Any]) -> Mapping[str, Any]:
     return kept if isinstance(kept, Mapping) else {}
 
 
-def _without_requester(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:
-    """State updates without `requester`: only a message entering through `stream` says who asked."""
-    cleaned: list[list[StateUpdate]] = []
-    for step in supersteps:
-        updates: list[StateUpdate] = []
-        for values, *where in step:
-            if isinstance(values, Mapping) and REQUESTER_FIELD in values:
-                values = {k: v for k, v in values.items() if k != REQUESTER_FIELD}
-            updates.append(StateUpdate(values, *where))
-        cleaned.append(updates)
-    return cleaned
+def _without_own_fields(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:
+    """State updates without `OWN_FIELDS`, in every form a node's output may take (a dict, a `Command`, a list of
+    them): only a message entering through `stream` says who asked, and only `model` keeps a view."""
+    return [[StateUpdate(_written(values), *where) for values, *where in step] for step in supersteps]
+
+
+def _written(values: Any) -> Any:
+    if isinstance(values, Mapping):
+        return _without_own(values)
+    if isinstance(values, Command) and values.update is not None:
+        return dataclasses.replace(values, update=_pairs_without_own(values))
+    if isinstance(values, list | tuple):
+        return [_written(v) for v in values]
+    return values
+
+
+def _without_own(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in OWN_FIELDS}
+
+
+def _pairs_without_own(command: Command) -> list[tuple[str, Any]]:
+    return [(key, value) for key, value in command._update_as_tuples() if key not in OWN_FIELDS]

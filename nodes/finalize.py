@@ -18,7 +18,8 @@ from langgraph.runtime import Runtime
 from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.open_calls import leftover_answers
-from gatedloop.nodes.model_view import view_of
+from gatedloop.nodes.gate.views import kept_view
+from gatedloop.nodes.model_view import MODEL_VIEW_FIELD, view_of
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.notices import queue_finished_notice
 from gatedloop.nodes.state import PROTECTED_KEYS, GatedState
@@ -63,17 +64,20 @@ def make_finalize_node(parts: LoopParts):
         if removals or answered:
             update["messages"] = [*removals, *answered]
         if parts.middleware is not None and parts.middleware.after_agent:
-            update.update(_after_agent(parts, {**state, **update}, messages, runtime))
+            update.update(_after_agent(parts, thread_id, {**state, **update}, messages, runtime))
         return update
 
     return finalize
 
 
-def _after_agent(parts: LoopParts, state: dict[str, Any], messages: list[Any], runtime: Runtime) -> dict[str, Any]:
-    """The middleware's `after_agent` hooks, last first as `create_agent` chains them. Their state keys are
-    stored; a change to `messages` is not (the finished thread is evidence), and is logged."""
+def _after_agent(
+    parts: LoopParts, thread_id: str, state: dict[str, Any], messages: list[Any], runtime: Runtime
+) -> dict[str, Any]:
+    """The middleware's `after_agent` hooks, last first as `create_agent` chains them, shown the thread as the model
+    was (through a view gatedloop kept, never one written from outside). Their state keys are stored; a change to
+    `messages` is not (the finished thread is evidence), and is logged."""
     assert parts.middleware is not None
-    shown = view_of(messages, state.get("model_view"))
+    shown = view_of(messages, kept_view(parts.ledger, thread_id, state.get(MODEL_VIEW_FIELD)))
     hooks = parts.middleware.hook_state(state, shown, PROTECTED_KEYS)
     hooks.run(parts.middleware.after_agent, "after_agent", runtime)
     if hooks.messages != shown:

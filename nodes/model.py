@@ -27,12 +27,13 @@ from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.call_arguments import entry_plan
 from gatedloop.nodes.gate.open_calls import close_open_calls
 from gatedloop.nodes.gate.proposals import record_proposals
-from gatedloop.nodes.model_view import view_of, view_record
+from gatedloop.nodes.gate.views import keep_view, kept_view
+from gatedloop.nodes.model_view import MODEL_VIEW_FIELD, view_of, view_record
 from gatedloop.nodes.parts import LoopParts, fresh_counters
 from gatedloop.nodes.provider.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.provider.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.run.unknown import make_settle_task
-from gatedloop.nodes.state import PROTECTED_KEYS, CallPlan, GatedState, RequestCounters
+from gatedloop.nodes.state import PROTECTED_KEYS, CallPlan, GatedState, ModelView, RequestCounters
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
 from gatedloop.tools.registry import ToolRegistry
 
@@ -230,7 +231,21 @@ class _Accept:
         await asyncio.to_thread(turn.accept, self.response)
 
 
-_Step = _Hooks | _Call | _Accept
+@dataclass(frozen=True)
+class _KeepView:
+    """A view the hooks made, recorded by the gate before the state keeps it (blocking SQLite): only a view so
+    recorded is shown again (nodes/gate/views.py)."""
+
+    view: ModelView
+
+    def run(self, turn: _ModelTurn, runtime: Runtime) -> None:
+        keep_view(turn.parts.ledger, turn.thread_id, self.view)
+
+    async def arun(self, turn: _ModelTurn, runtime: Runtime) -> None:
+        await asyncio.to_thread(keep_view, turn.parts.ledger, turn.thread_id, self.view)
+
+
+_Step = _Hooks | _Call | _Accept | _KeepView
 
 
 class _ModelTurn:
@@ -274,7 +289,9 @@ class _ModelTurn:
         self.fresh = fresh
         self.runtime = runtime
         mw = parts.middleware
-        self.kept_view = state.get("model_view")
+        self.stored_view = state.get(MODEL_VIEW_FIELD)
+        self.kept_view = kept_view(parts.ledger, self.thread_id, self.stored_view) if mw is not None else None
+        self.new_view: ModelView | None = None
         shown = view_of(messages, self.kept_view)
         self.hooks = mw.hook_state(state, shown, PROTECTED_KEYS) if mw is not None else None
         self.call = parts.model_call
@@ -290,7 +307,9 @@ class _ModelTurn:
             return
         record = view_record(self.closed.view, self.messages)
         if record != self.kept_view:
-            self.reset["model_view"] = record
+            self.new_view = record
+        if record != self.stored_view:
+            self.reset[MODEL_VIEW_FIELD] = record
         if not self.hooks.jumped_to_end:
             return
         reply = self.hooks.final_reply({m.id for m in self.closed.view})
@@ -352,6 +371,8 @@ class _ModelTurn:
                 yield _Hooks(mw.before_agent, "before_agent")
             yield _Hooks(mw.before_model, "before_model")
             self.hooked()
+            if self.new_view is not None:
+                yield _KeepView(self.new_view)
         while (request := self.next_request()) is not None:
             raw = yield _Call(request)
             if isinstance(raw, Exception):

@@ -4,6 +4,10 @@ A `before_model` hook may rewrite the thread's start (`SummarizationMiddleware` 
 `create_agent` that rewrite replaces the stored thread; here the stored thread is the gate's evidence and stays
 whole, and the rewrite is kept as the state's `model_view`, so the next request's hooks start from it as they
 would from `create_agent`'s rewritten thread (and a summarizer is not asked again each request).
+
+What the model is shown is gatedloop's alone (invariant 18): a client's `model_view` is dropped as it enters
+(graph/gated.py), and a view is used only if the gate finds it recorded for the thread when `model` kept it
+(nodes/gate/views.py), since the state can be written by paths that never pass there.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from langchain_core.messages import AnyMessage, BaseMessage
 from gatedloop.nodes.state import ModelView
 
 log = logging.getLogger("gatedloop.middleware")
+
+MODEL_VIEW_FIELD = "model_view"
 
 
 def view_of(stored: list[BaseMessage], view: ModelView | None) -> list[BaseMessage]:
