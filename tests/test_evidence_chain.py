@@ -5,6 +5,11 @@ after a row is deleted, a verdict or an argument digest edited, two rows swapped
 recomputed by someone without the key; an untouched ledger verifies, on SQLite and Postgres (one body per backend;
 on Postgres each test gets a schema of its own, since the chain is one per database). Several writers at once
 leave a chain that verifies. An export verifies offline, and not after any byte of a receipt changes.
+
+The chain's ends (issue 50): with a key the genesis is signed, and a new unsigned genesis that excuses every row
+(hiding an edit) fails `verify` with the key; a chain begun unsigned by an older release verifies without a key
+and says so. A tail cut with its signatures is found against a head published to a witness file (`audit sign
+--witness`, or each signed decision's with `GATEDLOOP_AUDIT_WITNESS`), live and offline.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from langgraph.types import Command
 from pg_server import url_in_schema
 
 from gatedloop.checkpoints import chain as chain_mod
-from gatedloop.checkpoints.chain import CHAINED, Signer, chain_hash, content_hash, row_key
+from gatedloop.checkpoints.chain import CHAINED, SignedHead, Signer, chain_hash, content_hash, row_key
 from gatedloop.checkpoints.evidence import ApprovalRecord, AuditEvent
 from gatedloop.checkpoints.receipts import build_receipts, receipt_line, verify_lines, verify_receipt
+from gatedloop.checkpoints.witness import append_head
 from gatedloop.graph import CallContext, build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import ToolPolicy
@@ -537,14 +543,12 @@ def test_each_signed_decision_appends_its_head_to_the_witness_file(
 
 
 def _append_heads(path: str, writer: int, count: int) -> None:
-    from gatedloop.checkpoints.chain import SignedHead
-    from gatedloop.checkpoints.witness import append_head
-
     for n in range(count):
         append_head(path, SignedHead(writer * count + n, f"{writer:x}" * 64, "k" * 16 + ":" + "s" * 88, 1.0))
 
 
 def test_witness_lines_from_several_processes_never_interleave(tmp_path: Path):
+    """Forked writers (nothing left to import in them) append at once; every line comes out whole."""
     import multiprocessing
 
     witness, writers, count = str(tmp_path / "heads.jsonl"), 4, 150
