@@ -32,6 +32,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import merge_configs
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.errors import InvalidUpdateError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateUpdate
 
@@ -165,12 +166,16 @@ def _without_own_fields(supersteps: Sequence[Sequence[StateUpdate]]) -> list[lis
 
 
 def _written(values: Any) -> Any:
+    """One write as LangGraph reads a node's output, without `OWN_FIELDS`; an object it would read by its
+    attributes (a dataclass, a pydantic model) that holds one is refused, as it cannot be written without it."""
     if isinstance(values, Mapping):
         return _without_own(values)
     if isinstance(values, Command) and values.update is not None:
         return dataclasses.replace(values, update=_pairs_without_own(values))
     if isinstance(values, list | tuple):
         return [_written(v) for v in values]
+    if any(getattr(values, field, None) is not None for field in OWN_FIELDS):
+        raise InvalidUpdateError(f"a state write cannot set {', '.join(sorted(OWN_FIELDS))}: only gatedloop does")
     return values
 
 

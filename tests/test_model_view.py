@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from langchain.agents.middleware import ModelCallLimitMiddleware, SummarizationMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.errors import InvalidUpdateError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateUpdate
 from pydantic import PrivateAttr
@@ -138,15 +140,29 @@ def test_a_model_view_a_client_writes_is_never_shown_to_the_model(db: str, forge
         assert FORGED not in repr(graph.get_state(CFG).values.get("model_view"))
 
 
-def test_update_state_with_a_command_cannot_set_the_requester_either(db: str):
-    """The same stripping keeps `requester` (invariant 13) out of a state write made as a `Command`."""
+@dataclass
+class Written:
+    """A node's output LangGraph reads by its attributes."""
+
+    requester: dict[str, Any] | None = None
+    model_view: dict[str, Any] | None = None
+
+
+def test_update_state_in_any_form_cannot_set_the_requester_or_a_view(db: str):
+    """The same stripping keeps `requester` (invariant 13) out of a state write made as a `Command` or a list of
+    them; an object LangGraph would read by its attributes is refused when it holds either field."""
+    cfo = {"user_id": "the-CFO", "roles": ["finance"]}
     with open_sqlite(db) as saver:
         graph = graph_on(saver, Recorder(responder=lambda messages: reply("ok")))
         graph.invoke(ask("hi"), CFG)
         before = graph.get_state(CFG).values["requester"]
-        graph.update_state(CFG, Command(update={"requester": {"user_id": "the-CFO", "roles": ["finance"]}}))
-        graph.update_state(CFG, [Command(update={"requester": {"user_id": "the-CFO"}})], as_node="model")
+        graph.update_state(CFG, Command(update={"requester": cfo}))
+        graph.update_state(CFG, [Command(update={"requester": cfo})], as_node="model")
+        for written in (Written(requester=cfo), Written(model_view=forged_view())):
+            with pytest.raises(InvalidUpdateError, match="only gatedloop does"):
+                graph.update_state(CFG, written, as_node="model")
         assert graph.get_state(CFG).values["requester"] == before
+        assert graph.get_state(CFG).values.get("model_view") is None
 
 
 def test_under_the_async_entry_points_a_written_model_view_is_never_shown(db: str):
