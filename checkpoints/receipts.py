@@ -1,15 +1,21 @@
 """Receipts: one JSON line per decision and per executed write, checkable without the database.
 
-A receipt carries its summary (request id, tool, argument digest, policy digest, requester, decider or "policy",
-time, verdict, justification, outcome digest, chain position and hash), the evidence rows the summary is read from
-(values a receipt may show; a tool's result and a secret edit only as hashes), and the chain segment from its
-first row to the signed head that covers it. `verify_receipt` recomputes every content hash, every chain hash and
-the summary from the rows, and checks the head's signature with the public key: any byte changed in a line makes
-it fail (a line must also be the canonical JSON of what it says, so not even spacing can change).
+A receipt carries its summary (request id, tool, arguments and their digest, policy digest, requester, decider or
+"policy", time, verdict, the reason of a rejection or refusal, justification, outcome digest, chain position and
+hash), the evidence rows the summary is read from (values a receipt may show; a tool's result and a secret edit only
+as hashes), and the chain segment from its first row to the signed head that covers it. `verify_receipt` recomputes
+every content hash, every chain hash and the summary from the rows, and checks the head's signature with the public
+key: any byte changed in a line makes it fail (a line must also be the canonical JSON of what it says, so not even
+spacing can change).
 
 Only rows whose chain entry matches them are put in a receipt (a row from before the chain began is left out, and
 the summary says nothing it does not prove). Every field of a receipt is derived from its rows and its chain
 segment, so none can be changed without `verify_receipt` noticing.
+
+The rows are shown as they are stored, since their hashes are what the chain holds: epoch times, JSON text inside
+columns. The summary is where an auditor reads them (version 2: ISO-8601 UTC times, arguments as objects, who as
+`{"user_id", "roles"}`); an export of version 1, whose summary repeats the stored forms, still verifies against the
+summary of its own version.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gatedloop.checkpoints.chain import (
@@ -33,7 +40,8 @@ from gatedloop.checkpoints.chain import (
     withheld_hash,
 )
 
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2
+"""The version `build_receipts` writes; `SUMMARIES` holds every version `verify_receipt` reads."""
 DECISION_PREFIXES = ("decision", "refused", "unknown_outcome_decision", "graph_upgraded")
 """Audit events a decision receipt is made for (an approval, edit, rejection or response; a policy's refusal at
 validation; the answer about a write of unknown outcome; an operator's upgrade)."""
@@ -84,11 +92,10 @@ def _shown(table: str, row: Mapping[str, Any], entry: ChainEntry) -> dict[str, A
     }
 
 
-def summarize(kind: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """What a receipt says, read only from its rows (as shown: values, or hashes of withheld ones)."""
-    by_table: dict[str, Mapping[str, Any]] = {}
-    for shown in rows:
-        by_table.setdefault(str(shown["table"]), shown)
+def summarize_v1(kind: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a receipt says, read only from its rows (as shown: values, or hashes of withheld ones), in the stored
+    forms: version 1's summary, which version 2's builds on and which exports of version 1 are checked against."""
+    by_table = _first_shown(rows)
     audit = by_table.get("gatedloop_audit", {}).get("values", {})
     calls = by_table.get("gatedloop_calls", {}).get("values", {})
     approval = by_table.get("gatedloop_approvals", {}).get("values", {})
@@ -129,6 +136,54 @@ def summarize(kind: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             outcome_digest=ledger.get("withheld", {}).get("result"),
         )
     return summary
+
+
+def summarize(kind: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Version 2: version 1's facts in the forms an auditor reads: the time in ISO-8601 UTC, the arguments (as
+    decided, an edit's proposal beside them; secret ones masked, as the audit row keeps them) as objects, the
+    requester and the decider as `{"user_id", "roles"}` (roles null where the row did not record them), and what the
+    model was told instead of a result (a rejection's reason, a policy's refusal)."""
+    summary = summarize_v1(kind, rows)
+    by_table = _first_shown(rows)
+    detail = _object(by_table.get("gatedloop_audit", {}).get("values", {}).get("detail"))
+    requester = _object(by_table.get("gatedloop_calls", {}).get("values", {}).get("requester"))
+    decided = kind == "decision" and summary["decider"] != "policy"
+    summary.update(
+        at=iso_utc(summary["at"]),
+        args=detail.get("args"),
+        proposed_args=detail.get("proposed") if detail.get("decision") == "edit" else None,
+        requester=_who(requester.get("user_id"), requester.get("roles")) if requester else None,
+        decider=_who(summary["decider"], detail.get("roles")) if decided else summary["decider"],
+        message=(detail.get("message") or detail.get("error")) if kind == "decision" else None,
+    )
+    return summary
+
+
+SUMMARIES = {1: summarize_v1, 2: summarize}
+
+
+def iso_utc(epoch: float | None) -> str | None:
+    """A stored epoch time as an auditor reads it, to the millisecond: "2026-12-06T04:02:12.123Z"."""
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _first_shown(rows: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Each table's first row shown (for the anchor's own table: the anchor)."""
+    by_table: dict[str, Mapping[str, Any]] = {}
+    for shown in rows:
+        by_table.setdefault(str(shown["table"]), shown)
+    return by_table
+
+
+def _object(text: Any) -> dict[str, Any]:
+    """A JSON column's object ({} for none)."""
+    return dict(json.loads(text)) if text else {}
+
+
+def _who(user_id: Any, roles: Any) -> dict[str, Any]:
+    return {"user_id": user_id, "roles": sorted(roles) if roles is not None else None}
 
 
 def _segment(entries: list[ChainEntry], first: int, last: int) -> list[ChainEntry]:
@@ -214,8 +269,8 @@ def verify_receipt(line: str, verifier: Verifier | None) -> str | None:
         receipt = json.loads(text)
     except ValueError:
         return "not JSON"
-    if not isinstance(receipt, dict) or receipt.get("receipt") != RECEIPT_VERSION:
-        return f"not a version {RECEIPT_VERSION} receipt"
+    if not isinstance(receipt, dict) or receipt.get("receipt") not in SUMMARIES:
+        return f"not a receipt of a version this gatedloop reads ({', '.join(map(str, SUMMARIES))})"
     try:
         if canonical(receipt) != text:
             return "not in canonical form: the line was changed"
@@ -264,7 +319,7 @@ def _check(receipt: dict[str, Any], verifier: Verifier | None) -> str | None:
     anchor = by_seq.get(int(summary.get("position") or 0))
     if anchor is None or summary.pop("chain_hash") != anchor.chain_hash:
         return "its chain position or hash is not the chain's"
-    if summary != summarize(receipt["kind"], receipt["rows"]):
+    if summary != SUMMARIES[receipt["receipt"]](receipt["kind"], receipt["rows"]):
         return "its summary is not what its rows say"
     head = chain[-1]
     if receipt["signed"] != (head.signature is not None):
