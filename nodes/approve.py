@@ -29,6 +29,7 @@ from gatedloop.nodes.gate.approvals import (
     approval_request,
     expire,
     expired_call,
+    held_until_all_decided,
     record_decisions,
     refuse_answer,
     replaced_request,
@@ -54,11 +55,16 @@ def make_approve_node(parts: LoopParts):
         plans: dict[str, CallPlan] = {c["id"]: c for c in calls}
         answers: list[ToolMessage] = list(turn.refused)
         gated: list[CallPlan] = []
+        held: list[CallPlan] = []
         for plan, admission in turn.admissions:
             if admission is None:
                 continue
             if admission.refusal is not None:  # tampered, never validated, or its tool changed since
                 plans[plan["id"]] = {**plan, "verdict": "answered"}
+            elif admission.action != "ask" and "decision" in plan:
+                # Decided by an earlier answer (the state says so and the evidence agrees): held, no longer
+                # answerable, until every call of the request is decided (invariant 15).
+                held.append({**admission.plan, "verdict": "run" if admission.action == "run" else "answered"})
             else:
                 # Everything else stays in the request, even a call this node's own earlier run already decided
                 # (a crash between its ledger writes and its checkpoint): the request a resumed node rebuilds
@@ -68,8 +74,9 @@ def make_approve_node(parts: LoopParts):
         if not live:
             for plan in gated:
                 plans[plan["id"]] = _expired(parts, thread_id, plan, answers)
+            plans.update({p["id"]: p for p in held})
             return _update(parts, state, thread_id, list(plans.values()), answers, error=None)
-        request = approval_request(registry, gated, evidence, state.get("review_error"))
+        request = approval_request(registry, gated, evidence, state.get("review_error"), held, calls)
         replaced = replaced_request(parts.ledger, request, evidence, thread_id)
         if replaced:
             request["replaced"] = True
@@ -85,6 +92,7 @@ def make_approve_node(parts: LoopParts):
             applied: dict[str, Applied] = {
                 plan["id"]: apply_decision(registry, plan, evidence, decisions[plan["id"]], reviewer, parts.clock())
                 for plan in gated
+                if plan["id"] in decisions
             }
         except InvalidDecision as exc:
             refuse_answer(parts.ledger, thread_id, request, reviewer, answer, str(exc))
@@ -92,14 +100,17 @@ def make_approve_node(parts: LoopParts):
         for plan in gated:
             if plan not in live:
                 plans[plan["id"]] = _expired(parts, thread_id, plan, answers)
-                continue
-            new_plan, answer_now, _ = applied[plan["id"]]
-            plans[plan["id"]] = new_plan
-            if answer_now is not None:
-                answers.append(answer_now)
-        live_decisions = {p["id"]: applied[p["id"]] for p in live}
+            elif plan["id"] in applied:
+                new_plan, answer_now, _ = applied[plan["id"]]
+                plans[plan["id"]] = new_plan
+                if answer_now is not None:
+                    answers.append(answer_now)
+            else:
+                plans[plan["id"]] = plan  # not named by this answer: still waits for its own reviewers
+        plans.update(held_until_all_decided(plans, [*live, *held]))
+        live_decisions = {p["id"]: applied[p["id"]] for p in live if p["id"] in applied}
         record_decisions(parts.ledger, registry, thread_id, request, live_decisions, decisions, evidence)
-        decided = [plans[p["id"]] for p in live]
+        decided = [plans[p["id"]] for p in live if p["id"] in applied]
         queue_decided_notice(parts, thread_id, request, reviewer, decided)
         return _update(parts, state, thread_id, list(plans.values()), answers, error=None, decided=request)
 

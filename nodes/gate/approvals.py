@@ -17,12 +17,13 @@ from langchain_core.messages import ToolMessage
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, AuditEvent
 from gatedloop.checkpoints.ledger import Audit, Evidence
-from gatedloop.nodes.gate.admission import approvers_so_far, expired, expires_at
+from gatedloop.nodes.gate.admission import EXTEND, approvers_so_far, expired, expires_at
 from gatedloop.nodes.gate.answers import error_message, result_message
 from gatedloop.nodes.gate.call_arguments import checked_plan, edited_call
 from gatedloop.nodes.gate.hitl import (
     ANONYMOUS,
     REPLACED,
+    DecidedAction,
     Decision,
     GatedActionRequest,
     GatedHITLRequest,
@@ -66,10 +67,17 @@ def request_id(gated: Sequence[CallPlan]) -> str:
 
 
 def approval_request(
-    registry: ToolRegistry, gated: Sequence[CallPlan], evidence: TurnEvidence, error: str | None
+    registry: ToolRegistry,
+    gated: Sequence[CallPlan],
+    evidence: TurnEvidence,
+    error: str | None,
+    held: Sequence[CallPlan] = (),
+    turn: Sequence[CallPlan] = (),
 ) -> GatedHITLRequest:
     """The request for the gated calls, from their evidence: who asked and when, who approved so far, the
-    deadline, what approving does; `error` is why the previous answer was refused."""
+    deadline, what approving does; `error` is why the previous answer was refused. `held` are the request's calls
+    an earlier answer decided: shown as decided, and part of the request's id, so the id stays the same while its
+    calls are decided one reviewer at a time (`turn`: the turn's calls, for their order)."""
     actions: list[GatedActionRequest] = []
     configs: list[ReviewConfig] = []
     for plan in gated:
@@ -102,15 +110,37 @@ def approval_request(
         configs.append({"action_name": plan["name"], "allowed_decisions": list(policy.allowed_decisions)})
         if policy.needs_justification:
             configs[-1]["justification_required"] = list(policy.needs_justification)
+    members = {p["id"]: p for p in [*gated, *held]}
+    in_order = [members[c["id"]] for c in turn if c["id"] in members] if turn else list(members.values())
     request: GatedHITLRequest = {
         "kind": "approval",
-        "request_id": request_id(gated),
+        "request_id": request_id(in_order),
         "action_requests": actions,
         "review_configs": configs,
     }
+    if held:
+        request["decided"] = [_decided_action(plan, evidence) for plan in held]
     if error:
         request["error"] = error
     return request
+
+
+def _decided_action(plan: CallPlan, evidence: TurnEvidence) -> DecidedAction:
+    """A held call as the request shows it: its decision and who made it, from the evidence."""
+    records = [a for a in evidence.approvals_of(plan["id"]) if a.decision != EXTEND]
+    kind = records[-1].decision if records else str(plan.get("decision"))
+    deciders = list(dict.fromkeys(a.reviewer for a in records if a.decision == kind))
+    return {"tool_call_id": plan["id"], "name": plan["name"], "decision": kind, "decided_by": deciders}
+
+
+def held_until_all_decided(plans: Mapping[str, CallPlan], request: Sequence[CallPlan]) -> dict[str, CallPlan]:
+    """A request's calls go on together (invariant 15): while any of them still waits for a decision, the decided
+    ones wait too (verdict `ask`, keeping their `decision`, so the next run of `approve` shows them as decided);
+    once none waits, each gets the verdict its decision gave it."""
+    current = [plans[p["id"]] for p in request]
+    if not any(p["verdict"] == "ask" for p in current):
+        return {p["id"]: p for p in current}
+    return {p["id"]: {**p, "verdict": "ask"} for p in current}
 
 
 def _description(registry: ToolRegistry, action: GatedActionRequest, error: str | None) -> str:

@@ -87,6 +87,17 @@ class GatedActionRequest(ActionRequest, LadderSteps):
     """What approving will do, in one line, from the policy's `preview` of the arguments shown."""
 
 
+class DecidedAction(TypedDict):
+    """A call of the request already decided, held until every call of the request is (so no write runs before
+    the last decision): who decided it and how. It is no longer answerable."""
+
+    tool_call_id: str
+    name: str
+    decision: str
+    """`approve`, `edit`, `reject` or `respond`."""
+    decided_by: list[str]
+
+
 class GatedHITLRequest(TypedDict):
     """An approval request: LangChain v1's `HITLRequest` (`action_requests`, `review_configs`) with gatedloop's
     request id, so Agent Chat UI and `HumanInTheLoopMiddleware` clients answer it unchanged."""
@@ -96,7 +107,10 @@ class GatedHITLRequest(TypedDict):
     request_id: str
     """Stable while the same calls with the same arguments wait; any change makes a new one."""
     action_requests: list[GatedActionRequest]
-    """The gated calls, in the model's order; an answer has one decision per call."""
+    """The gated calls still waiting for a decision, in the model's order. An answer has one decision per call,
+    or decides some of them by `tool_call_id` (each call by whoever its own rule admits)."""
+    decided: NotRequired[list[DecidedAction]]
+    """The request's calls already decided, waiting for the others (absent when none is)."""
     review_configs: list[ReviewConfig]
     """Per call: the decisions its policy allows, and those that need a justification."""
     error: NotRequired[str]
@@ -141,7 +155,9 @@ def pending_summary(actions: Sequence[GatedActionRequest]) -> str:
 
 def check_decisions(request: Any, answer: Any) -> dict[str, Decision]:
     """Exact count and type checks, as LangChain's middleware does, plus addressing: the checked decision for
-    each pending call id. Raise InvalidDecision with the reason; nothing is applied."""
+    each call it decides. An answer whose decisions name their calls may decide some of the pending calls (a
+    request that mixes roles is decided call by call); one that names none decides all of them, in order. Raise
+    InvalidDecision with the reason; nothing is applied."""
     actions: list[GatedActionRequest] = request.get("action_requests", [])
     configs: list[ReviewConfig] = request.get("review_configs", [])
     if not isinstance(answer, dict):
@@ -155,7 +171,8 @@ def check_decisions(request: Any, answer: Any) -> dict[str, Decision]:
     decisions = answer.get("decisions")
     if not isinstance(decisions, list):
         raise InvalidDecision('the answer needs a "decisions" list, one decision per action')
-    if len(decisions) != len(actions):
+    named = any(_names_a_call(d) for d in decisions)
+    if len(decisions) != len(actions) and not (named and len(decisions) < len(actions)):
         raise InvalidDecision(f"expected {len(actions)} decision(s), one per action, got {len(decisions)}")
     note = answer.get("reviewer")
     if note is not None and not isinstance(note, str):
@@ -195,7 +212,7 @@ def _addressed(decisions: list[Any], actions: Sequence[GatedActionRequest]) -> l
     """Which action each decision answers: by the call it names, or in order when none names one."""
     named = [_names_a_call(d) for d in decisions]
     if not any(named):
-        return list(range(len(actions)))
+        return list(range(len(decisions)))
     positions: list[int] = []
     for index, decision in enumerate(decisions):
         if not named[index]:

@@ -1,0 +1,150 @@
+"""A request that mixes roles is decided call by call (issue 51; invariant 15), on a real SQLite file.
+
+The newcomer's case: one turn proposes `refund` (approvers `finance`) and `send_email` (approvers `support`). Each
+reviewer decides her own call, by `tool_call_id`; the request keeps its id while its calls are decided; no write
+runs before every call of the request is decided; an answer that names a call its sender may not decide is
+refused whole and records nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from invariants import assert_each_call_answered_once
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import tool
+from langgraph.types import Command
+
+from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints.ledger_for import ledger_for
+from gatedloop.graph import build_graph
+from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.tools import CallContext, ToolPolicy
+
+CFG = {"configurable": {"thread_id": "t1"}}
+ANA = CallContext(user_id="ana", roles={"staff"})
+BO = CallContext(user_id="bo", roles={"finance"})
+SUE = CallContext(user_id="sue", roles={"support"})
+CY = CallContext(user_id="cy", roles={"finance"})
+REFUND = {"order": "A-1001", "amount": 40}
+EMAIL = {"to": "ana@example.com", "body": "refunded"}
+
+
+class Desk:
+    """The two writes, each recording its real effect in order."""
+
+    def __init__(self) -> None:
+        self.effects: list[str] = []
+
+        @tool
+        def refund(order: str, amount: float) -> str:
+            """Refund an order (write)."""
+            self.effects.append(f"refund {order}")
+            return "refunded"
+
+        @tool
+        def send_email(to: str, body: str) -> str:
+            """Send an email (write)."""
+            self.effects.append(f"email {to}")
+            return "sent"
+
+        self.tools = [refund, send_email]
+
+
+def _graph(saver: Any, desk: Desk, refund_quorum: int = 1) -> Any:
+    model = ScriptedChatModel(
+        script=[reply(calls=[call("refund", REFUND, "r1"), call("send_email", EMAIL, "e1")]), reply("done")]
+    )
+    policies = {
+        "refund": ToolPolicy(
+            effect="write", approval="always", approvers=frozenset({"finance"}), approvals_required=refund_quorum
+        ),
+        "send_email": ToolPolicy(effect="write", approval="always", approvers=frozenset({"support"})),
+    }
+    return build_graph(model, desk.tools, policies=policies, checkpointer=saver)
+
+
+def _approve(*call_ids: str) -> dict[str, Any]:
+    return {"decisions": [{"type": "approve", "tool_call_id": c} for c in call_ids]}
+
+
+def _pending(out: dict[str, Any]) -> dict[str, Any]:
+    return out["__interrupt__"][0].value
+
+
+def test_each_reviewer_decides_her_own_call_and_the_writes_run_once_after_the_last(tmp_path: Path):
+    desk = Desk()
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = _graph(saver, desk)
+        first = _pending(graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA))
+        assert [a["approvers"] for a in first["action_requests"]] == [["finance"], ["support"]]
+
+        after_bo = _pending(graph.invoke(Command(resume=_approve("r1")), CFG, context=BO))
+        assert desk.effects == []  # the email is not decided yet: nothing of the request runs
+        assert "error" not in after_bo and after_bo["request_id"] == first["request_id"]
+        assert [a["tool_call_id"] for a in after_bo["action_requests"]] == ["e1"]
+        assert after_bo["decided"] == [
+            {"tool_call_id": "r1", "name": "refund", "decision": "approve", "decided_by": ["bo"]}
+        ]
+
+        out = graph.invoke(Command(resume=_approve("e1")), CFG, context=SUE)
+    assert desk.effects == ["refund A-1001", "email ana@example.com"]  # proposal order, each once
+    assert out["status"] == "completed"
+    assert_each_call_answered_once(out["messages"])
+
+
+def test_an_answer_naming_a_call_its_sender_may_not_decide_is_refused_whole_and_records_nothing(tmp_path: Path):
+    desk = Desk()
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = _graph(saver, desk)
+        graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA)
+        refused = _pending(graph.invoke(Command(resume=_approve("r1", "e1")), CFG, context=BO))
+        assert "send_email (e1): deciding this call needs one of the roles ['support']" in refused["error"]
+        assert [a["tool_call_id"] for a in refused["action_requests"]] == ["r1", "e1"] and "decided" not in refused
+        decisions = [r for r in ledger_for(saver).audit("t1") if r["event"].startswith("decision")]
+        assert decisions == []  # bo's refund approval was part of the refused answer: not recorded
+        positional = _pending(graph.invoke(Command(resume={"decisions": [{"type": "approve"}] * 2}), CFG, context=BO))
+        assert "needs one of the roles ['support']" in positional["error"] and desk.effects == []
+
+
+def test_a_reject_of_one_call_waits_for_the_other_call_and_the_model_sees_both_answers(tmp_path: Path):
+    desk = Desk()
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = _graph(saver, desk)
+        graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA)
+        reject = {"decisions": [{"type": "reject", "tool_call_id": "r1", "message": "not eligible"}]}
+        waiting = _pending(graph.invoke(Command(resume=reject), CFG, context=BO))
+        assert waiting["decided"][0]["decision"] == "reject" and desk.effects == []
+        out = graph.invoke(Command(resume=_approve("e1")), CFG, context=SUE)
+    assert desk.effects == ["email ana@example.com"]
+    answers = {m.tool_call_id: m.text for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert json.loads(answers["r1"])["error"] == {
+        "type": "rejected_by_reviewer",
+        "message": "not eligible",
+        "retryable": False,
+    }
+    assert answers["e1"] == "sent"
+    assert out["status"] == "completed"
+
+
+@pytest.mark.parametrize("order", [("bo", "sue", "cy"), ("sue", "cy", "bo"), ("cy", "bo", "sue")])
+def test_a_quorum_of_two_on_one_call_and_one_on_the_other_is_decided_in_any_order(tmp_path: Path, order):
+    desk = Desk()
+    reviewers = {"bo": (BO, "r1"), "cy": (CY, "r1"), "sue": (SUE, "e1")}
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = _graph(saver, desk, refund_quorum=2)
+        graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA)
+        self_approval = _pending(
+            graph.invoke(Command(resume=_approve("r1")), CFG, context=CallContext(user_id="ana", roles={"finance"}))
+        )
+        assert "error" in self_approval  # the requester never counts toward her own call
+        for index, name in enumerate(order):
+            context, call_id = reviewers[name]
+            out = graph.invoke(Command(resume=_approve(call_id)), CFG, context=context)
+            if index < 2:
+                assert desk.effects == [] and "error" not in _pending(out)
+    assert sorted(desk.effects) == ["email ana@example.com", "refund A-1001"] and len(desk.effects) == 2
+    assert out["status"] == "completed"
