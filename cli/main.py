@@ -13,6 +13,7 @@ import shlex
 import sqlite3
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,7 +62,7 @@ from gatedloop.demo import choose_model
 from gatedloop.demo.model import describe_choice
 from gatedloop.graph import pending as decide
 from gatedloop.graph import runs, thread_graph
-from gatedloop.graph.contexts import context_for
+from gatedloop.graph.contexts import context_for, field_problem
 from gatedloop.graph.display import STOP_WORDS, Display, day_and_clock
 from gatedloop.graph.models import ModelConfigError
 from gatedloop.graph.pending import PendingRequest
@@ -84,10 +85,15 @@ def context_of(args: argparse.Namespace) -> CallContext:
     return CallContext(user_id=args.user, roles=roles)
 
 
-def run_context(args: argparse.Namespace, graph: CompiledStateGraph) -> Any:
+def run_context(args: argparse.Namespace, graph: CompiledStateGraph, *, new_request: bool = False) -> Any:
     """The runtime context of a run or an answer: who you are, and `--context` (the graph's own context fields,
-    a JSON object or @FILE) in the graph's `context_schema`."""
-    return context_for(graph.context_schema, context_of(args), context_fields(args.context))
+    a JSON object or @FILE) in the graph's `context_schema`. A field it does not declare, or a required one a new
+    request leaves out, is a usage error naming it, before anything is written."""
+    context = context_for(graph.context_schema, context_of(args), context_fields(args.context))
+    problem = field_problem(graph.context_schema, context, new_request=new_request)
+    if problem is not None:
+        raise CliError(f"--context: {problem}", EXIT_USAGE)
+    return context
 
 
 def context_fields(text: str | None) -> dict[str, Any]:
@@ -161,7 +167,7 @@ def settle(graph: CompiledStateGraph, thread_id: str, args: argparse.Namespace, 
             out.say(f"\nthread {thread_id} is waiting. Answer with: {resume_command(thread_id, args)}{named} {hint}")
             return EXIT_PAUSED
         try:
-            answer = ask_reviewer(request, args.user, out.display)
+            answer = ask_reviewer(request, args.user, context_of(args).roles, out.display)
         except (KeyboardInterrupt, EOFError):
             raise CliError(
                 f"no answer given; thread {thread_id} is still waiting: {resume_command(thread_id, args)}", EXIT_PAUSED
@@ -192,7 +198,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         model = f"graph: {named.reference}" if named is not None else f"model: {describe_choice()}"
         out.say(f"{model}   thread: {thread_id}   db: {shown_db(args.db)}")
         events = runs.stream_start(
-            graph, thread_id, args.question, context=run_context(args, graph), upgrade=args.upgrade_graph
+            graph,
+            thread_id,
+            args.question,
+            context=run_context(args, graph, new_request=True),
+            upgrade=args.upgrade_graph,
         )
         stream(out, args, thread_id, events)
         return settle(graph, thread_id, args, out)
@@ -222,6 +232,7 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
         else:
             raise InvalidDecision(f"this thread waits on a write of unknown outcome: use {UNKNOWN_HINT}")
         return asked.answer([dict(decision) for _ in calls], args.user, justification=args.justification)
+    calls = asked.mine(context_of(args).roles, time.time())
     if args.request is None:
         summary = ", ".join(f"{c.name} (tool_call_id {c.tool_call_id})" for c in calls) or "nothing"
         raise CliError(f"name the request you answer: --request {asked.request_id} (pending: {summary})", EXIT_USAGE)
@@ -243,7 +254,7 @@ def resume_answer(args: argparse.Namespace, request: dict[str, Any]) -> Any:
         decisions = [decide.edit(c, e) for c, e in zip(calls, edits, strict=True)]
     else:
         raise InvalidDecision(f"this thread waits for approval: use {ANSWER_HINT}")
-    return asked.answer(decisions, args.user, justification=args.justification, request_id=args.request)
+    return asked.answer(decisions, args.user, justification=args.justification, request_id=args.request, calls=calls)
 
 
 def _refuse_closed(summary: ThreadSummary, thread_id: str) -> NoReturn:

@@ -4,6 +4,8 @@ it and builds the answer)."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterable
 from typing import Any
 
 from gatedloop.graph import pending as decide
@@ -13,11 +15,13 @@ from gatedloop.graph.pending import PendingCall, PendingRequest
 PROMPT = "  {index}. {name}: [a]pprove / [e]dit / [r]eject / re[s]pond? "
 
 
-def ask_reviewer(request: dict[str, Any], reviewer: str, display: Display) -> dict[str, Any]:
+def ask_reviewer(request: dict[str, Any], reviewer: str, roles: Iterable[str], display: Display) -> dict[str, Any]:
+    """Ask at the terminal about the calls this reviewer's roles may decide (all, if none), one by one."""
     print(display.approval_table(request))
     asked = PendingRequest.parse(request)
     ask = _ask_unknown if asked.kind == "unknown_outcome" else _ask_one
-    return asked.answer([ask(call) for call in asked.calls], reviewer)
+    mine = asked.mine(roles, time.time())
+    return asked.answer([ask(call) for call in mine], reviewer, calls=mine)
 
 
 def _ask_one(call: PendingCall) -> dict[str, Any]:

@@ -264,10 +264,15 @@ class Display:
             head = "A write's outcome is unknown. Answer done (with its result), not_done (run it) or abandon:"
             return "\n".join([head, *rows])
         for call in asked.calls:
-            rows.append(f"  {call.index + 1}. {call.name}   allowed: {', '.join(call.allowed)}")
+            rows.append(
+                f"  {call.index + 1}. {call.name}   allowed: {', '.join(call.allowed)}   decided by: {call.deciders()}"
+            )
             rows.extend(wrapped(self.call_text(call.name, call.args), "     "))
+        for held in request.get("decided") or []:
+            who = ", ".join(held.get("decided_by") or []) or "a reviewer"
+            rows.append(f"  -  {held.get('name')}   decided: {held.get('decision')} by {who} (waits for the others)")
         head = "Approval needed:" + (f"  (previous answer refused: {asked.error})" if asked.error else "")
-        return "\n".join([head, *rows])
+        return "\n".join([head, *rows, f"  waiting for {asked.waiting_for()}"])
 
     def message_json(self, message: BaseMessage) -> dict[str, Any]:
         """A message as compact JSON: role, content, and the tool-call fields that matter."""

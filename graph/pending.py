@@ -10,7 +10,7 @@ new decision type touches this module and the front ends' templates; nothing els
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -51,6 +51,18 @@ class PendingCall:
     """An unknown outcome: why it is unknown (`timeout`, `connection_lost`, ...)."""
     idempotency_key: str = ""
     """An unknown outcome: the key its write was started with, to look it up in the other system."""
+
+    def decidable_with(self, roles: Iterable[str], now: float) -> bool:
+        """Whether a reviewer holding `roles` may decide it by its roles (the gate checks again, with the
+        requester rule): any role of `approvers`, or of `backup_approvers` once it has escalated."""
+        held = set(roles)
+        if self.approvers is None or held & set(self.approvers):
+            return True
+        return self.escalates_at is not None and now >= self.escalates_at and bool(held & set(self.backup_approvers))
+
+    def deciders(self) -> str:
+        """Who may decide it, in words: its approver roles, or anyone."""
+        return " or ".join(self.approvers) if self.approvers else "any reviewer"
 
     def approving(self, effect: str) -> str:
         """What approving it does, in one line (see `approving_text`)."""
@@ -118,6 +130,21 @@ class PendingRequest:
             raw=value,
         )
 
+    def mine(self, roles: Iterable[str], now: float) -> tuple[PendingCall, ...]:
+        """The calls a reviewer holding `roles` may decide; all of them when she may decide none (so her answer
+        is refused with the gate's own reason) or for an unknown outcome's question (answered whole)."""
+        if self.kind != "approval":
+            return self.calls
+        decidable = tuple(c for c in self.calls if c.decidable_with(roles, now))
+        return decidable or self.calls
+
+    def waiting_for(self, calls: Iterable[PendingCall] | None = None) -> str:
+        """Who the request (or these of its calls) waits for, per role: "finance: refund; support: send_email"."""
+        by_role: dict[str, list[str]] = {}
+        for call in self.calls if calls is None else calls:
+            by_role.setdefault(call.deciders(), []).append(call.name)
+        return "; ".join(f"{who}: {', '.join(names)}" for who, names in by_role.items())
+
     def answer(
         self,
         decisions: Sequence[dict[str, Any]],
@@ -125,16 +152,19 @@ class PendingRequest:
         *,
         justification: str | None = None,
         request_id: str | None = None,
+        calls: Sequence[PendingCall] | None = None,
     ) -> dict[str, Any]:
-        """The answer: one decision per call, in order. An approval's decisions each name their call and the
-        answer names the request (`request_id`: the one shown, unless the caller names the one she saw, as the
-        CLI's `--request`); an unknown outcome's question is answered in its calls' order."""
-        if len(decisions) != len(self.calls):
-            raise ValueError(f"{len(self.calls)} decision(s) needed, one per call, got {len(decisions)}")
+        """The answer: one decision per call (of `calls`, some of an approval's calls, or all), in order. An
+        approval's decisions each name their call and the answer names the request (`request_id`: the one shown,
+        unless the caller names the one she saw, as the CLI's `--request`); an unknown outcome's question is
+        answered in its calls' order."""
+        answered = self.calls if calls is None or self.kind != "approval" else tuple(calls)
+        if len(decisions) != len(answered):
+            raise ValueError(f"{len(answered)} decision(s) needed, one per call, got {len(decisions)}")
         reason = {"justification": justification} if justification else {}
         bound = [
             {**d, **reason, **({"tool_call_id": call.tool_call_id} if self.kind == "approval" else {})}
-            for d, call in zip(decisions, self.calls, strict=True)
+            for d, call in zip(decisions, answered, strict=True)
         ]
         answer: dict[str, Any] = {"decisions": bound, "reviewer": reviewer}
         if request_id is not None or self.named:

@@ -9,10 +9,16 @@ refused whole and records nothing.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import run_cli
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
@@ -148,3 +154,77 @@ def test_a_quorum_of_two_on_one_call_and_one_on_the_other_is_decided_in_any_orde
                 assert desk.effects == [] and "error" not in _pending(out)
     assert sorted(desk.effects) == ["email ana@example.com", "refund A-1001"] and len(desk.effects) == 2
     assert out["status"] == "completed"
+
+
+DESK_AGENT = textwrap.dedent(
+    '''
+    """A support desk: a refund for `finance` and an email for `support`, proposed in one turn."""
+    import json
+    import os
+
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import tool
+
+    from gatedloop.graph import build_graph
+    from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+    from gatedloop.tools import ToolPolicy
+
+
+    def _effect(text):
+        with open(os.environ["DESK_EFFECTS"], "a") as effects:
+            effects.write(text + "\\n")
+
+
+    @tool
+    def refund(order: str, amount: float) -> str:
+        """Refund an order."""
+        _effect(f"refund {order}")
+        return "refunded"
+
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        _effect(f"email {to}")
+        return "sent"
+
+
+    def responder(messages):
+        if isinstance(messages[-1], ToolMessage):
+            return reply("refunded and emailed")
+        return reply(calls=[call("refund", {"order": "A-1001", "amount": 40}, "r1"),
+                            call("send_email", {"to": "ana@example.com", "body": "refunded"}, "e1")])
+
+
+    POLICIES = {
+        "refund": ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"})),
+        "send_email": ToolPolicy(effect="write", approval="always", approvers=frozenset({"support"})),
+    }
+    graph = build_graph(ScriptedChatModel(responder=responder), [refund, send_email], policies=POLICIES, name="desk")
+    '''
+)
+
+
+def test_the_cli_decides_the_calls_the_reviewer_may_decide_and_says_who_else_is_needed(tmp_path: Path):
+    (tmp_path / "desk_agent.py").write_text(DESK_AGENT)
+    effects = tmp_path / "effects.txt"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GATEDLOOP_")}
+    env.update(GATEDLOOP_MODEL="demo", OPENAI_API_KEY="", DESK_EFFECTS=str(effects))
+
+    def gatedloop(*args: str, code: int) -> subprocess.CompletedProcess[str]:
+        sys.modules.pop("desk_agent", None)
+        ran = run_cli(["--db", "runs.sqlite", "--graph", "desk_agent:graph", *args], env, cwd=tmp_path)
+        assert ran.returncode == code, ran.stdout + ran.stderr
+        return ran
+
+    asked = gatedloop("--user", "ana", "run", "refund A-1001 and email", "--thread", "t1", code=3)
+    assert "waiting for finance: refund; support: send_email" in asked.stdout
+    request = re.search(r"--request (\S+)", asked.stdout).group(1)  # type: ignore[union-attr]
+    answer = ("resume", "t1", "--request", request, "--approve")
+
+    bo = gatedloop("--user", "bo", "--roles", "finance", *answer, code=3)
+    assert not effects.exists()  # the refund waits for the email's decision
+    assert "refund   decided: approve by bo" in bo.stdout and "waiting for support: send_email" in bo.stdout
+    gatedloop("--user", "cy", "--roles", "staff", *answer, code=6)  # decides none of them: refused as before
+    gatedloop("--user", "sue", "--roles", "support", *answer, code=0)
+    assert effects.read_text().splitlines() == ["refund A-1001", "email ana@example.com"]
