@@ -13,12 +13,15 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_in_process import run_cli
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
@@ -31,6 +34,8 @@ from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import CallContext, ToolPolicy
 
 CFG = {"configurable": {"thread_id": "t1"}}
+RAM = "/dev/shm" if Path("/dev/shm").is_dir() else None
+"""A real SQLite file, in memory where the machine has a tmpfs (the property's examples skip a disk sync each)."""
 ANA = CallContext(user_id="ana", roles={"staff"})
 BO = CallContext(user_id="bo", roles={"finance"})
 SUE = CallContext(user_id="sue", roles={"support"})
@@ -228,3 +233,68 @@ def test_the_cli_decides_the_calls_the_reviewer_may_decide_and_says_who_else_is_
     gatedloop("--user", "cy", "--roles", "staff", *answer, code=6)  # decides none of them: refused as before
     gatedloop("--user", "sue", "--roles", "support", *answer, code=0)
     assert effects.read_text().splitlines() == ["refund A-1001", "email ana@example.com"]
+
+
+ROLES = {
+    "bo": BO,
+    "cy": CY,
+    "sue": SUE,
+    "dan": CallContext(user_id="dan", roles={"ops"}),
+    "ana": CallContext(user_id="ana", roles={"finance", "support"}),
+}
+RULE = {"r1": "finance", "e1": "support"}
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(sorted(ROLES)),
+        st.sampled_from([("r1",), ("e1",), ("r1", "e1"), ("e1", "r1"), None]),
+        st.sampled_from(["approve", "approve", "reject", "edit"]),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(answers=steps)
+def test_partial_answers_never_run_a_write_early_nor_count_a_decision_its_rule_excludes(answers):
+    """Random reviewers answer random subsets of the mixed request (the requester ana holds both roles): after each
+    answer, a write ran only once every call of the request had a decision from someone its rule admits (never
+    ana), each write ran at most once, and an answer naming a call its sender may not decide recorded nothing."""
+    desk = Desk()
+    with tempfile.TemporaryDirectory(dir=RAM) as folder, open_sqlite(Path(folder) / "runs.sqlite") as saver:
+        graph = _graph(saver, desk)
+        out = graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA)
+        ledger = ledger_for(saver)
+        for actor, named, kind in answers:
+            if "__interrupt__" not in out:
+                break
+            pending = [a["tool_call_id"] for a in _pending(out)["action_requests"]]
+            ids = pending if named is None else [c for c in named if c in pending]
+            if not ids:
+                continue
+            before = _decisions(ledger)
+            out = graph.invoke(Command(resume=_answer(kind, ids, named is None)), CFG, context=ROLES[actor])
+            allowed = actor != "ana" and all(RULE[c] in ROLES[actor].roles for c in ids)
+            after = _decisions(ledger)
+            if not allowed:
+                assert after == before, (actor, ids)
+            assert all(who != "ana" and RULE[call] in ROLES[who].roles for call, who in after)
+            decided = {call for call, _ in after}
+            assert not desk.effects or decided == {"r1", "e1"}, (desk.effects, after)
+            assert len(desk.effects) == len(set(desk.effects))
+        event(f"{len(desk.effects)} write(s) ran")
+
+
+def _answer(kind: str, ids: list[str], positional: bool) -> dict[str, Any]:
+    def one(call_id: str) -> dict[str, Any]:
+        decision: dict[str, Any] = {"type": kind}
+        if kind == "edit":
+            args = {**REFUND, "amount": 10} if call_id == "r1" else {**EMAIL, "body": "edited"}
+            decision["edited_action"] = {"name": "refund" if call_id == "r1" else "send_email", "args": args}
+        return decision if positional else {**decision, "tool_call_id": call_id}
+
+    return {"decisions": [one(c) for c in ids]}
+
+
+def _decisions(ledger: Any) -> list[tuple[str, str]]:
+    return sorted((r["call_id"], r["actor"]) for r in ledger.audit("t1") if r["event"].startswith("decision"))
