@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +299,27 @@ def _answer(kind: str, ids: list[str], positional: bool) -> dict[str, Any]:
 
 def _decisions(ledger: Any) -> list[tuple[str, str]]:
     return sorted((r["call_id"], r["actor"]) for r in ledger.audit("t1") if r["event"].startswith("decision"))
+
+
+def test_a_call_that_expires_while_another_is_decided_is_answered_expired_and_the_decided_one_runs(tmp_path: Path):
+    desk = Desk()
+    model = ScriptedChatModel(
+        script=[reply(calls=[call("refund", REFUND, "r1"), call("send_email", EMAIL, "e1")]), reply("done")]
+    )
+    policies = {
+        "refund": ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"})),
+        "send_email": ToolPolicy(
+            effect="write", approval="always", approvers=frozenset({"support"}), approval_ttl_s=0.3
+        ),
+    }
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(model, desk.tools, policies=policies, checkpointer=saver)
+        graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA)
+        waiting = _pending(graph.invoke(Command(resume=_approve("r1")), CFG, context=BO))
+        assert [a["expires_at"] is not None for a in waiting["action_requests"]] == [True] and desk.effects == []
+        time.sleep(0.5)
+        out = graph.invoke(Command(resume=_approve("e1")), CFG, context=SUE)
+    assert desk.effects == ["refund A-1001"]
+    answers = {m.tool_call_id: m.text for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert json.loads(answers["e1"])["error"]["type"] == "approval_expired" and answers["r1"] == "refunded"
+    assert out["status"] == "completed"
