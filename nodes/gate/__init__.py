@@ -14,4 +14,5 @@ these modules (each function takes what it needs, never the nodes' `LoopParts`, 
 - settling.py: the settle table for a write whose outcome is unknown (recorded, reconciled, rerun, ask).
 - outcomes.py: what running a call produced (`Outcome`) and its constructors; running itself is in nodes/run/.
 - answers.py: the one place a call's `ToolMessage` is built, recorded and checked against the history.
+- views.py: the views of the thread kept for the model, recorded and checked (invariant 18).
 """
