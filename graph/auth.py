@@ -15,15 +15,21 @@ Configuration (read once, when the server imports this module) comes from exactl
 }
 ```
 
+A token may name the user's `workspace` (a team; every token names one, or none does): a supervisor then sees the
+threads of her own workspace only. A file that names no workspaces is one workspace, the rule below unchanged.
+
 A request must carry `Authorization: Bearer <token>` or, as Agent Chat UI sends its key, `X-Api-Key: <token>` (both
 only if they carry the same token); the token names the user and her roles (a key may be the token itself, at least
 16 characters, or `sha256:` and the hex SHA-256 of it, so the file need not hold secrets). The authenticate handler
 takes the request's `headers`, which both servers pass: langgraph-api by name (raw bytes), Aegra positionally (text).
 The graph sees that user as the caller whatever `context` the client sends (`gatedloop.nodes.gate.identity`).
+Aegra scopes threads by the auth user's `identity`, so it is served by `gatedloop.graph.aegra_auth`, which reads the
+same configuration.
 
 Who sees what: a thread belongs to the user who created it (its `owner` metadata, set here, never by the client).
 Its state, history, runs (start, resume, stream, join, cancel), updates and search results are visible to its
-owner and to supervisors: users holding any of `supervisor_roles` (they review other people's requests). Anyone
+owner and to supervisors: users holding any of `supervisor_roles` (they review other people's requests; where
+workspaces are named, those of their workspace, recorded on each thread as its `workspace` metadata). Anyone
 may read assistants; anything else (assistant writes, crons, the store API) is for supervisors only. Which tool
 calls a supervisor may decide is still up to each tool's `ToolPolicy.approvers` (the word "approvers" means only
 that). `approver_roles`, this key's old name, is still read in this release, with a warning.
@@ -47,11 +53,14 @@ from typing import Annotated, Any
 from langgraph_sdk import Auth
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError, model_validator
 
-from gatedloop.nodes.gate.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK
+from gatedloop.nodes.gate.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK, TOKEN_USER_MARK
 
 TOKENS_ENV = "GATEDLOOP_AUTH_TOKENS"
 FILE_ENV = "GATEDLOOP_AUTH_FILE"
 OWNER_KEY = "owner"
+WORKSPACE_KEY = "workspace"
+DEFAULT_WORKSPACE = "default"
+"""The workspace of every user of a file that names none."""
 LOCAL_USER_ID = "local"
 MIN_TOKEN_CHARS = 16
 OLD_SUPERVISOR_KEY = "approver_roles"
@@ -71,6 +80,8 @@ class TokenUser(BaseModel):
 
     user_id: Name
     roles: frozenset[Name] = frozenset()
+    workspace: Name | None = None
+    """Whose supervisors review her threads; None in a file that names no workspaces (one workspace)."""
 
 
 class AuthConfig(BaseModel):
@@ -80,9 +91,11 @@ class AuthConfig(BaseModel):
 
     tokens: dict[str, TokenUser] = Field(min_length=1, repr=False)
     supervisor_roles: frozenset[Name] = frozenset()
-    """Roles whose users see and may resume every thread (a tool's `approvers` still decide who may approve it)."""
+    """Roles whose users see and may resume every thread of their workspace (a tool's `approvers` still decide who
+    may approve it)."""
     _by_digest: dict[str, TokenUser] = PrivateAttr(default_factory=dict)
     _supervisors: frozenset[str] = PrivateAttr(default=frozenset())
+    _workspaces: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -102,6 +115,7 @@ class AuthConfig(BaseModel):
     def _check_tokens(self) -> AuthConfig:
         digested: dict[str, TokenUser] = {}
         roles_of: dict[str, frozenset[str]] = {}
+        workspace_of: dict[str, str] = {}
         for position, (key, user) in enumerate(self.tokens.items(), start=1):
             where = f"tokens: entry #{position} (user {user.user_id!r})"
             if key.startswith(HASHED_PREFIX):
@@ -116,8 +130,14 @@ class AuthConfig(BaseModel):
                 raise ValueError(f"{where}: the same token is listed twice")
             if roles_of.setdefault(user.user_id, user.roles) != user.roles:
                 raise ValueError(f"{where}: this user has another token with different roles")
+            workspace = user.workspace or DEFAULT_WORKSPACE
+            if workspace_of.setdefault(user.user_id, workspace) != workspace:
+                raise ValueError(f"{where}: this user has another token in another workspace")
             digested[digest] = user
+        if len({user.workspace is None for user in digested.values()}) > 1:
+            raise ValueError("tokens: name a workspace in every token, or in none")
         self._by_digest = digested
+        self._workspaces = workspace_of
         self._supervisors = frozenset(u.user_id for u in digested.values() if u.roles & self.supervisor_roles)
         return self
 
@@ -126,6 +146,14 @@ class AuthConfig(BaseModel):
 
     def is_supervisor(self, user_id: str) -> bool:
         return user_id in self._supervisors
+
+    def workspace_of(self, user_id: str) -> str:
+        """The user's workspace; `DEFAULT_WORKSPACE` for everyone when the file names none."""
+        return self._workspaces[user_id]
+
+    @property
+    def names_workspaces(self) -> bool:
+        return any(user.workspace is not None for user in self._by_digest.values())
 
 
 def token_digest(token: str) -> str:
@@ -229,12 +257,18 @@ def refuse_routing(value: Auth.types.RunsCreate) -> None:
         raise Auth.exceptions.HTTPException(status_code=422, detail=ROUTING_REFUSED)
 
 
-def owned_by(value: Any, identity: str) -> None:
-    """Set the owner in a request's metadata; Aegra hands `"metadata": None` when the client sent none."""
+def stamped(value: Any, keys: Mapping[str, str]) -> None:
+    """Set keys in a request's metadata, over the client's; Aegra hands `"metadata": None` when it sent none."""
     metadata = value.get("metadata")
     if not isinstance(metadata, dict):
         metadata = value["metadata"] = {}
-    metadata[OWNER_KEY] = identity
+    metadata.update(keys)
+
+
+def refuse_restamping(value: Any, *keys: str) -> None:
+    """A thread's owner (and workspace) are set when it is made, by the auth; no update may change them."""
+    if set(keys) & set(value.get("metadata") or {}):
+        raise Auth.exceptions.HTTPException(status_code=403, detail="the owner of a thread cannot be changed")
 
 
 def build_auth(config: AuthConfig | None) -> Auth:
@@ -263,28 +297,36 @@ def build_auth(config: AuthConfig | None) -> Auth:
         user = config.user_for(request_token(headers))
         if user is None:
             raise Auth.exceptions.HTTPException(status_code=401, detail="unknown token")
-        return {"identity": user.user_id, "roles": sorted(user.roles), AUTH_KIND_FIELD: "token"}
+        return {"identity": user.user_id, "roles": sorted(user.roles), AUTH_KIND_FIELD: TOKEN_USER_MARK}
 
     def owned_unless_supervisor(ctx: Auth.types.AuthContext) -> dict[str, str] | None:
-        """The filter LangGraph applies to thread metadata: the caller's own threads, or all for a supervisor."""
+        """The filter LangGraph applies to thread metadata: the caller's own threads, or for a supervisor those of
+        her workspace (every thread when the file names no workspaces)."""
         identity = ctx.user.identity
-        return None if config.is_supervisor(identity) else {OWNER_KEY: identity}
+        if not config.is_supervisor(identity):
+            return {OWNER_KEY: identity}
+        return {WORKSPACE_KEY: config.workspace_of(identity)} if config.names_workspaces else None
+
+    def own(ctx: Auth.types.AuthContext, value: Any) -> None:
+        """Stamp a thread the request creates: its owner, and its workspace where the file names them."""
+        identity = ctx.user.identity
+        workspace = {WORKSPACE_KEY: config.workspace_of(identity)} if config.names_workspaces else {}
+        stamped(value, {OWNER_KEY: identity, **workspace})
 
     @auth.on.threads.create
     async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> dict[str, str] | None:
-        owned_by(value, ctx.user.identity)
+        own(ctx, value)
         return owned_unless_supervisor(ctx)
 
     @auth.on.threads.create_run
     async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate) -> dict[str, str] | None:
         refuse_routing(value)
-        owned_by(value, ctx.user.identity)  # owns a thread this run creates
+        own(ctx, value)  # owns a thread this run creates
         return owned_unless_supervisor(ctx)
 
     @auth.on.threads.update
     async def on_thread_update(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsUpdate) -> dict[str, str] | None:
-        if OWNER_KEY in (value.get("metadata") or {}):
-            raise Auth.exceptions.HTTPException(status_code=403, detail="the owner of a thread cannot be changed")
+        refuse_restamping(value, OWNER_KEY, *([WORKSPACE_KEY] if config.names_workspaces else []))
         return owned_unless_supervisor(ctx)
 
     @auth.on(resources="threads", actions=["read", "delete", "search"])

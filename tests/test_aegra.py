@@ -1,6 +1,7 @@
 """gatedloop served by Aegra (issue 31): two real `aegra serve` processes on one Postgres database and one Redis
 queue, driven by the real `langgraph-sdk`, the graph built as docs/server.md says (no checkpointer, no `ledger=`:
-tests/support/aegra_payments.py). Every real payment is a row in an effects file, counted here.
+tests/support/aegra_payments.py). Every real payment is a row in an effects file, counted here. Served with
+`gatedloop.graph.aegra_auth` (issue 51): ana (staff) asks, bo (finance, a supervisor of her workspace) answers.
 
 Needs `GATEDLOOP_AEGRA` (the `aegra` executable of a Python 3.12+ venv with gatedloop installed:
 `.ci/aegra_venv.sh` makes one), the test Postgres (`GATEDLOOP_TEST_PG_URL`) and Redis (`GATEDLOOP_TEST_REDIS_URL`:
@@ -13,8 +14,10 @@ Needs `GATEDLOOP_AEGRA` (the `aegra` executable of a Python 3.12+ venv with gate
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -130,14 +133,15 @@ def audit(aegra: Deployment, thread_id: str) -> list[dict[str, Any]]:
 
 
 def test_an_approval_answered_on_the_other_process_runs_the_write_once(both: Deployment) -> None:
-    """(a) Process A asks, only A running; the approval goes to process B with A stopped, so the approval and the
-    write cannot share a process's memory. Before checkpoints/ledger_for.py gave LangGraph's Postgres saver a
-    ledger, B answered the call "never validated" and the thread ended `completed` with no payment."""
+    """(a) Process A asks (ana), only A running; the approval (bo's) goes to process B with A stopped, so the
+    approval and the write cannot share a process's memory. Before checkpoints/ledger_for.py gave LangGraph's
+    Postgres saver a ledger, B answered the call "never validated" and the thread ended `completed` with no
+    payment."""
     a, b = both[0], both[1]
     b.stop()
     to = payee("bo")
-    thread_id = ask(client(a, "bo"), f"pay 500 to {to} as a1")
-    [request] = pending(client(a, "bo"), thread_id)
+    thread_id = ask(client(a, "ana"), f"pay 500 to {to} as a1")
+    [request] = pending(client(a, "ana"), thread_id)
     assert request["kind"] == "approval" and request["action_requests"][0]["args"] == {"amount": 500.0, "to": to}
     asked_in = model_pids(both)[-1]
     b.start()
@@ -190,7 +194,7 @@ def test_gatedloop_notify_beside_aegra_tells_the_request_its_decision_and_its_en
     to = payee("bo")
     with StubServer(Receiver, label="webhook receiver") as server:
         notify = ["--db", both.database_url, "notify", "--once", "--webhook", f"{server.origin}/hook"]
-        thread_id = ask(client(a, "bo"), f"pay 500 to {to} as n1")
+        thread_id = ask(client(a, "ana"), f"pay 500 to {to} as n1")
         assert main(notify) == 0
         answer(client(b, "bo"), thread_id, {"type": "approve"})
         assert main(notify) == 0
@@ -223,11 +227,86 @@ def test_a_reviewer_without_the_role_is_refused_and_nothing_runs(both: Deploymen
     assert refused == [("ana", ["staff"])], events
     assert not [e for e in events if e["event"] in ("decision", "executed")], events
 
-    # Aegra 0.11 keeps a thread for the user who created it: another user's answer is 404, whatever her roles.
-    with pytest.raises(httpx.HTTPStatusError) as other:
-        answer(client(b, "bo"), thread_id, {"type": "approve"})
-    assert other.value.response.status_code == 404
+
+def status_of(call: Any) -> int:
+    """The HTTP status a call of the SDK was refused with (200 when it was not)."""
+    try:
+        call()
+    except httpx.HTTPStatusError as exc:
+        return exc.response.status_code
+    return 200
+
+
+def listed(sdk: Any) -> list[str]:
+    return [t["thread_id"] for t in sdk.threads.search(limit=1000)]
+
+
+def test_a_supervisor_of_the_workspace_answers_the_requesters_thread_and_nobody_else_reaches_it(
+    both: Deployment,
+) -> None:
+    """Separate reviewers on Aegra (issue 51). ana (staff) asks on process A. On process B, cy (staff, her
+    workspace, not a supervisor) and dee (finance, another workspace) get 404 for the thread, its state, its history
+    and an answer, and do not find it in a search; nothing runs. bo (finance, a supervisor of ana's workspace) finds
+    it and approves it: the payment runs once, the thread ends idle, the audit names bo (not ana, not the
+    workspace, which is Aegra's `identity` and the thread's `owner`)."""
+    a, b = both[0], both[1]
+    to = payee("sep")
+    ana = client(a, "ana")
+    thread_id = ask(ana, f"pay 120 to {to} as s1")
+    [request] = pending(ana, thread_id)
+    assert request["action_requests"][0]["requested_by"] == "ana"
+
+    for outsider in (client(b, "cy"), client(b, "dee")):
+        refused = [
+            status_of(lambda sdk=outsider: sdk.threads.get(thread_id)),
+            status_of(lambda sdk=outsider: sdk.threads.get_state(thread_id)),
+            status_of(lambda sdk=outsider: sdk.threads.get_history(thread_id)),
+            status_of(lambda sdk=outsider: answer(sdk, thread_id, {"type": "approve"})),
+        ]
+        assert refused == [404, 404, 404, 404]
+        assert thread_id not in listed(outsider)
     assert payments(both, to) == []
+    assert [r["request_id"] for r in pending(ana, thread_id)] == [request["request_id"]]
+
+    bo = client(b, "bo")
+    assert thread_id in listed(bo)
+    assert bo.threads.get(thread_id)["metadata"]["gatedloop_owner"] == "ana"
+    assert bo.threads.get(thread_id)["metadata"]["owner"] == "workspace:north"
+    out = answer(bo, thread_id, {"type": "approve"})
+    assert out["status"] == "completed", out
+    assert [args["to"] for _, args, _ in payments(both, to)] == [to]
+    assert ana.threads.get(thread_id)["status"] == "idle"
+    events = audit(both, thread_id)
+    assert [(e["actor"], e["detail"]["decision"]) for e in decided(events)] == [("bo", "approve")], events
+    assert not [e for e in events if e["event"].startswith("answer_refused")], events
+
+
+def test_a_client_cannot_name_the_owner_or_the_reviewer(both: Deployment) -> None:
+    """The thread's owner and the answer's sender are the auth's: cy's `gatedloop_owner` metadata is replaced by
+    her own name and she may not change it later; her approval sent with bo's user in its `config` and bo's
+    identity in its `context` is still hers (staff: refused, nothing runs, the audit names cy)."""
+    a, b = both[0], both[1]
+    cy = client(a, "cy")
+    made = cy.threads.create(metadata={"gatedloop_owner": "bo"})
+    assert made["metadata"]["gatedloop_owner"] == "cy"
+    assert status_of(lambda: cy.threads.update(made["thread_id"], metadata={"gatedloop_owner": "bo"})) == 403
+
+    to = payee("forge")
+    thread_id = ask(cy, f"pay 10 to {to} as f1")
+    bo_user = {"identity": "workspace:north", "user_id": "bo", "roles": ["finance"], "gatedloop_auth": "token"}
+    client(b, "cy").runs.wait(
+        thread_id,
+        GRAPH,
+        command={"resume": {"decisions": [{"type": "approve"}]}},
+        config={"configurable": {"langgraph_auth_user": bo_user, "user_id": "bo"}},
+        context={"user_id": "bo", "roles": ["finance"]},
+    )
+    assert payments(both, to) == []
+    [still] = pending(cy, thread_id)
+    assert still["error"] == "pay (f1): deciding this call needs one of the roles ['finance']"
+    events = audit(both, thread_id)
+    refused = [(e["actor"], e["detail"]["roles"]) for e in events if e["event"].startswith("answer_refused")]
+    assert refused == [("cy", ["staff"])], events
 
 
 def settled(sdk: Any, thread_id: str, run_id: str) -> dict[str, Any]:
@@ -255,7 +334,7 @@ def test_a_worker_killed_while_a_write_runs_never_writes_twice(both: Deployment,
     can reconcile, asks a person whether it happened. Never two payments."""
     to = payee(f"hold-{when}")
     bo = client(both[0], "bo")
-    thread_id = ask(bo, f"{tool} 70 to {to} as k1")
+    thread_id = ask(client(both[0], "ana"), f"{tool} 70 to {to} as k1")
     run = bo.runs.create(thread_id, GRAPH, command={"resume": {"decisions": [{"type": "approve"}]}})
     marker = both.control / f"{to}.started"
     wait_until(lambda: marker.exists() and marker.read_text(), 60, "the write to start")
@@ -289,7 +368,7 @@ def test_four_concurrent_answers_through_both_processes_make_one_write(both: Dep
     refuses an answer that arrives when the thread is no longer interrupted (400) or busy (409), and queues the
     others: here two of the four usually became runs, and the later one found the request already answered."""
     to = payee("race")
-    thread_id = ask(client(both[0], "bo"), f"pay 40 to {to} as c1")
+    thread_id = ask(client(both[0], "ana"), f"pay 40 to {to} as c1")
     sdks = [client(both[i % 2], "bo") for i in range(4)]
 
     def approve(sdk: Any) -> str:
@@ -311,6 +390,7 @@ def test_four_concurrent_answers_through_both_processes_make_one_write(both: Dep
 
 DEPLOY = Path(__file__).parent.parent / "deploy" / "aegra"
 EXAMPLE_ANA = "ana-example-token-change-me"
+EXAMPLE_BO = "bo-example-token-change-me"
 
 
 @pytest.fixture(scope="module")
@@ -427,6 +507,56 @@ def test_the_inbox_served_by_aegra_lists_approves_with_an_edit_and_rejects_in_ch
     assert decisions == {"Edda": [("ana", "edit")], "Rolf": [("ana", "reject")]}
 
 
+@contextlib.contextmanager
+def signed_in(server: AegraServer, token: str) -> Iterator[httpx.Client]:
+    """A browser's session with the inbox of `server`, signed in with `token` (the login form's CSRF field, the
+    session cookie)."""
+    with httpx.Client(base_url=server.url, timeout=120) as browser:
+        form = re.search(r'name="csrf" value="([^"]+)"', browser.get("/inbox").text)
+        assert form is not None
+        assert browser.post("/inbox/login", data={"csrf": form[1], "token": token}).status_code == 303
+        yield browser
+
+
+def card(page: str, thread_id: str) -> str:
+    """The inbox page's card for a thread, "" when the page lists none."""
+    start = page.find(f'data-key="{thread_id}"')
+    return "" if start < 0 else page[start : page.index("</section>", start)]
+
+
+def test_the_inbox_served_by_aegra_lists_the_requesters_request_for_her_reviewer_who_answers_it(
+    shipped: list[AegraServer],
+) -> None:
+    """Separate reviewers in the shipped deployment (issue 51; its reviewers file names no workspaces: one
+    workspace). ana (staff) asks for a table on process A; bo (hosts, a supervisor) signs in to the inbox of process
+    B, where her request waits for him, "requested by ana", and approves it there (a run as bo, on Aegra's queue):
+    the table is booked, and the audit names bo. ana's own inbox does not offer it to her (she is not a host)."""
+    ana = client(shipped[0], "ana", token=EXAMPLE_ANA)
+    thread_id = ana.threads.create()["thread_id"]
+    ana.runs.wait(thread_id, "tables", input={"messages": [{"role": "user", "content": "a table for 2 at Chez Bo"}]})
+    [request] = pending(ana, thread_id)
+
+    with signed_in(shipped[1], EXAMPLE_BO) as bo, signed_in(shipped[0], EXAMPLE_ANA) as her:
+        shown = card(bo.get("/inbox").text, thread_id)
+        assert "requested by ana" in shown and "reserve_table" in shown, shown
+        assert card(her.get("/inbox").text, thread_id) == ""
+        csrf = re.search(r'name="csrf" value="([^"]+)"', shown)
+        assert csrf is not None
+        sent = {"csrf": csrf[1], "thread_id": thread_id, "request_id": request["request_id"], "decision-0": "approve"}
+        assert bo.post("/inbox/answer", data=sent).status_code == 303
+        after = bo.get("/inbox").text
+        assert re.search(rf'class="flash ok"[^>]*>[^<]*{thread_id}', after), after  # "answered", with the thread
+
+    values = client(shipped[0], "ana", token=EXAMPLE_ANA).threads.get_state(thread_id)["values"]
+    assert values["status"] == "completed", values
+    [booked] = [m for m in values["messages"] if m["type"] == "tool"]
+    assert booked["status"] == "success", booked
+    from gatedloop.checkpoints.postgres import PostgresLedger
+
+    events = PostgresLedger(shipped[0].env["DATABASE_URL"]).audit(thread_id)
+    assert [(e["actor"], e["detail"]["decision"]) for e in decided(events)] == [("bo", "approve")], events
+
+
 def test_a_bad_auth_configuration_stops_the_shipped_deployment(aegra: Deployment, tmp_path: Path) -> None:
     """Aegra alone would log the auth module's error and serve everyone as one anonymous user; the deployment's graph
     modules import gatedloop's auth, so the server does not start."""
@@ -436,3 +566,141 @@ def test_a_bad_auth_configuration_stops_the_shipped_deployment(aegra: Deployment
     with pytest.raises(RuntimeError, match="exited"):
         server.start(timeout_s=120)
     assert "AuthConfigError: gatedloop auth config (GATEDLOOP_AUTH_TOKENS): tokens: entry #1" in server.log.read_text()
+
+
+# The rules themselves, without a server: the handlers called as Aegra 0.11 picks and calls them.
+
+NORTH = {
+    "supervisor_roles": ["finance"],
+    "tokens": {
+        "ana-token-rules-0001": {"user_id": "ana", "roles": ["staff"], "workspace": "north"},
+        "bo-token-rules-00002": {"user_id": "bo", "roles": ["finance"], "workspace": "north"},
+        "dee-token-rules-0004": {"user_id": "dee", "roles": ["finance"], "workspace": "south"},
+    },
+}
+
+
+def config_of(data: dict[str, Any]) -> Any:
+    from gatedloop.graph.auth import TOKENS_ENV, load_auth_config
+
+    return load_auth_config({TOKENS_ENV: json.dumps(data)})
+
+
+def handle(auth: Any, user: dict[str, Any], resource: str, action: str, value: dict[str, Any]) -> Any:
+    """One `@auth.on` handler as Aegra 0.11 picks it (aegra_api.core.auth_handlers: the most specific of
+    (resource, action), (resource, *), (*, action), (*, *), else the global one) and calls it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from langgraph_sdk import Auth
+
+    keys = [(resource, action), (resource, "*"), ("*", action), ("*", "*")]
+    handler = next((auth._handlers[k][-1] for k in keys if auth._handlers.get(k)), None) or auth._global_handlers[-1]
+    ctx = Auth.types.AuthContext(permissions=[], user=SimpleNamespace(**user), resource=resource, action=action)
+    return asyncio.run(handler(ctx=ctx, value=value))
+
+
+def aegra_user_of(auth: Any, token: str) -> dict[str, Any]:
+    import asyncio
+
+    return asyncio.run(auth._authenticate_handler({"authorization": f"Bearer {token}"}))  # as Aegra calls it
+
+
+def test_a_reviewers_file_names_a_workspace_in_every_token_or_in_none() -> None:
+    from gatedloop.graph.auth import DEFAULT_WORKSPACE, AuthConfigError
+
+    config = config_of(NORTH)
+    assert config.names_workspaces and [config.workspace_of(u) for u in ("ana", "dee")] == ["north", "south"]
+    today = config_of({"supervisor_roles": ["finance"], "tokens": {"bo-token-rules-00002": {"user_id": "bo"}}})
+    assert not today.names_workspaces and today.workspace_of("bo") == DEFAULT_WORKSPACE
+    some = {"tokens": {**NORTH["tokens"], "cy-token-rules-00003": {"user_id": "cy"}}}
+    with pytest.raises(AuthConfigError, match="tokens: name a workspace in every token, or in none"):
+        config_of(some)
+    moved = {"tokens": {**NORTH["tokens"], "ana-token-rules-other": {"user_id": "ana", "roles": ["staff"]}}}
+    moved["tokens"]["ana-token-rules-other"]["workspace"] = "south"
+    with pytest.raises(AuthConfigError, match=r"entry #4 \(user 'ana'\): this user has another token in another"):
+        config_of(moved)
+
+
+def test_under_langgraph_dev_a_supervisor_sees_her_workspace_and_a_file_without_workspaces_is_unchanged() -> None:
+    """The same file under `gatedloop.graph.auth` (langgraph-api applies each handler's filter to the thread's
+    metadata): with workspaces a supervisor's filter is her workspace, stamped on every thread made; without, none."""
+    from gatedloop.graph.auth import build_auth
+
+    auth = build_auth(config_of(NORTH))
+    made: dict[str, Any] = {"metadata": {"owner": "dee", "workspace": "south"}}
+    assert handle(auth, {"identity": "bo"}, "threads", "create", made) == {"workspace": "north"}
+    assert made["metadata"] == {"owner": "bo", "workspace": "north"}
+    assert handle(auth, {"identity": "ana"}, "threads", "read", {}) == {"owner": "ana"}
+    assert handle(auth, {"identity": "dee"}, "threads", "search", {}) == {"workspace": "south"}
+    with pytest.raises(Exception, match="owner of a thread cannot be changed"):
+        handle(auth, {"identity": "bo"}, "threads", "update", {"metadata": {"workspace": "south"}})
+
+    one_workspace = {
+        "supervisor_roles": ["finance"],
+        "tokens": {"bo-token-rules-00002": {"user_id": "bo", "roles": ["finance"]}},
+    }
+    today = build_auth(config_of(one_workspace))
+    made = {"metadata": None}
+    assert handle(today, {"identity": "bo"}, "threads", "create", made) is None
+    assert made["metadata"] == {"owner": "bo"}
+    assert handle(today, {"identity": "bo"}, "threads", "update", {"metadata": {"workspace": "x"}}) is None
+
+
+def test_aegra_s_user_is_scoped_to_her_workspace_and_the_graph_reads_the_person_from_it() -> None:
+    """Aegra scopes by `identity`: the workspace. The person rides beside it and is who the gate sees, whatever the
+    run's client puts in its `context`; a file without workspaces is one workspace."""
+    from gatedloop.graph.aegra_auth import build_aegra_auth
+    from gatedloop.nodes.gate.identity import authenticated_context, caller_context
+    from gatedloop.tools.policy import CallContext
+
+    user = aegra_user_of(build_aegra_auth(config_of(NORTH)), "ana-token-rules-0001")
+    assert (user["identity"], user["user_id"], user["roles"]) == ("workspace:north", "ana", ["staff"])
+    one = build_aegra_auth(config_of({"tokens": {"bo-token-rules-00002": {"user_id": "bo"}}}))
+    assert aegra_user_of(one, "bo-token-rules-00002")["identity"] == "workspace:default"
+
+    class AegraUser:  # Aegra hands a run its pydantic `User`, whose `dict()` has the handler's extra fields
+        def dict(self) -> dict[str, Any]:
+            return dict(user)
+
+    for served in (user, AegraUser()):
+        config: Any = {"configurable": {"langgraph_auth_user": served}}
+        caller = caller_context({"user_id": "bo", "roles": ["finance"], "tenant": "t1"}, config)
+        assert (caller.user_id, caller.roles, caller.extra) == ("ana", frozenset({"staff"}), {"tenant": "t1"})
+        seen = authenticated_context(CallContext(user_id="bo", roles=frozenset({"finance"})), CallContext, config)
+        assert (seen.user_id, seen.roles) == ("ana", frozenset({"staff"}))  # what the tools see
+
+
+def test_aegra_handlers_keep_a_user_who_is_not_a_supervisor_to_her_own_threads() -> None:
+    """Aegra 0.11 applies a handler's filter only to listings, searches, gets and deletes; elsewhere it keeps only a
+    refusal. So a thread the request names is looked up and refused unless hers; a supervisor is not looked up."""
+    from gatedloop.graph.aegra_auth import build_aegra_auth
+
+    threads = {("t-ana", "workspace:north"): {"owner": "workspace:north", "gatedloop_owner": "ana"}}
+    looked_up: list[str] = []
+
+    async def metadata(thread_id: str, identity: str) -> Any:
+        looked_up.append(thread_id)
+        return threads.get((thread_id, identity))
+
+    auth = build_aegra_auth(config_of(NORTH), metadata)
+    ana, bo, cy = ({"identity": "workspace:north", "user_id": u} for u in ("ana", "bo", "cy"))
+    assert handle(auth, ana, "threads", "read", {"thread_id": "t-ana"}) == {"gatedloop_owner": "ana"}
+    assert handle(auth, ana, "threads", "search", {}) == {"gatedloop_owner": "ana"}
+    assert handle(auth, ana, "threads", "create_run", {"thread_id": "t-new"}) is None  # a thread the run makes
+    for action in ("read", "create_run", "update", "delete", "search"):
+        with pytest.raises(Exception, match="Thread 't-ana' not found") as caught:
+            handle(auth, cy, "threads", action, {"thread_id": "t-ana"})
+        assert getattr(caught.value, "status_code", None) == 404
+    with pytest.raises(Exception, match="only supervisors may cancel runs by status"):
+        handle(auth, ana, "threads", "update", {"status": "all"})
+    with pytest.raises(Exception, match="only supervisors may create crons"):
+        handle(auth, ana, "crons", "create", {})
+
+    looked_up.clear()
+    assert handle(auth, bo, "threads", "create_run", {"thread_id": "t-ana"}) is None
+    assert handle(auth, bo, "threads", "read", {"thread_id": "t-ana"}) is None
+    assert looked_up == []
+    made: dict[str, Any] = {"thread_id": None, "metadata": {"gatedloop_owner": "bo"}}
+    assert handle(auth, ana, "threads", "create", made) is None
+    assert made["metadata"] == {"gatedloop_owner": "ana"}

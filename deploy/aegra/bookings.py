@@ -6,6 +6,6 @@ from __future__ import annotations
 
 from bookings_agent.graphs import rooms, tables
 
-import gatedloop.graph.auth  # noqa: F401  (a bad auth configuration fails the start: see demo.py)
+import gatedloop.graph.aegra_auth  # noqa: F401  (a bad auth configuration fails the start: see demo.py)
 
 __all__ = ["rooms", "tables"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from langgraph.graph.state import CompiledStateGraph
 
-import gatedloop.graph.auth  # noqa: F401  (a bad auth configuration fails the start, see above)
+import gatedloop.graph.aegra_auth  # noqa: F401  (a bad auth configuration fails the start, see above)
 from gatedloop.demo import DemoStore, build_demo_tools, demo_policies
 from gatedloop.demo.model import choose_model
 from gatedloop.graph import build_graph

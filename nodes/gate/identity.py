@@ -13,8 +13,11 @@ for choosing between them:
 
 The rule: when the server put a user with a non-empty `identity` there, that user is the caller. Its `identity` is
 `user_id` and its `roles` (a list of strings in the user the auth handler returned, as gatedloop's auth does) are
-the roles; a user without `roles` has none (fail closed: no client-sent role counts). The client's `user_id` and
-`roles` are ignored; the other context keys stay in `extra`. Otherwise the runtime context is used as it is:
+the roles; a user without `roles` has none (fail closed: no client-sent role counts). A user of gatedloop's token
+auth that names a `PERSON_FIELD` is that person: under Aegra its `identity` is her workspace, which Aegra scopes
+threads by (`gatedloop.graph.aegra_auth`); the field is the auth handler's, like the rest of the user. The client's
+`user_id` and `roles` are ignored; the other context keys stay in `extra`. Otherwise the runtime context is used as
+it is:
 
 - plain Python (no server, so no such key);
 - a server without custom auth: the server records its unauthenticated user as `None`;
@@ -39,6 +42,9 @@ SERVER_USER_KEY = "langgraph_auth_user"
 AUTH_KIND_FIELD = "gatedloop_auth"
 LOCAL_USER_MARK = "local"
 """`{AUTH_KIND_FIELD: LOCAL_USER_MARK}` in a server user: gatedloop's unconfigured fallback, not an identity."""
+TOKEN_USER_MARK = "token"
+"""`{AUTH_KIND_FIELD: TOKEN_USER_MARK}` in a server user: a user of gatedloop's token auth."""
+PERSON_FIELD = "user_id"
 
 
 def caller_context(runtime_context: Any, config: RunnableConfig | None) -> CallContext:
@@ -72,7 +78,8 @@ def server_user(config: RunnableConfig | None) -> tuple[str, frozenset[str]] | N
     if raw is None:
         return None
     fields = _user_fields(raw)
-    identity = fields.get("identity")
+    named = fields.get(PERSON_FIELD) if fields.get(AUTH_KIND_FIELD) == TOKEN_USER_MARK else None
+    identity = named if isinstance(named, str) and named else fields.get("identity")
     if not isinstance(identity, str) or not identity or fields.get(AUTH_KIND_FIELD) == LOCAL_USER_MARK:
         return None
     roles = fields.get("roles")

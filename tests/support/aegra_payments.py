@@ -4,8 +4,9 @@ database).
 
 - `pay` and `wire` are gated writes that only a `finance` reviewer may approve; `pay` has a `reconcile` (it asks the
   effects file whether a payment with that key happened), `wire` has none (an unknown outcome goes to a person).
-  A finance user may approve her own request (`self_approval=True`): Aegra 0.11 lets only a thread's creator run on
-  it, so the reviewer of a served thread is its requester (tests/test_aegra.py pins that another user gets 404).
+  The tests ask as ana (staff) and answer as bo (finance, her workspace's supervisor). A finance user may also
+  approve her own request (`self_approval=True`): bench/aegra_kills.py and bench/aegra_throughput.py ask and answer
+  as bo alone.
 - Every real payment is a row in the effects file (`AEGRA_TEST_EFFECTS`, SQLite), with the pid of the process that
   made it: what the tests count.
 - A payee named `hold-before-...` or `hold-after-...` makes the first attempt to pay it stop before or after its

@@ -24,15 +24,22 @@ import httpx
 AEGRA_ENV = "GATEDLOOP_AEGRA"
 REDIS_ENV = "GATEDLOOP_TEST_REDIS_URL"
 APP = Path(__file__).parent / "aegra_app" / "aegra.json"
-TOKENS = {"ana": "ana-token-aegra-0001", "bo": "bo-token-aegra-00002", "cy": "cy-token-aegra-00003"}
+TOKENS = {
+    "ana": "ana-token-aegra-0001",
+    "bo": "bo-token-aegra-00002",
+    "cy": "cy-token-aegra-00003",
+    "dee": "dee-token-aegra-0004",
+}
 AUTH = {
     "supervisor_roles": ["finance"],
     "tokens": {
-        TOKENS["ana"]: {"user_id": "ana", "roles": ["staff"]},
-        TOKENS["bo"]: {"user_id": "bo", "roles": ["finance"]},
-        TOKENS["cy"]: {"user_id": "cy", "roles": ["finance"]},
+        TOKENS["ana"]: {"user_id": "ana", "roles": ["staff"], "workspace": "north"},
+        TOKENS["bo"]: {"user_id": "bo", "roles": ["finance"], "workspace": "north"},
+        TOKENS["cy"]: {"user_id": "cy", "roles": ["staff"], "workspace": "north"},
+        TOKENS["dee"]: {"user_id": "dee", "roles": ["finance"], "workspace": "south"},
     },
 }
+"""Two workspaces: in `north` ana and cy ask (staff), bo reviews (finance, a supervisor); dee reviews `south`."""
 LEASE = {"LEASE_DURATION_SECONDS": "6", "HEARTBEAT_INTERVAL_SECONDS": "2", "REAPER_INTERVAL_SECONDS": "1"}
 """A dead worker's run is handed on within about 7 s (Aegra's defaults: 30 s lease, 15 s reaper)."""
 
