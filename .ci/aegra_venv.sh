@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV="${GATEDLOOP_AEGRA_VENV:-$ROOT/.aegra-venv}"
-AEGRA_VERSION=0.11.0  # tests/test_aegra.py pins this version's behaviour (a thread is its creator's, 404 to others)
+AEGRA_VERSION=0.11.0  # tests/test_aegra.py pins its auth: identity scopes threads, filters only list/get/delete
 
 die() { echo "aegra_venv: $*" >&2; exit 1; }
 
