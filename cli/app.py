@@ -23,7 +23,9 @@ from gatedloop.checkpoints.sqlite import open_sqlite_readonly
 from gatedloop.demo import DemoStore, build_demo_tools, choose_model, demo_model, demo_policies
 from gatedloop.graph import build_graph
 from gatedloop.graph.build import with_saver
+from gatedloop.graph.contexts import unreachable_roles
 from gatedloop.graph.load import GraphNotFound, NamedGraph, choose_graph
+from gatedloop.graph.parts_of import parts_of
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED, EXIT_NOT_FOUND, EXIT_BUSY, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
 EXIT_INTERRUPTED = 130
@@ -149,6 +151,16 @@ def named_graph(given: str | None) -> NamedGraph | None:
         raise CliError(str(exc), EXIT_USAGE) from exc
 
 
+def require_reachable_roles(named: NamedGraph) -> None:
+    """The CLI and the inbox say who you are in the graph's context: in a schema without `roles`, `--roles` would
+    be dropped and every role-based rule refuse everyone, one approval at a time. `build_graph` lets such a graph
+    through without a checkpointer, as a served graph may take its roles from the server's auth; here none does."""
+    parts = parts_of(named.graph)
+    problem = unreachable_roles(parts.context_schema, parts.registry.policies) if parts is not None else None
+    if problem is not None:
+        raise CliError(f"--graph {named.reference}: {problem} (the CLI and the inbox send --roles there)", EXIT_USAGE)
+
+
 @contextmanager
 def open_app(
     db: str, *, named: NamedGraph | None = None, with_model: bool = True, read_only: bool = False
@@ -157,8 +169,11 @@ def open_app(
     demo tools with their data beside the database). Commands that only read or flag threads
     (`with_model=False`) get the demo's offline model and leave its data file alone: reading state never calls
     either, so they need no API key and touch no data file. What the CLI prints is shown through
-    `Display.for_graph(graph)`, which masks the graph's own `secret_args`."""
+    `Display.for_graph(graph)`, which masks the graph's own `secret_args`. A graph that runs here must be able to
+    receive the caller's roles (`require_reachable_roles`); reading a thread needs none."""
     if named is not None:
+        if with_model:
+            require_reachable_roles(named)
         with open_saver(db, read_only=read_only) as saver:
             yield with_saver(named.graph, saver), saver
         return

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.ledger_for import ledger_for
+from gatedloop.graph.contexts import unreachable_roles
 from gatedloop.graph.gated import GatedGraph
 from gatedloop.graph.models import bind_loop_tools
 from gatedloop.graph.parts_of import parts_of, remember_parts
@@ -62,6 +63,8 @@ def build_graph(
     `store` is compiled into the graph and handed to tools (`ToolRuntime.store`, `InjectedStore`).
     `context_schema` is the runtime context's type, as in `create_agent` (Studio's context form, `Runtime.context`);
     whatever it is, the caller's identity is read from its `user_id` and `roles` (gatedloop.nodes.gate.identity).
+    With a `checkpointer`, a schema without `roles` under policies that name roles is refused (no caller could hold
+    one, `unreachable_roles`); a graph built without one (to be served) is not: the server's auth may give roles.
     `middleware` is a list of LangChain v1 `AgentMiddleware`, run where `create_agent` runs them, inside the gate
     (gatedloop.nodes.agent_middleware): model hooks in `model` (after_agent in `finalize`), `wrap_tool_call` in
     the tool run after a write's claim; their `state_schema` fields join the state, their `tools` are ordinary
@@ -71,6 +74,9 @@ def build_graph(
     limits = limits or Limits()
     stack = _middlewares(middleware)
     registry = ToolRegistry([*tools, *(stack.tools if stack else [])], policies)
+    roles_problem = unreachable_roles(context_schema, registry.policies) if checkpointer is not None else None
+    if roles_problem is not None:
+        raise ValueError(roles_problem)
     if ledger is None:
         ledger = ledger_for(checkpointer)
     if system_prompt is not None and not (isinstance(system_prompt, str) or callable(system_prompt)):

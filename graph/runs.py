@@ -60,8 +60,9 @@ def lease_for(
 class RunOptions(TypedDict, total=False):
     """How `start`, `resume` and their streaming and async forms run a thread."""
 
-    context: CallContext | None
-    """Who runs it: the runtime context (its `user_id` and `roles` are the requester's, or the answer's sender's)."""
+    context: Any
+    """Who runs it: the runtime context, a `CallContext` or the graph's `context_schema` (an object or a dict); its
+    `user_id` and `roles` are the requester's, or the answer's sender's, or the upgrading operator's."""
     wait_s: float
     """How long to wait for the thread's lease while another process runs it (0: `ThreadBusy` at once)."""
     upgrade: bool

@@ -14,7 +14,7 @@ from gatedloop.checkpoints.evidence import AuditEvent, GraphIdentity
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.ledger_for import LedgerOfTheRun
 from gatedloop.graph.parts_of import graph_identity, parts_of
-from gatedloop.tools.policy import CallContext
+from gatedloop.nodes.gate.identity import client_context
 
 
 class GraphMismatch(ValueError):
@@ -106,12 +106,13 @@ def claim_thread(
     thread_id: str,
     *,
     upgrade: bool = False,
-    context: CallContext | None = None,
+    context: Any = None,
 ) -> None:
     """Invariant 11: a thread is run only by the graph that made it: same name, same tools, same policies
     (`graph_identity`). Another graph raises GraphMismatch, naming what changed, unless `upgrade`, which records
-    the new graph and audits `graph_upgraded` in the same transaction: who upgraded (`context`), both identities,
-    and each changed tool's policy before and after.
+    the new graph and audits `graph_upgraded` in the same transaction: who upgraded (`context`, the run's context
+    in the graph's own schema, read as every identity is: `client_context`), both identities, and each changed
+    tool's policy before and after.
 
     Threads from before this rule, decided so that none silently accepts weaker rules and stored files stay as
     they are (no column changed; policies have a table of their own):
@@ -145,7 +146,7 @@ def claim_thread(
     # Every upgrade is its own event: the audit keeps one row per (call, event), and a thread may be upgraded to
     # the same graph twice (there and back).
     event = f"graph_upgraded:{offered.digest[:8]}.{(offered.policy_digest or '')[:8]}.{uuid.uuid4().hex[:8]}"
-    actor = context.user_id if context else None
+    actor = client_context(context).user_id
     ledger.record_thread_graph(thread_id, offered, replace=True, events=[AuditEvent("", event, detail, actor)])
 
 

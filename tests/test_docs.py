@@ -75,3 +75,13 @@ def test_anchor_matches_the_ids_mkdocs_gives_headings():
     assert anchor("What ends a request (`status`)") == "what-ends-a-request-status"
     porting = "Porting from `create_agent`, argument by argument"
     assert anchor(porting) == "porting-from-create_agent-argument-by-argument"
+
+
+def test_every_option_the_cli_takes_before_or_after_a_command_is_in_docs_cli_md():
+    """docs/cli.md's synopsis lists the options every command shares (the top-level parser's); `--context` was
+    missing from it (issue 51)."""
+    from gatedloop.cli.main import parser
+
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    shared = [a.option_strings for a in parser()._actions if a.option_strings and a.dest != "help"]
+    assert [names[0] for names in shared if not any(re.search(rf"{n}\b", text) for n in names)] == []
