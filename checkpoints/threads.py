@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,11 +67,18 @@ def unsettled_writes(ledger: Ledger | None, thread_id: str) -> list[str]:
     return sentences
 
 
-def describe_thread(graph: CompiledStateGraph, thread_id: str, ledger: Ledger | None = None) -> ThreadSummary:
+def describe_thread(
+    graph: CompiledStateGraph,
+    thread_id: str,
+    ledger: Ledger | None = None,
+    waiting: Callable[[Mapping[str, Any]], str] | None = None,
+) -> ThreadSummary:
     """Where a thread stands: waiting for a person, cancelled, finished with a status, or stopped mid-run.
 
     With the ledger it also says when a cancel closed a pending request and when a write was in flight at a
-    crash."""
+    crash. `waiting` says what a pending approval request waits for, from its interrupt value (the operator
+    layer reads requests: `gatedloop.graph.display.describe_thread` passes it); without it, "waiting for
+    approval"."""
     snapshot = graph.get_state({"configurable": {"thread_id": thread_id}})
     values: dict[str, Any] = snapshot.values or {}
     count = len(values.get("messages", []))
@@ -85,7 +93,8 @@ def describe_thread(graph: CompiledStateGraph, thread_id: str, ledger: Ledger | 
         if kind != "approval":  # the claimed write is the one a person is asked about: no crash to settle first
             detail = "waiting: a write's outcome is unknown; a person answers done, not_done or abandon"
             return ThreadSummary(thread_id, "waiting", detail, count, request_id)
-        detail = "; ".join(["waiting for approval", *crashed])
+        wait = waiting(value) if waiting is not None and isinstance(value, Mapping) else "waiting for approval"
+        detail = "; ".join([wait, *crashed])
         return ThreadSummary(thread_id, "waiting", detail, count, request_id)
     if snapshot.next or (count and not values.get("status")) or crashed:
         # No status yet: a process stopped mid-run (if it died after a step's writes but before the step's

@@ -27,7 +27,6 @@ from gatedloop.checkpoints.threads import (
     InvalidThreadId,
     ThreadSummary,
     UnknownThread,
-    describe_thread,
     node_path,
     path_mermaid,
     thread_exists,
@@ -63,7 +62,7 @@ from gatedloop.demo.model import describe_choice
 from gatedloop.graph import pending as decide
 from gatedloop.graph import runs, thread_graph
 from gatedloop.graph.contexts import context_for, field_problem
-from gatedloop.graph.display import STOP_WORDS, Display, day_and_clock
+from gatedloop.graph.display import STOP_WORDS, Display, day_and_clock, describe_thread
 from gatedloop.graph.models import ModelConfigError
 from gatedloop.graph.pending import PendingRequest
 from gatedloop.nodes.gate.hitl import InvalidDecision

@@ -8,9 +8,10 @@ from typing import Any
 
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.sqlite import open_async_sqlite, open_sqlite
-from gatedloop.checkpoints.threads import UnknownThread, describe_thread
+from gatedloop.checkpoints.threads import UnknownThread
 from gatedloop.graph import runs
 from gatedloop.graph.build import build_graph
+from gatedloop.graph.display import describe_thread
 from gatedloop.graph.pending import PendingCall, PendingRequest
 from gatedloop.graph.thread_graph import GraphMismatch
 from gatedloop.nodes.gate.hitl import InvalidDecision

@@ -20,8 +20,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Interrupt
 
+from gatedloop.checkpoints import threads
+from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.checkpoints.threads import ThreadSummary
 from gatedloop.graph.parts_of import parts_of
-from gatedloop.graph.pending import PendingRequest
+from gatedloop.graph.pending import PendingRequest, waiting_words
 from gatedloop.graph.thread_graph import ledger_of, made_by
 from gatedloop.nodes.gate.masking import Redactor, thread_redactor, unknown_policies
 from gatedloop.tools.policy import GATED_WRITE, MASK, ToolPolicy
@@ -149,6 +152,15 @@ def audit_text(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
     return f"{name}{by}: {short(detail, 80)}"
 
 
+def describe_thread(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, ledger: Ledger | None = None
+) -> ThreadSummary:
+    """Where a thread stands (`gatedloop.checkpoints.threads.describe_thread`), a pending approval request saying
+    what it waits for, per role ("waiting for finance: refund; support: send_email"): a reviewer reading the list
+    knows whether it is hers, and who else must decide before anything runs."""
+    return threads.describe_thread(graph, thread_id, ledger, waiting_words)
+
+
 def print_lines(lines: Iterable[str], out: TextIO) -> None:
     for line in lines:
         print(line, file=out, flush=True)
@@ -268,9 +280,8 @@ class Display:
                 f"  {call.index + 1}. {call.name}   allowed: {', '.join(call.allowed)}   decided by: {call.deciders()}"
             )
             rows.extend(wrapped(self.call_text(call.name, call.args), "     "))
-        for held in request.get("decided") or []:
-            who = ", ".join(held.get("decided_by") or []) or "a reviewer"
-            rows.append(f"  -  {held.get('name')}   decided: {held.get('decision')} by {who} (waits for the others)")
+        for held in asked.decided:
+            rows.append(f"  -  {held.name}   decided: {held.words()} (waits for the others)")
         head = "Approval needed:" + (f"  (previous answer refused: {asked.error})" if asked.error else "")
         return "\n".join([head, *rows, f"  waiting for {asked.waiting_for()}"])
 

@@ -62,12 +62,26 @@ class PendingCall:
 
     def deciders(self) -> str:
         """Who may decide it, in words: its approver roles, or anyone."""
-        return " or ".join(self.approvers) if self.approvers else "any reviewer"
+        return deciders_of(self.approvers)
 
     def approving(self, effect: str) -> str:
         """What approving it does, in one line (see `approving_text`)."""
         facts = {"name": self.name, "approvals_required": self.approvals_required, "approved_by": self.approved_by}
         return approving_text({**facts, **({"preview": self.preview} if self.preview else {})}, effect)
+
+
+@dataclass(frozen=True)
+class DecidedCall:
+    """A call of the request already decided, held (not answerable) until every call of the request is decided."""
+
+    name: str
+    tool_call_id: str
+    decision: str
+    decided_by: tuple[str, ...] = ()
+
+    def words(self) -> str:
+        """How it was decided and by whom: "approve by bo"."""
+        return f"{self.decision} by {', '.join(self.decided_by) or 'a reviewer'}"
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,8 @@ class PendingRequest:
     error: str | None = None
     """Why the previous answer was refused (the request waits again)."""
     replaced: bool = False
+    decided: tuple[DecidedCall, ...] = ()
+    """An approval's calls an earlier answer decided, waiting for the others (`calls` are those still undecided)."""
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -127,6 +143,7 @@ class PendingRequest:
             expires_at=first.get("expires_at"),
             error=value.get("error"),
             replaced=bool(value.get("replaced")),
+            decided=tuple(_decided_call(held) for held in value.get("decided") or []),
             raw=value,
         )
 
@@ -140,10 +157,7 @@ class PendingRequest:
 
     def waiting_for(self, calls: Iterable[PendingCall] | None = None) -> str:
         """Who the request (or these of its calls) waits for, per role: "finance: refund; support: send_email"."""
-        by_role: dict[str, list[str]] = {}
-        for call in self.calls if calls is None else calls:
-            by_role.setdefault(call.deciders(), []).append(call.name)
-        return "; ".join(f"{who}: {', '.join(names)}" for who, names in by_role.items())
+        return by_decider((call.deciders(), call.name) for call in (self.calls if calls is None else calls))
 
     def answer(
         self,
@@ -170,6 +184,24 @@ class PendingRequest:
         if request_id is not None or self.named:
             answer["request_id"] = request_id if request_id is not None else self.request_id
         return answer
+
+
+def deciders_of(approvers: Iterable[str] | None) -> str:
+    """Who may decide a call whose policy names these approver roles, in words (None or none: any reviewer)."""
+    return " or ".join(approvers) if approvers else "any reviewer"
+
+
+def by_decider(calls: Iterable[tuple[str, str]]) -> str:
+    """(who may decide, call name) pairs grouped by who: "finance: refund; support: send_email"."""
+    grouped: dict[str, list[str]] = {}
+    for who, name in calls:
+        grouped.setdefault(who, []).append(name)
+    return "; ".join(f"{who}: {', '.join(names)}" for who, names in grouped.items())
+
+
+def waiting_words(value: Mapping[str, Any]) -> str:
+    """What a pending approval request waits for, as `gatedloop threads` and a thread's page say it."""
+    return "waiting for " + (PendingRequest.parse(value).waiting_for() or "approval")
 
 
 def refusal_of(value: Any) -> str | None:
@@ -201,6 +233,15 @@ def _approval_call(index: int, action: Mapping[str, Any], config: Mapping[str, A
         remind_at=action.get("remind_at"),
         escalates_at=action.get("escalates_at"),
         backup_approvers=tuple(action.get("backup_approvers") or ()),
+    )
+
+
+def _decided_call(held: Mapping[str, Any]) -> DecidedCall:
+    return DecidedCall(
+        name=str(held.get("name") or ""),
+        tool_call_id=str(held.get("tool_call_id") or ""),
+        decision=str(held.get("decision") or ""),
+        decided_by=tuple(held.get("decided_by") or ()),
     )
 
 

@@ -28,11 +28,10 @@ from starlette.templating import Jinja2Templates
 
 from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import Ledger
-from gatedloop.checkpoints.threads import describe_thread
 from gatedloop.graph import pending as decide
 from gatedloop.graph import runs
 from gatedloop.graph.contexts import context_for
-from gatedloop.graph.display import STOP_WORDS, day_and_clock
+from gatedloop.graph.display import STOP_WORDS, day_and_clock, describe_thread
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox.filters import ORDERS, Filters, choices
 from gatedloop.inbox.forms import FormError, parse_edit

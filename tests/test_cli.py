@@ -186,7 +186,7 @@ def test_an_answer_for_a_request_no_longer_pending_is_refused(tmp_path):
     assert repr(shown) in one_line(out.stderr)
     history = cli("show", "w7", db=db).stdout
     assert "superseded" in history and "Reserved" not in history  # WS-101 superseded, nothing booked
-    assert "waiting for approval" in cli("threads", db=db).stdout
+    assert "waiting for any reviewer: reserve_seat" in cli("threads", db=db).stdout
 
 
 def test_an_answer_for_a_request_never_asked_is_not_called_decided(tmp_path):
@@ -198,7 +198,7 @@ def test_an_answer_for_a_request_never_asked_is_not_called_decided(tmp_path):
     assert "'req-typo', which is not the pending one (decided, replaced, or never asked)" in message
     assert "no longer" not in message
     assert "Reserved" not in cli("show", "w8", db=db).stdout
-    assert "waiting for approval" in cli("threads", db=db).stdout
+    assert "waiting for any reviewer: reserve_seat" in cli("threads", db=db).stdout
 
 
 def test_json_before_or_after_the_command_prints_json_lines_only(tmp_path):
@@ -223,7 +223,7 @@ def test_cancelled_threads_say_so_and_refuse_answers_with_the_status(tmp_path):
     paused(db, "w5")
     assert "can no longer be answered" in cli("cancel", "w5", db=db).stdout
     listed = cli("threads", db=db).stdout
-    assert "cancelled" in listed and "waiting for approval " not in listed
+    assert "cancelled" in listed and "waiting for any reviewer" not in listed
     out = cli("resume", "w5", "--approve", db=db, code=EXIT_REFUSED)
     assert "answer refused" in one_line(out.stderr) and "status: cancelled" in out.stderr
 

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -211,11 +212,16 @@ DESK_AGENT = textwrap.dedent(
 )
 
 
-def test_the_cli_decides_the_calls_the_reviewer_may_decide_and_says_who_else_is_needed(tmp_path: Path):
+Gatedloop = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def desk_cli(tmp_path: Path) -> Gatedloop:
+    """`gatedloop --db runs.sqlite --graph desk_agent:graph ARGS` in process, asserting its exit `code`; each write's
+    effect lands in `effects.txt` beside the database."""
     (tmp_path / "desk_agent.py").write_text(DESK_AGENT)
-    effects = tmp_path / "effects.txt"
     env = {key: value for key, value in os.environ.items() if not key.startswith("GATEDLOOP_")}
-    env.update(GATEDLOOP_MODEL="demo", OPENAI_API_KEY="", DESK_EFFECTS=str(effects))
+    env.update(GATEDLOOP_MODEL="demo", OPENAI_API_KEY="", DESK_EFFECTS=str(tmp_path / "effects.txt"))
 
     def gatedloop(*args: str, code: int) -> subprocess.CompletedProcess[str]:
         sys.modules.pop("desk_agent", None)
@@ -223,17 +229,35 @@ def test_the_cli_decides_the_calls_the_reviewer_may_decide_and_says_who_else_is_
         assert ran.returncode == code, ran.stdout + ran.stderr
         return ran
 
-    asked = gatedloop("--user", "ana", "run", "refund A-1001 and email", "--thread", "t1", code=3)
+    return gatedloop
+
+
+def test_the_cli_decides_the_calls_the_reviewer_may_decide_and_says_who_else_is_needed(tmp_path: Path, desk_cli):
+    effects = tmp_path / "effects.txt"
+    asked = desk_cli("--user", "ana", "run", "refund A-1001 and email", "--thread", "t1", code=3)
     assert "waiting for finance: refund; support: send_email" in asked.stdout
     request = re.search(r"--request (\S+)", asked.stdout).group(1)  # type: ignore[union-attr]
     answer = ("resume", "t1", "--request", request, "--approve")
 
-    bo = gatedloop("--user", "bo", "--roles", "finance", *answer, code=3)
+    bo = desk_cli("--user", "bo", "--roles", "finance", *answer, code=3)
     assert not effects.exists()  # the refund waits for the email's decision
     assert "refund   decided: approve by bo" in bo.stdout and "waiting for support: send_email" in bo.stdout
-    gatedloop("--user", "cy", "--roles", "staff", *answer, code=6)  # decides none of them: refused as before
-    gatedloop("--user", "sue", "--roles", "support", *answer, code=0)
+    desk_cli("--user", "cy", "--roles", "staff", *answer, code=6)  # decides none of them: refused as before
+    desk_cli("--user", "sue", "--roles", "support", *answer, code=0)
     assert effects.read_text().splitlines() == ["refund A-1001", "email ana@example.com"]
+
+
+def test_threads_and_show_say_what_a_request_waits_for_per_role(desk_cli):
+    """`gatedloop threads` and `show` name who each undecided call waits for, not only "waiting for approval"."""
+    asked = desk_cli("--user", "ana", "run", "refund A-1001 and email", "--thread", "t1", code=3)
+    listed = desk_cli("threads", code=0).stdout
+    assert "waiting for finance: refund; support: send_email" in listed
+    request = re.search(r"--request (\S+)", asked.stdout).group(1)  # type: ignore[union-attr]
+    desk_cli("--user", "bo", "--roles", "finance", "resume", "t1", "--request", request, "--approve", code=3)
+    assert "waiting for support: send_email" in desk_cli("threads", code=0).stdout
+    shown = desk_cli("show", "t1", code=0).stdout.splitlines()
+    assert shown[-1] == "status: waiting (waiting for support: send_email)"
+    assert any("approved by bo" in line for line in shown)
 
 
 ROLES = {
