@@ -48,6 +48,11 @@ from gatedloop.tools.results import edited_result
 
 log = logging.getLogger("gatedloop.execute")
 
+LOOP_DETAIL = (
+    "the model called {tool!r} {times} times in a row with the same arguments and got the same result each time; "
+    "stopped as a loop (each call was answered with its result)"
+)
+
 
 @dataclass(frozen=True)
 class CallRun:
@@ -251,19 +256,15 @@ class _Turn:
         counters = self.counters
         answers: list[ToolMessage] = []
         events: list[AuditEvent] = []
-        loop_hit = False
+        looped: CallPlan | None = None
         seen: dict[str, SeenRead] = {}
         per_tool = dict(counters["per_tool"])
-        for plan in self.runnable:
+        for place, plan in enumerate(self.runnable, start=counters["tool_calls"]):
             outcome = self.outcomes[plan["id"]]
             per_tool[plan["name"]] = per_tool.get(plan["name"], 0) + 1
             content = outcome["content"]
-            if outcome["status"] == "ok" and plan["effect"] == "read":
-                repeat = _repeat_count(self.seen_reads, seen, plan, content)
-                if repeat >= 1:
-                    content = errors.error_json("duplicate_call", errors.DUPLICATE_CALL)
-                    outcome = {**outcome, "status": "error", "error_type": "duplicate_call"}
-                    loop_hit = loop_hit or repeat >= 2
+            if _in_a_row(self.seen_reads, seen, plan, outcome, place) >= self.parts.limits.max_identical_reads:
+                looped = looped or plan
             shown = self.parts.registry.policy(plan["name"]).masked(plan["args"])
             answers.append(_message(plan, shown, outcome, content))
             events.append(AuditEvent(plan["id"], "executed", _audit(plan, shown, outcome)))
@@ -283,8 +284,11 @@ class _Turn:
             update.update(stop="needs_attention", stop_detail="a write's outcome is unknown and was left to a person")
         elif self.stop is not None:
             update.update(stop=self.stop[0], stop_detail=self.stop[1])
-        elif loop_hit:
-            update.update(stop="loop_detected", stop_detail="the model repeated the same call with the same result")
+        elif looped is not None:
+            update.update(
+                stop="loop_detected",
+                stop_detail=LOOP_DETAIL.format(tool=looped["name"], times=self.parts.limits.max_identical_reads),
+            )
         return update
 
     def _stopped_answers(self) -> list[ToolMessage]:
@@ -331,18 +335,29 @@ def _reported(plan: CallPlan, run: Callable[[], Outcome]) -> Outcome:
     return outcome
 
 
-def _repeat_count(before: dict[str, SeenRead], seen: dict[str, SeenRead], plan: CallPlan, content: str) -> int:
-    """How many times in a row this read returned the same result for the same arguments before.
+def _in_a_row(
+    before: dict[str, SeenRead], seen: dict[str, SeenRead], plan: CallPlan, outcome: Outcome, place: int
+) -> int:
+    """How many times in a row, this one included, this read ran with these arguments and returned this result.
 
-    `before` is what the request's earlier steps saw; `seen` collects this step's entries (the only thing
-    the step stores), and a later call in the same step sees an earlier one.
+    The articles' loop: the same tool, the same arguments, one call right after the other, the same result. "In a
+    row" means no other call ran in between in this request (`place` is this call's place among them), so a read
+    repeated after a write, or after another read, starts again at 1: what ran in between may have changed its
+    result, and the model asked again for a reason. Only a successful read counts: a failure is no result to
+    repeat, and the step budgets bound a failing tool; a write keeps its own protection (its approval, at most once
+    per call id). `before` is what the request's earlier steps stored; `seen` collects this step's entries (the
+    only thing the step stores), so a later call of the same step sees an earlier one.
     """
+    if outcome["status"] != "ok" or plan["effect"] != "read":
+        return 0
     key = fingerprint(plan["name"], plan["args"])
-    result = digest(content)
+    result = digest(outcome["content"])
     previous = seen.get(key) or before.get(key)
-    repeats = previous["repeats"] + 1 if previous and previous["result"] == result else 0
-    seen[key] = {"result": result, "repeats": repeats}
-    return repeats
+    repeats = 0
+    if previous is not None and previous.get("at") == place - 1 and previous["result"] == result:
+        repeats = previous["repeats"] + 1
+    seen[key] = {"result": result, "repeats": repeats, "at": place}
+    return repeats + 1
 
 
 def _message(plan: CallPlan, shown_args: dict[str, Any], outcome: Outcome, content: str) -> ToolMessage:

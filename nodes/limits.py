@@ -17,6 +17,9 @@ class Limits(BaseModel):
     deadline_s: float = Field(600.0, gt=0, description="wall clock per request, time waiting for a person excluded")
     model_retries: int = Field(1, ge=0, description="extra tries after an incomplete or failed model response")
     max_result_chars: int = Field(4000, ge=200, description="a longer tool result is cut with a marker")
+    max_identical_reads: int = Field(
+        3, ge=2, description="the same read, same arguments, same result, this many times in a row -> loop_detected"
+    )
 
     def max_concurrency(self) -> int:
         """Threads for one turn's tool tasks: every call a turn may propose can run at once."""

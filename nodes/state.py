@@ -90,10 +90,16 @@ class RequestCounters(TypedDict):
 
 
 class SeenRead(TypedDict):
-    """The last result of one read (tool + canonical arguments) in this request, for repeat detection."""
+    """The last result of one read (tool + canonical arguments) in this request, for loop detection: a loop is the
+    same read returning the same result several times in a row, with no other call run in between."""
 
     result: str
+    """The digest of the result."""
     repeats: int
+    """How many times in a row before this one the read returned this result (0: the first)."""
+    at: NotRequired[int]
+    """The read's place among the calls this request ran (0, 1, ...): "in a row" is `at` following the previous
+    entry's. Absent from entries stored by an older version, which therefore never continue a row."""
 
 
 class ModelView(TypedDict):
@@ -115,8 +121,8 @@ class GatedState(TypedDict):
     counters: NotRequired[RequestCounters]
     """This request's budgets used so far; fixed in size, reset by each new user message."""
     seen_reads: Annotated[NotRequired[dict[str, SeenRead]], DoublingDeltaChannel(merge_seen)]
-    """Fingerprint of each read run in this request -> its last result; a step stores only the reads it ran,
-    and a new request starts it again with an `Overwrite`."""
+    """Fingerprint of each read run in this request -> its last result and place (loop detection); a step stores
+    only the reads it ran, and a new request starts it again with an `Overwrite`."""
     stop: NotRequired[Status | None]
     """The status this request will end with, set early by the node that stops it (`model`, `validate`,
     `execute`; None while the loop goes on); the routers send the graph to `finalize` when it is set. Kept apart

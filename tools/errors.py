@@ -17,7 +17,6 @@ ErrorType = Literal[
     "rejected_by_reviewer",
     "timeout",
     "tool_error",
-    "duplicate_call",
     "budget_exhausted",
     "cancelled",
     "deadline",
@@ -36,7 +35,6 @@ RETRYABLE: dict[str, bool] = {
     "rejected_by_reviewer": False,
     "timeout": True,
     "tool_error": True,
-    "duplicate_call": False,
     "budget_exhausted": False,
     "cancelled": False,
     "deadline": False,
@@ -54,10 +52,6 @@ SCHEMA_MISMATCH = "The arguments do not match the tool's schema: {detail}"
 GENERIC_TOOL_ERROR = "The tool failed while running. The failure was logged; try again or choose another approach."
 TIMEOUT = "The tool did not answer within {seconds:g} s."
 REJECTED = "A reviewer rejected this call."
-DUPLICATE_CALL = (
-    "This exact call was already made in this conversation and its result has not changed; "
-    "use the result you already have instead of calling again."
-)
 BUDGET_EXHAUSTED = "Not run: the {budget} budget is used up."
 NOT_RUN_STOPPED = "Not run: the loop stopped ({reason}) before this call."
 # A call not run because the request stopped is labelled with the stop's own word where the vocabulary has
