@@ -109,6 +109,31 @@ def test_each_reviewer_decides_her_own_call_and_the_writes_run_once_after_the_la
     assert_each_call_answered_once(out["messages"])
 
 
+def test_each_calls_description_says_who_may_decide_it_and_which_calls_are_already_decided(tmp_path: Path):
+    """For a client that shows only `description` (Agent Chat UI): the roles of each call, and after bo's answer
+    the refund, no longer among the actions, named as decided by him in the email's description."""
+    desk = Desk()
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(
+            ScriptedChatModel(script=[reply(calls=[call("refund", REFUND, "r1"), call("send_email", EMAIL, "e1")])]),
+            desk.tools,
+            policies={
+                "refund": ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"})),
+                "send_email": ToolPolicy(effect="write", approval="always"),
+            },
+            checkpointer=saver,
+        )
+        first = _pending(graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA))
+        refund, email = (a["description"].splitlines() for a in first["action_requests"])
+        assert "Approvers: one of the roles finance" in refund and "Approvers: any reviewer" in email
+        after_bo = _pending(graph.invoke(Command(resume=_approve("r1")), CFG, context=BO))
+    [described] = [a["description"] for a in after_bo["action_requests"]]
+    assert (
+        "Already decided in this request: refund (approve by bo); nothing of it runs before every call is decided"
+        in described.splitlines()
+    )
+
+
 def test_an_answer_naming_a_call_its_sender_may_not_decide_is_refused_whole_and_records_nothing(tmp_path: Path):
     desk = Desk()
     with open_sqlite(tmp_path / "runs.sqlite") as saver:

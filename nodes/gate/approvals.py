@@ -80,6 +80,7 @@ def approval_request(
     calls are decided one reviewer at a time (`turn`: the turn's calls, for their order)."""
     actions: list[GatedActionRequest] = []
     configs: list[ReviewConfig] = []
+    decided = [_decided_action(plan, evidence) for plan in held]
     for plan in gated:
         policy = registry.policy(plan["name"])
         record = evidence.records[plan["id"]]
@@ -105,7 +106,7 @@ def approval_request(
         preview = _preview(policy, shown, plan["name"])
         if preview:
             action["preview"] = preview
-        action["description"] = _description(registry, action, error)
+        action["description"] = _description(registry, action, error, decided)
         actions.append(action)
         configs.append({"action_name": plan["name"], "allowed_decisions": list(policy.allowed_decisions)})
         if policy.needs_justification:
@@ -118,8 +119,8 @@ def approval_request(
         "action_requests": actions,
         "review_configs": configs,
     }
-    if held:
-        request["decided"] = [_decided_action(plan, evidence) for plan in held]
+    if decided:
+        request["decided"] = decided
     if error:
         request["error"] = error
     return request
@@ -143,10 +144,13 @@ def held_until_all_decided(plans: Mapping[str, CallPlan], request: Sequence[Call
     return {p["id"]: {**p, "verdict": "ask"} for p in current}
 
 
-def _description(registry: ToolRegistry, action: GatedActionRequest, error: str | None) -> str:
-    """What a client that shows only `description` (Agent Chat UI) must still tell the reviewer. A refusal is a
-    paragraph of its own after the facts: Agent Chat UI renders `description` as Markdown, which runs single lines
-    together (the facts read as one paragraph; the refusal must not read as part of its last line)."""
+def _description(
+    registry: ToolRegistry, action: GatedActionRequest, error: str | None, decided: Sequence[DecidedAction]
+) -> str:
+    """What a client that shows only `description` (Agent Chat UI) must still tell the reviewer: who may decide
+    the call, and the request's calls already decided (no longer among its actions, they run only with this one). A
+    refusal is a paragraph of its own after the facts: Agent Chat UI renders `description` as Markdown, which runs
+    single lines together (the facts read as one paragraph; the refusal must not read as part of its last line)."""
     lines = [
         describe_tool(registry.tools[action["name"]]),
         "",
@@ -158,6 +162,8 @@ def _description(registry: ToolRegistry, action: GatedActionRequest, error: str 
         lines.append(action["review_note"])
     if action["approvers"] is not None:
         lines.append(f"Approvers: one of the roles {', '.join(action['approvers'])}")
+    else:
+        lines.append("Approvers: any reviewer")
     if "escalates_at" in action:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(action["escalates_at"]))
         lines.append(f"From {when} also: one of the roles {', '.join(action.get('backup_approvers', []))}")
@@ -169,6 +175,11 @@ def _description(registry: ToolRegistry, action: GatedActionRequest, error: str 
     if action["expires_at"] is not None:
         lines.append("Expires: " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(action["expires_at"])))
     lines.append("If approved: " + approving_text(action, registry.policy(action["name"]).effect))
+    if decided:
+        held = ", ".join(
+            f"{d['name']} ({d['decision']} by {', '.join(d['decided_by']) or 'a reviewer'})" for d in decided
+        )
+        lines.append(f"Already decided in this request: {held}; nothing of it runs before every call is decided")
     if error:
         lines += ["", f"Previous answer refused: {error}"]
     return "\n".join(lines)
