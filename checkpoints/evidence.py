@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gatedloop.checkpoints.review_stats import ReviewHistory, review_history
 from gatedloop.tools.policy import CallContext
 
 CallVerdict = Literal["run", "ask", "refused"]
@@ -372,6 +373,11 @@ class EvidenceStore:
             (thread_id, *call_ids),
         )
         return [ApprovalRecord.from_row(row) for row in rows]
+
+    def review_history(self, since: float | None = None) -> ReviewHistory:
+        """The approval requests asked since `since` (epoch seconds; None: all), with their decisions and expiries:
+        what `gatedloop stats` counts (checkpoints/review_stats.py)."""
+        return review_history(self._run, since)
 
     def replaced_request(self, thread_id: str, requested_at: float) -> bool:
         """Whether the gated calls answered last before `requested_at` were answered by a new user message

@@ -18,20 +18,16 @@ import json
 import os
 import stat
 import threading
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import Backend
+from backends import Backend, isolated
 from cli_in_process import run_cli
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.types import Command
-from pg_server import url_in_schema
 
 from gatedloop.checkpoints import chain as chain_mod
 from gatedloop.checkpoints.chain import CHAINED, SignedHead, Signer, chain_hash, content_hash, row_key
@@ -56,26 +52,6 @@ def one_refund(messages: list[BaseMessage]) -> AIMessage:
     if isinstance(messages[-1], ToolMessage):
         return reply("refunded")
     return reply(calls=[call("refund", {"order_id": "A-1", "amount": 12.5}, "refund-1")])
-
-
-@contextmanager
-def isolated(backend: Backend) -> Iterator[Backend]:
-    """The backend with a chain of its own: SQLite's file is the test's; on Postgres a fresh schema."""
-    if backend.name != "postgres":
-        yield backend
-        return
-    import psycopg
-
-    schema = f"chain_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(backend.db, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    url = url_in_schema(backend.db, schema)
-    assert url.startswith(("postgresql://", "postgres://"))
-    try:
-        yield Backend("postgres", url)
-    finally:
-        with psycopg.connect(backend.db, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def approved_refund(saver: Any, thread_id: str, justification: str | None = None) -> dict[str, Any]:

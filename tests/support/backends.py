@@ -16,13 +16,15 @@ import argparse
 import os
 import sys
 import time
-from contextlib import AbstractContextManager
+import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from crash_child import child_command
-from pg_server import URL_ENV
+from pg_server import URL_ENV, url_in_schema
 
 from gatedloop.checkpoints.contract import POSTGRES_PREFIXES
 
@@ -78,6 +80,27 @@ class Backend:
 
     def ledger(self) -> Any:
         return open_ledger(self.db)
+
+
+@contextmanager
+def isolated(backend: Backend) -> Iterator[Backend]:
+    """The backend with a ledger of its own, for tests that read the whole ledger (the evidence chain, reviewer
+    telemetry): SQLite's file is the test's; on Postgres a fresh schema, dropped afterwards."""
+    if backend.name != "postgres":
+        yield backend
+        return
+    import psycopg
+
+    schema = f"chain_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(backend.db, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    url = url_in_schema(backend.db, schema)
+    assert url.startswith(("postgresql://", "postgres://"))
+    try:
+        yield Backend("postgres", url)
+    finally:
+        with psycopg.connect(backend.db, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def claim_command(db: str, thread: str, calls: int, barrier: str, *extra: str) -> list[str]:

@@ -1,0 +1,155 @@
+"""Reviewer telemetry (`gatedloop stats`): how approval requests fared, per tool and per reviewer, read from the
+ledger's evidence alone.
+
+A gated call is a request (`gatedloop_calls` with verdict `ask`, timed from its registration); each reviewer's
+decision on it is an approval record (`gatedloop_approvals`, the rows the `decision` audit events describe, in the
+same transaction); a call nobody decided in time has the audit event `approval_expired`. Extensions (`extend`) are
+not decisions. Everything is counted for the requests asked since a moment, so a window shows what became of the
+requests made in it.
+
+A reviewer is flagged as a possible rubber stamp when she approved nearly everything she was asked, fast, often
+enough for it to mean something (`RUBBER_STAMP_*`): an edit, a rejection or a response counts against the flag,
+since each shows that she read the call. The flag is a prompt to look, not a verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+RUBBER_STAMP_MIN_DECISIONS = 20
+"""Fewer decisions than this say nothing about a reviewer's habits."""
+RUBBER_STAMP_MIN_APPROVAL_RATE = 0.95
+"""The share of plain approvals (not edits) at or above which approving looks automatic."""
+RUBBER_STAMP_MAX_MEDIAN_S = 5.0
+"""A median time to decision under this many seconds is too short to have read the call."""
+
+DECISION_KINDS = ("approve", "edit", "reject", "respond")
+
+ASKED_SQL = "SELECT thread_id, call_id, tool FROM gatedloop_calls WHERE verdict = 'ask' AND requested_at >= ?"
+DECIDED_SQL = (
+    "SELECT a.thread_id, a.call_id, a.tool, a.reviewer, a.decision, a.at - c.requested_at"
+    " FROM gatedloop_approvals a JOIN gatedloop_calls c ON c.thread_id = a.thread_id AND c.call_id = a.call_id"
+    " WHERE c.verdict = 'ask' AND c.requested_at >= ? AND a.decision IN (?, ?, ?, ?) ORDER BY a.seq"
+)
+EXPIRED_SQL = (
+    "SELECT c.thread_id, c.call_id, c.tool FROM gatedloop_audit e"
+    " JOIN gatedloop_calls c ON c.thread_id = e.thread_id AND c.call_id = e.call_id"
+    " WHERE e.event = 'approval_expired' AND c.verdict = 'ask' AND c.requested_at >= ?"
+)
+
+Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True)
+class Decided:
+    """One reviewer's decision on one request, and how long after the request it came."""
+
+    thread_id: str
+    call_id: str
+    tool: str
+    reviewer: str
+    decision: str
+    waited_s: float
+
+
+@dataclass(frozen=True)
+class ReviewHistory:
+    """The requests asked since `since` (thread, call, tool), their decisions, and those that expired."""
+
+    since: float | None
+    asked: list[tuple[str, str, str]]
+    decided: list[Decided]
+    expired: list[tuple[str, str, str]]
+
+
+def review_history(run: Query, since: float | None = None) -> ReviewHistory:
+    """Three reads over a ledger's `run(query, params)` (either backend: `?` placeholders)."""
+    start = since if since is not None else 0.0
+    asked = [(str(t), str(c), str(tool)) for t, c, tool in run(ASKED_SQL, (start,))]
+    decided = [
+        Decided(str(t), str(c), str(tool), str(who), str(kind), max(0.0, float(waited)))
+        for t, c, tool, who, kind, waited in run(DECIDED_SQL, (start, *DECISION_KINDS))
+    ]
+    expired = [(str(t), str(c), str(tool)) for t, c, tool in run(EXPIRED_SQL, (start,))]
+    return ReviewHistory(since, asked, decided, expired)
+
+
+def p90(values: Sequence[float]) -> float:
+    """The 90th percentile by nearest rank: a time some decision actually took, never an interpolation."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def decision_summary(decided: Sequence[Decided]) -> dict[str, Any]:
+    """Counts per kind, the approval rate (plain approvals over decisions) and the median and p90 wait."""
+    waits = [d.waited_s for d in decided]
+    kinds = {kind: sum(d.decision == kind for d in decided) for kind in DECISION_KINDS}
+    return {
+        "decisions": len(decided),
+        "approved": kinds["approve"],
+        "edited": kinds["edit"],
+        "rejected": kinds["reject"],
+        "responded": kinds["respond"],
+        "approval_rate": round(kinds["approve"] / len(decided), 4) if decided else None,
+        "median_s": round(statistics.median(waits), 3) if waits else None,
+        "p90_s": round(p90(waits), 3) if waits else None,
+    }
+
+
+def rubber_stamp(summary: dict[str, Any]) -> bool:
+    return (
+        summary["decisions"] >= RUBBER_STAMP_MIN_DECISIONS
+        and summary["approval_rate"] >= RUBBER_STAMP_MIN_APPROVAL_RATE
+        and summary["median_s"] < RUBBER_STAMP_MAX_MEDIAN_S
+    )
+
+
+def _grouped(items: Iterable[Any], key: Callable[[Any], str]) -> dict[str, list[Any]]:
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for item in items:
+        groups[key(item)].append(item)
+    return groups
+
+
+def tool_stats(history: ReviewHistory) -> list[dict[str, Any]]:
+    """Per tool: requests asked, requests decided (by at least one reviewer), the decisions on them, expired."""
+    asked = _grouped(history.asked, lambda row: row[2])
+    decided = _grouped(history.decided, lambda d: d.tool)
+    expired = _grouped(history.expired, lambda row: row[2])
+    rows = []
+    for tool in sorted({*asked, *decided, *expired}):
+        calls = {(d.thread_id, d.call_id) for d in decided.get(tool, [])}
+        rows.append(
+            {
+                "tool": tool,
+                "asked": len(asked.get(tool, [])),
+                "decided": len(calls),
+                **decision_summary(decided.get(tool, [])),
+                "expired": len(expired.get(tool, [])),
+            }
+        )
+    return rows
+
+
+def reviewer_stats(history: ReviewHistory) -> list[dict[str, Any]]:
+    """Per reviewer: her decisions, the tools she decided, and the rubber-stamp flag."""
+    rows = []
+    for reviewer, decided in sorted(_grouped(history.decided, lambda d: d.reviewer).items()):
+        summary = decision_summary(decided)
+        tools = sorted({d.tool for d in decided})
+        rows.append({"reviewer": reviewer, **summary, "tools": tools, "rubber_stamp": rubber_stamp(summary)})
+    return rows
+
+
+def thresholds() -> dict[str, float]:
+    """The rubber-stamp rule, as `--json` reports it beside the flags."""
+    return {
+        "min_decisions": RUBBER_STAMP_MIN_DECISIONS,
+        "min_approval_rate": RUBBER_STAMP_MIN_APPROVAL_RATE,
+        "max_median_s": RUBBER_STAMP_MAX_MEDIAN_S,
+    }
