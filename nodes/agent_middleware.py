@@ -100,6 +100,10 @@ class Middlewares:
         self.awrap_model_call = _chain_async_model_call_handlers([m.awrap_model_call for m in wrapping])
         self.tool_wrappers = tuple((m.name, m.wrap_tool_call) for m in self.items if _overrides(m, "wrap_tool_call"))
 
+    def checked_tool_wrapper(self, handed_on: HandedOn) -> ToolWrapper:
+        """The composed `wrap_tool_call`, checking every request a middleware hands on (nodes/run/wrapped_run.py)."""
+        return chain_checked_tool_wrappers(self.tool_wrappers, handed_on)
+
     @property
     def tools(self) -> list[BaseTool]:
         return [t for m in self.items for t in getattr(m, "tools", ())]

@@ -350,3 +350,31 @@ def test_no_node_calls_the_ledger_it_asks_the_gate():
     assert not calls, "\n".join(calls)
     gate_calls = [m for m, p in paths.items() if m.startswith("gatedloop.nodes.gate") and ledger_calls(p)]
     assert "gatedloop.nodes.gate.approvals" in gate_calls, "the scan finds no ledger call at all: it lost its way"
+
+
+WITHOUT_LANGCHAIN = """
+import sys
+sys.modules["langchain"] = None  # as in an install without the `middleware` extra (Aegra's venv, the quick start)
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from gatedloop.graph import ToolPolicy, build_graph
+from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+
+@tool
+def look(q: str) -> str:
+    '''Look something up.'''
+    return "found"
+
+model = ScriptedChatModel(script=[reply(calls=[call("look", {"q": "x"}, "c1")]), reply("done")])
+graph = build_graph(model, [look], policies={"look": ToolPolicy(effect="read", approval="never")},
+                    checkpointer=InMemorySaver())
+out = graph.invoke({"messages": [("user", "look")]}, {"configurable": {"thread_id": "t"}})
+assert out["status"] == "completed", out
+"""
+
+
+def test_a_graph_without_middleware_runs_a_tool_without_the_langchain_package():
+    """`langchain` is an extra (`middleware`): a graph without middleware, served from a venv without it, must load
+    and run its tools (a module-level import of LangChain's composition once stopped Aegra from loading any graph)."""
+    ran = subprocess.run([sys.executable, "-c", WITHOUT_LANGCHAIN], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]

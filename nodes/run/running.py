@@ -135,7 +135,7 @@ def submit(registry: ToolRegistry, plan: CallPlan, env: ToolEnv | None, injected
     config = tool_config(plan)
     decided = DecidedArgs.of(plan, injected_key)
     run = functools.partial(invoke_tool, registry, plan, decided, env, config)
-    if env is not None and env.tool_wrappers:
+    if env is not None and env.tool_wrapper is not None:
         policy = registry.policy(plan["name"])
         visible = policy.masked(decided.args) if policy.secret_args else decided.args
         tool = registry.tools[plan["name"]]

@@ -41,17 +41,19 @@ class ToolEnv:
     store: BaseStore | None
     stream_writer: StreamWriter
     tools: tuple[BaseTool, ...] = ()
-    tool_wrappers: tuple[tuple[str, Any], ...] = ()
-    """Each middleware's name and `wrap_tool_call`, outermost first (nodes/run/wrapped_run.py)."""
+    tool_wrapper: Any = None
+    """The middleware's `checked_tool_wrapper` (nodes/agent_middleware.py), or None when no middleware wraps tool
+    calls: given the check for each request a middleware hands on, their composed `wrap_tool_call`
+    (nodes/run/wrapped_run.py). Held as a function so this module never imports `langchain`."""
 
     @classmethod
     def of(cls, state: Any, runtime: Runtime, tools: Sequence[BaseTool], middleware: Any = None) -> ToolEnv:
         """With tool wrappers, the state they (and the tools) see is a deep copy: a wrapper that changes it in place
         changes neither the thread nor a plan this turn has still to run."""
-        wrappers = middleware.tool_wrappers if middleware is not None else ()
-        if wrappers:
+        wrapper = middleware.checked_tool_wrapper if middleware is not None and middleware.tool_wrappers else None
+        if wrapper is not None:
             state = copy.deepcopy(state)
-        return cls(state, runtime.context, runtime.store, runtime.stream_writer, tuple(tools), wrappers)
+        return cls(state, runtime.context, runtime.store, runtime.stream_writer, tuple(tools), wrapper)
 
     def runtime(self, config: RunnableConfig, call_id: str) -> ToolRuntime:
         """The `ToolRuntime` a tool (or a middleware's `wrap_tool_call`) is given, as `ToolNode` builds it."""

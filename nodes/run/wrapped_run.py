@@ -25,7 +25,6 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from gatedloop.nodes.agent_middleware import chain_checked_tool_wrappers
 from gatedloop.nodes.run.tool_env import ToolEnv
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools import errors
@@ -81,7 +80,7 @@ def run_wrapped(
         answers[id(message)] = result
         return message
 
-    wrap = chain_checked_tool_wrappers(env.tool_wrappers, handed_on)
+    wrap = env.tool_wrapper(handed_on)
     try:
         answer = wrap(request, execute)
     except BaseException:
