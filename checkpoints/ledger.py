@@ -61,7 +61,7 @@ from gatedloop.checkpoints.evidence import (
 )
 from gatedloop.checkpoints.evidence import SCHEMA as EVIDENCE_SCHEMA
 from gatedloop.checkpoints.outbox import SCHEMA as OUTBOX_SCHEMA
-from gatedloop.checkpoints.outbox import NotificationKind, OutboxStore, sqlite_kind_upgrade
+from gatedloop.checkpoints.outbox import Notification, NotificationKind, OutboxStore, sqlite_kind_upgrade
 from gatedloop.checkpoints.pruning import Statements
 from gatedloop.checkpoints.witness import publish, witness_from_env
 
@@ -374,6 +374,7 @@ class Outbox(Protocol):
         part: str = "",
     ) -> bool: ...
     def extend_notification(self, thread_id: str, request_id: str, until: float) -> bool: ...
+    def notification(self, notice_id: str) -> Notification | None: ...
 
 
 class Ledger(Claims, Audit, CancelFlags, Evidence, ThreadGraphs, Outbox, Protocol):

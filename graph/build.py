@@ -21,6 +21,7 @@ from gatedloop.graph.gated import GatedGraph
 from gatedloop.graph.models import bind_loop_tools
 from gatedloop.graph.parts_of import parts_of, remember_parts
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate, edge
+from gatedloop.graph.telemetry import telemetry_for
 from gatedloop.nodes.approve import make_approve_node
 from gatedloop.nodes.execute import make_execute_node
 from gatedloop.nodes.finalize import make_finalize_node
@@ -51,6 +52,8 @@ def build_graph(
     name: str = "gatedloop",
     context_schema: type[Any] = CallContext,
     middleware: Sequence[Any] = (),
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
 ) -> CompiledStateGraph:
     """Compile the gated loop.
 
@@ -70,6 +73,9 @@ def build_graph(
     the tool run after a write's claim; their `state_schema` fields join the state, their `tools` are ordinary
     tools under `policies`. What would walk around the gate (HumanInTheLoopMiddleware, a jump to 'tools') is
     refused here with the reason.
+    `tracer_provider` and `meter_provider` (OpenTelemetry's, the `otel` extra) turn on spans and metrics; without
+    them the standard `OTEL_*` variables may (gatedloop.graph.telemetry), and with neither nothing of OpenTelemetry
+    is loaded.
     """
     limits = limits or Limits()
     stack = _middlewares(middleware)
@@ -99,6 +105,7 @@ def build_graph(
         context_schema=context_schema,
         middleware=stack,
         model_call=stack.model_call(model, answer.tool if answer else None) if stack else None,
+        telemetry=telemetry_for(name, tracer_provider, meter_provider),
     )
     return _compile(parts, checkpointer, store, name)
 
@@ -139,7 +146,10 @@ def _compile(
     # max_concurrency sizes LangGraph's task executor: its default (cores + 4) would run a turn's reads in
     # rounds (8 reads of 200 ms took 450 ms on 2 cores instead of about 240).
     limits = parts.limits
-    return graph.with_config(recursion_limit=limits.recursion_limit(), max_concurrency=limits.max_concurrency())
+    traced: dict[str, Any] = {"callbacks": [parts.telemetry.handler]} if parts.telemetry is not None else {}
+    return graph.with_config(
+        recursion_limit=limits.recursion_limit(), max_concurrency=limits.max_concurrency(), **traced
+    )
 
 
 def with_saver(graph: CompiledStateGraph, checkpointer: BaseCheckpointSaver) -> CompiledStateGraph:

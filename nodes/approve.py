@@ -40,6 +40,7 @@ from gatedloop.nodes.gate.senders import received
 from gatedloop.nodes.gate.turn_evidence import admit_turn
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.notices import queue_approval_notice, queue_decided_notice
+from gatedloop.nodes.run.observed import report_decisions
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
 
 
@@ -112,6 +113,7 @@ def make_approve_node(parts: LoopParts):
         record_decisions(parts.ledger, registry, thread_id, request, live_decisions, decisions, evidence)
         decided = [plans[p["id"]] for p in live if p["id"] in applied]
         queue_decided_notice(parts, thread_id, request, reviewer, decided)
+        report_decisions(parts, thread_id, request, reviewer, decided)
         return _update(parts, state, thread_id, list(plans.values()), answers, error=None, decided=request)
 
     return approve

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -24,6 +24,53 @@ if TYPE_CHECKING:  # langchain (for middleware) is imported only when a graph is
 
 SystemPrompt = str | Callable[[Any, Any], "str | SystemMessage | None"]
 
+Question = Literal["approval", "unknown_outcome"]
+"""What a person is asked: to decide gated calls, or whether a write whose outcome is unknown happened."""
+
+
+@dataclass(frozen=True)
+class AnsweredCall:
+    """One call a person's answer decided, as telemetry reports it: who asked, when, under which rule, what was
+    decided. Never its arguments."""
+
+    call_id: str
+    tool: str
+    requester: str | None
+    asked_at: float
+    approvers: tuple[str, ...] | None
+    approvals_required: int
+    approvals: int
+    """Approvals of these arguments counted toward `approvals_required` once this answer is counted."""
+    decision: str
+    waiting: bool
+    """The request still waits (for more approvals, or for another call of it to be decided)."""
+
+
+class Telemetry(Protocol):
+    """The moments only the gate sees, for traces and metrics beside the spans its callback `handler` makes of
+    runs, nodes, model calls and tool runs (gatedloop.graph.telemetry). None on `LoopParts` unless telemetry is on,
+    so a graph without it never builds these reports."""
+
+    handler: Any
+    """A LangChain callback handler, compiled into the graph's config."""
+
+    def trace_context(self) -> dict[str, str]:
+        """The running trace (W3C `traceparent`), kept with a question so its answer links back to it."""
+
+    def asked(self, question: Question, tools: Sequence[str]) -> None:
+        """A question newly put to a person, about a call of each of `tools`."""
+
+    def answered(
+        self,
+        question: Question,
+        request_id: str,
+        decider: CallContext,
+        calls: Sequence[AnsweredCall],
+        asked_in: Mapping[str, str] | None,
+        at: float,
+    ) -> None:
+        """A person's answer decided `calls` at `at`; `asked_in` is the `trace_context` kept when it was asked."""
+
 
 @dataclass
 class LoopParts:
@@ -38,6 +85,7 @@ class LoopParts:
     histories: CheckedHistories = field(default_factory=CheckedHistories)
     middleware: Middlewares | None = None
     model_call: ModelCall | None = None  # the model through the middleware's wrap_model_call (None: no middleware)
+    telemetry: Telemetry | None = None  # traces and metrics (None: off, nothing of OpenTelemetry is loaded)
 
     def prompt(self, state: Any, context: Any) -> list[BaseMessage]:
         """The system message every model call starts with; built per call, never stored in the state."""

@@ -13,7 +13,9 @@ Each row is one `INSERT ... ON CONFLICT DO NOTHING` keyed by (thread, request id
 a refused answer writes nothing new. It is committed before the interrupt is
 checkpointed; a crash in between re-runs the asking code, which builds the same request. Arguments are the
 request's own, with `secret_args` masked; an approval request's notice also carries the thread's title as the
-inbox's card shows it (`thread_title`, redacted of the thread's secrets). Nothing here touches the network: a
+inbox's card shows it (`thread_title`, redacted of the thread's secrets). With telemetry on, a notice that asks
+keeps the asking run's trace context (`trace`, W3C `traceparent`; nodes/run/observed.py reads it back when the
+answer comes). Nothing here touches the network: a
 deliverer (`gatedloop notify`) sends the rows. The one change to a row is an approver's extension, which moves a
 `request` row's deadline (nodes/gate/extension.py).
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
+from gatedloop.checkpoints.outbox import NotificationKind
 from gatedloop.nodes.gate.hitl import (
     ANONYMOUS,
     GatedHITLRequest,
@@ -34,7 +37,7 @@ from gatedloop.nodes.gate.hitl import (
     approving_text,
 )
 from gatedloop.nodes.gate.masking import thread_redactor, thread_title
-from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.parts import LoopParts, Question
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools.policy import GATED_WRITE, CallContext
 
@@ -75,10 +78,25 @@ def queue_approval_notice(
             for a in actions
         ],
     }
-    parts.ledger.record_notification(
-        thread_id, request["request_id"], "request", payload, created_at=time.time(), expires_at=expires
-    )
+    _queue_question(parts, thread_id, "approval", payload, [a["name"] for a in actions])
     _queue_ladder(parts, thread_id, request["request_id"], actions, payload, expires)
+
+
+def _queue_question(
+    parts: LoopParts, thread_id: str, question: Question, payload: dict[str, Any], tools: Sequence[str]
+) -> None:
+    """The notice that asks (`request` or `unknown`). With telemetry on, it keeps the asking run's trace context
+    (`trace`: where the answer's span is put, whichever process answers), and a question asked for the first time
+    is counted (a request asked again after a refused answer is the same row)."""
+    telemetry = parts.telemetry
+    if telemetry is not None:
+        payload["trace"] = telemetry.trace_context()
+    kind: NotificationKind = "request" if question == "approval" else "unknown"
+    new = parts.ledger.record_notification(
+        thread_id, payload["request_id"], kind, payload, created_at=time.time(), expires_at=payload["expires_at"]
+    )
+    if new and telemetry is not None:
+        telemetry.asked(question, tools)
 
 
 def _queue_ladder(
@@ -142,7 +160,7 @@ def queue_unknown_notice(
             for c in request["calls"]
         ],
     }
-    parts.ledger.record_notification(thread_id, request_id, "unknown", payload, created_at=time.time(), expires_at=None)
+    _queue_question(parts, thread_id, "unknown_outcome", payload, [c["name"] for c in request["calls"]])
     _queue_ladder(parts, thread_id, request_id, request["calls"], payload, None)
 
 

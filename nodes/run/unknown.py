@@ -39,6 +39,7 @@ from gatedloop.nodes.gate.senders import received
 from gatedloop.nodes.gate.settling import CANNOT_TELL, settle_step
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.notices import queue_unknown_notice
+from gatedloop.nodes.run.observed import report_settlement
 from gatedloop.nodes.run.running import (
     attempt_here,
     key_of_record,
@@ -226,6 +227,7 @@ def _ask_person(
     if decision.get("justification"):
         detail["justification"] = decision["justification"]
     parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
+    report_settlement(parts, thread_id, request, requester, reviewer, decision["type"], first)
     if decision["type"] == "done":
         settled = _settle(parts, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who)
         return Settlement(settled, False, waited)
