@@ -1,8 +1,9 @@
 """gatedloop.graph: build the gated loop, its limits, its state and the model it talks to; and the one import a user
 needs (`from gatedloop.graph import build_graph, Limits, ToolPolicy, CallContext, ToolFailure, InvalidDecision,
 ThreadBusy, open_sqlite, open_async_sqlite, runs`, `PendingRequest` (a pending request read once, and its answer
-built; the decision builders are in `gatedloop.graph.pending`), and `open_postgres`, `open_async_postgres` with the
-`postgres` extra installed)."""
+built; the decision builders are in `gatedloop.graph.pending`), `conditions` (what a policy asks on: egress,
+recipients, counterparties, own resources; `gatedloop.tools.conditions`), and `open_postgres`,
+`open_async_postgres` with the `postgres` extra installed)."""
 
 from typing import Any
 
@@ -17,6 +18,7 @@ from gatedloop.graph.thread_graph import GraphMismatch
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.state import STATUSES, GatedState
+from gatedloop.tools import conditions
 from gatedloop.tools.errors import ToolFailure
 from gatedloop.tools.policy import CallContext, ToolPolicy
 
@@ -34,6 +36,7 @@ __all__ = [
     "ToolPolicy",
     "UnknownThread",
     "build_graph",
+    "conditions",
     "describe_thread",
     "open_async_postgres",
     "open_async_sqlite",

@@ -1,7 +1,30 @@
-"""gatedloop.tools: tool policies, the whitelist, structured errors and result shaping."""
+"""gatedloop.tools: tool policies and the conditions they ask on, the whitelist, structured errors and result
+shaping."""
 
+from gatedloop.tools.conditions import (
+    any_of,
+    ask_when,
+    counterparty_unknown,
+    not_own,
+    recipients_outside,
+    refuse_when,
+    url_outside,
+)
 from gatedloop.tools.errors import ToolFailure, error_body
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import ToolRegistry
 
-__all__ = ["CallContext", "ToolFailure", "ToolPolicy", "ToolRegistry", "error_body"]
+__all__ = [
+    "CallContext",
+    "ToolFailure",
+    "ToolPolicy",
+    "ToolRegistry",
+    "any_of",
+    "ask_when",
+    "counterparty_unknown",
+    "error_body",
+    "not_own",
+    "recipients_outside",
+    "refuse_when",
+    "url_outside",
+]
