@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 # create_agent's own composition and schema merging, reused so the order rules are LangChain's (private names:
@@ -84,6 +84,35 @@ def refusal(middleware: Sequence[Any]) -> str | None:
     return None
 
 
+AsyncModelWrap = Callable[[ModelRequest, Callable[[ModelRequest], Awaitable[ModelResponse]]], Awaitable[Any]]
+
+
+def async_model_wrap(middleware: AgentMiddleware) -> AsyncModelWrap:
+    """The middleware's `awrap_model_call`, or, for one with only the sync `wrap_model_call` (most are written so),
+    that one run in a worker thread, the `handler` it calls awaiting the rest of the chain (the async model call)
+    back on the event loop, as LangChain's async tool node runs a sync-only tool. LangChain's default
+    `awrap_model_call` raises NotImplementedError, so under a server (which runs the graph async) every model call
+    failed, naming no middleware. The thread runs in the caller's context (`asyncio.to_thread` copies it) and the
+    handler in the thread's (a callback scheduled from a thread runs in that thread's context), so tracing and
+    streaming callbacks still belong to the run."""
+    if type(middleware).awrap_model_call is not AgentMiddleware.awrap_model_call:
+        return middleware.awrap_model_call
+    wrap = middleware.wrap_model_call
+
+    async def off_the_loop(request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]) -> Any:
+        loop = asyncio.get_running_loop()
+
+        def on_the_loop(handed: ModelRequest) -> ModelResponse:
+            async def rest_of_the_chain() -> ModelResponse:
+                return await handler(handed)
+
+            return asyncio.run_coroutine_threadsafe(rest_of_the_chain(), loop).result()
+
+        return await asyncio.to_thread(wrap, request, on_the_loop)
+
+    return off_the_loop
+
+
 class Middlewares:
     """A checked middleware list: its hooks in `create_agent`'s order and its composed wrappers (LangChain's own
     composition functions, so the first middleware is the outermost exactly as there)."""
@@ -97,7 +126,7 @@ class Middlewares:
         self.after_agent = [m for m in reversed(self.items) if _overrides(m, "after_agent")]
         wrapping = [m for m in self.items if _overrides(m, "wrap_model_call")]
         self.wrap_model_call = _chain_model_call_handlers([m.wrap_model_call for m in wrapping])
-        self.awrap_model_call = _chain_async_model_call_handlers([m.awrap_model_call for m in wrapping])
+        self.awrap_model_call = _chain_async_model_call_handlers([async_model_wrap(m) for m in wrapping])
         self.tool_wrappers = tuple((m.name, m.wrap_tool_call) for m in self.items if _overrides(m, "wrap_tool_call"))
 
     def checked_tool_wrapper(self, handed_on: HandedOn) -> ToolWrapper:

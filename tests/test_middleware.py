@@ -1014,3 +1014,40 @@ def test_a_retried_write_that_lost_its_connection_stays_an_unknown_outcome_and_i
     [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert answer.status == "success" and "paid" in answer.text
     assert "reconciled" in events
+
+
+class SyncOnlyWrap(AgentMiddleware):
+    """The common middleware: a sync `wrap_model_call` only (no `awrap_model_call`), as most are written."""
+
+    def __init__(self, log: list[str]):
+        super().__init__()
+        self.log = log
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        self.log.append("wrap_model_call")
+        return handler(request.override(system_message=SystemMessage("be brief")))
+
+
+def test_a_sync_only_wrap_model_call_works_under_ainvoke_as_a_server_runs_it(db):
+    """Servers (langgraph dev, Aegra) run the graph async: a sync-only `wrap_model_call` failed every model call
+    there ('the model call failed (NotImplementedError)' after the retries, naming no middleware). It runs off the
+    event loop, its handler awaiting the async model call on the loop, and composes with an async one."""
+    import asyncio
+
+    from gatedloop.checkpoints import open_async_sqlite
+
+    log: list[str] = []
+    model = Recorder(script=[reply(calls=[call("look", {"q": "x"}, "c1")]), reply("the answer")])
+    middleware = [SyncOnlyWrap(log), Everything([]), ToolRetryMiddleware(max_retries=1, initial_delay=0, jitter=False)]
+
+    async def run() -> dict[str, Any]:
+        async with open_async_sqlite(db) as saver:
+            graph = build_graph(
+                model, [make_look([])], policies={"look": READ, "note": READ}, middleware=middleware, checkpointer=saver
+            )
+            return await graph.ainvoke({"messages": [("user", "hi")]}, CFG)
+
+    out = asyncio.run(run())
+    assert out["status"] == "completed" and out["answer"] == "the answer"
+    assert log == ["wrap_model_call", "wrap_model_call"]
+    assert [seen(sent)[0] for sent in SENT] == [("system", "be brief")] * 2
