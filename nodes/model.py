@@ -53,6 +53,13 @@ class ResponseProblem(Exception):
         self.kind, self.detail = kind, detail
 
 
+REUSED_ID = (
+    "the call id {call_id!r} was used by an earlier call of this thread: call ids must be unique across the whole "
+    "thread, also when a middleware shortened what the model was sent (a scripted model that numbers its calls by "
+    "the messages it is sent repeats them; leave the id out of call() and one is made unique)"
+)
+
+
 def check_response(message: BaseMessage, earlier_ids: set[str]) -> AIMessage:
     """Return the response as an AIMessage if it may be acted on; raise ResponseProblem otherwise."""
     if not isinstance(message, AIMessage):
@@ -77,8 +84,10 @@ def check_response(message: BaseMessage, earlier_ids: set[str]) -> AIMessage:
         call_id = call.get("id")
         if not call_id or not isinstance(call_id, str):
             raise ResponseProblem("incomplete", f"a call to {call.get('name')!r} has no id")
-        if call_id in seen or call_id in earlier_ids:
+        if call_id in seen:
             raise ResponseProblem("incomplete", f"the call id {call_id!r} is used twice")
+        if call_id in earlier_ids:
+            raise ResponseProblem("incomplete", REUSED_ID.format(call_id=call_id))
         seen.add(call_id)
     return message
 
