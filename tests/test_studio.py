@@ -27,6 +27,7 @@ from devserver import STUDIO_CHECKPOINTER, gated_project, run_dev_server
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import BaseMessage, ToolMessage, messages_from_dict
 from langgraph_sdk import get_sync_client
+from otlp_receiver import OtlpReceiver, Span
 from refused import resumed
 
 from gatedloop.checkpoints.ledger import LedgerEntry, SqliteLedger, idempotency_key
@@ -73,7 +74,14 @@ def _client(url: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def otlp() -> Iterator[OtlpReceiver]:
+    """Where the studio server exports its spans (`OTEL_EXPORTER_OTLP_ENDPOINT`), for the telemetry test."""
+    with OtlpReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory: pytest.TempPathFactory, otlp: OtlpReceiver) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("studio")
     db = folder / "studio.sqlite"
     env = {
@@ -83,6 +91,10 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "OPENAI_API_KEY": None,
         "GATEDLOOP_AUTH_TOKENS": None,
         "GATEDLOOP_AUTH_FILE": None,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url,
+        "OTEL_SERVICE_NAME": "studio",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_METRICS_EXPORTER": "none",
     }
     workdir = folder / "server"
     with run_dev_server(ROOT, env=env, workdir=workdir, config_overrides={"env": None}) as url:
@@ -362,6 +374,37 @@ def test_read_only_question_needs_no_approval(studio: Server) -> None:
     assert out["status"] == "completed"
     assert [m.name for m in messages(out) if isinstance(m, ToolMessage)] == ["query_order", "query_logistics"]
     assert out["answer"].startswith("订单已经发货")
+
+
+def test_an_approval_turn_under_langgraph_dev_is_exported_as_spans(studio: Server, otlp: OtlpReceiver) -> None:
+    """With `OTEL_EXPORTER_OTLP_ENDPOINT` set on the server (docs/observability.md): the turn that asks and the
+    turn that decides are traces of their own, the approval's span (decider, seconds waited) in the one that asked,
+    linked to the other, where the tool ran; the participant (an argument) is in no span."""
+    thread_id, request = start_workshop(studio, "Olga Otel")
+    decide(studio, thread_id, {"decisions": [{"type": "approve"}]}, who="alice")
+
+    def approval_in(spans: list[Span]) -> list[Span]:
+        return [s for s in spans if s.attributes.get("gatedloop.request.id") == request["request_id"]]
+
+    spans = otlp.wait_for(lambda got: bool(approval_in(got)))
+    roots = {s.trace_id: s for s in spans if s.attributes.get("gen_ai.conversation.id") == thread_id}
+    [approval] = approval_in(spans)
+    assert approval.name == "approval reserve_seat" and approval.service == "studio"
+    assert (approval.attributes["gatedloop.decider"], approval.attributes["gatedloop.verdict"]) == ("alice", "approve")
+    assert approval.attributes["gatedloop.waited_s"] > 0
+    assert roots[approval.trace_id].attributes["gatedloop.interrupted"] is True
+    [(decided_in, _)] = approval.links
+    spans = otlp.wait_for(lambda got: any(s.trace_id == decided_in and s.name.startswith("invoke_") for s in got))
+    in_trace = {trace: [s for s in spans if s.trace_id == trace] for trace in (approval.trace_id, decided_in)}
+    assert [s.attributes.get("gatedloop.status") for s in in_trace[decided_in] if s.name.startswith("invoke_")] == [
+        "completed"
+    ]
+    [seat] = [s for s in in_trace[decided_in] if s.attributes.get("gen_ai.tool.name") == "reserve_seat"]
+    assert seat.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert seat.attributes["gen_ai.tool.call.id"] == SEAT_CALL
+    for trace in in_trace.values():
+        assert [s for s in trace if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert not [body for body in otlp.bodies if b"Olga Otel" in body]
 
 
 # --- unknown outcomes: support/studio_app.py, a write that times out with no reconcile --------------------------------

@@ -1,0 +1,237 @@
+"""OpenTelemetry (`gatedloop[otel]`, docs/observability.md): an approval asked in this process and answered in
+another, exported over OTLP/HTTP to a receiver here, is the model calls, the tool runs and the approval (decider,
+seconds waited) in two traces the approval's span joins; no secret argument, exception text, argument or answer
+reaches any of it; an unknown outcome and a person's settlement are reported too; off, gatedloop loads nothing of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import otel_app
+import pytest
+from langchain_core.tools import tool
+from langgraph.types import Command
+from openai_stub import ScriptedOpenAIServer
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otlp_receiver import OtlpReceiver, Point, Span, tree
+
+from gatedloop.graph import CallContext, ToolPolicy, build_graph, open_sqlite
+from gatedloop.graph.parts_of import parts_of
+from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.graph.telemetry import asked_by_env, telemetry_for
+
+SUPPORT = Path(__file__).parent / "support"
+
+
+def _no_otel_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "LANGSMITH_", "LANGCHAIN_"))}
+
+
+def _one(spans: list[Span], **where: Any) -> Span:
+    found = [s for s in spans if all(s.attributes.get(k.replace("__", ".")) == v for k, v in where.items())]
+    assert len(found) == 1, f"{len(found)} spans with {where}:\n{tree(spans)}"
+    return found[0]
+
+
+def _total(points: list[Point], metric: str, **where: Any) -> float:
+    return sum(
+        p.value
+        for p in points
+        if p.metric == metric and all(p.attributes.get(k.replace("__", ".")) == v for k, v in where.items())
+    )
+
+
+def test_an_approval_answered_in_another_process_is_exported_with_its_wait_and_nothing_secret(tmp_path: Path):
+    db = str(tmp_path / "runs.sqlite")
+    config = {"configurable": {"thread_id": "pay-1"}}
+    with OtlpReceiver() as otlp, ScriptedOpenAIServer(otel_app.replies()) as model:
+        # This process asks, with the providers the app passes in...
+        tracer_provider = TracerProvider(resource=Resource({"service.name": "asker"}))
+        tracer_provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{otlp.url}/v1/traces")))
+        metrics_out = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{otlp.url}/v1/metrics"))
+        meter_provider = MeterProvider(metric_readers=[metrics_out], resource=Resource({"service.name": "asker"}))
+        with open_sqlite(db) as saver:
+            graph = otel_app.build(
+                saver, model.base_url, tracer_provider=tracer_provider, meter_provider=meter_provider
+            )
+            asked = graph.invoke({"messages": [("user", "send 5 to acct-9")]}, config, context=otel_app.ASKER)
+        request_id = asked["__interrupt__"][0].value["request_id"]
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+        # ... and another process answers, with nothing but the standard variables.
+        env = {**_no_otel_env(), "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_SERVICE_NAME": "decider"}
+        argv = [sys.executable, str(SUPPORT / "otel_app.py"), db, model.base_url, "pay-1"]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stdout.strip()) == (0, "completed"), done.stderr[-3000:]
+        spans = otlp.wait_for(lambda got: any(s.service == "decider" and s.name == "approval transfer" for s in got))
+        points = otlp.points()
+
+    ask_root = _one(spans, gen_ai__operation__name="invoke_agent", gatedloop__interrupted=True)
+    decide_root = _one(spans, gen_ai__operation__name="invoke_agent", gatedloop__status="completed")
+    assert (ask_root.service, decide_root.service) == ("asker", "decider")
+    assert ask_root.attributes["gen_ai.conversation.id"] == decide_root.attributes["gen_ai.conversation.id"] == "pay-1"
+
+    chats = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert sorted(s.trace_id for s in chats) == sorted([ask_root.trace_id, decide_root.trace_id])
+    for chat in chats:
+        assert chat.name == "chat gpt-4o-mini"
+        assert chat.attributes["gen_ai.provider.name"] == "openai"
+        assert chat.attributes["gen_ai.request.model"] == chat.attributes["gen_ai.response.model"] == "gpt-4o-mini"
+        assert (chat.attributes["gen_ai.usage.input_tokens"], chat.attributes["gen_ai.usage.output_tokens"]) == (10, 5)
+
+    pay = _one(spans, gen_ai__operation__name="execute_tool", gen_ai__tool__name="transfer")
+    assert pay.trace_id == decide_root.trace_id and not pay.error
+    assert pay.attributes["gen_ai.tool.call.id"] == "call_pay"
+    assert (pay.attributes["gatedloop.tool.effect"], pay.attributes["gatedloop.reviewer"]) == ("write", "bob")
+    balance = _one(spans, gen_ai__operation__name="execute_tool", gen_ai__tool__name="balance")
+    assert balance.error and balance.attributes["error.type"] == "builtins.RuntimeError"
+
+    approval = _one(spans, gatedloop__question="approval")
+    assert approval.name == "approval transfer" and approval.service == "decider"
+    assert {k: v for k, v in approval.attributes.items() if k != "gatedloop.waited_s"} == {
+        "gatedloop.question": "approval",
+        "gatedloop.request.id": request_id,
+        "gatedloop.tool.name": "transfer",
+        "gatedloop.tool.call_id": "call_pay",
+        "gatedloop.requester": "alice",
+        "gatedloop.approvers": ["finance"],
+        "gatedloop.decider": "bob",
+        "gatedloop.decider.roles": ["finance"],
+        "gatedloop.verdict": "approve",
+        "gatedloop.quorum.required": 1,
+        "gatedloop.quorum.approvals": 1,
+        "gatedloop.waiting": False,
+    }
+    waited = approval.attributes["gatedloop.waited_s"]
+    assert waited > 0 and abs(waited - (approval.end_ns - approval.start_ns) / 1e9) < 0.01
+    # In the trace that asked, under its run; linked to the step of the other process that took the answer.
+    assert (approval.trace_id, approval.parent_id) == (ask_root.trace_id, ask_root.span_id)
+    [(trace_id, span_id)] = approval.links
+    [taker] = [s for s in spans if s.span_id == span_id]
+    assert (trace_id, taker.name, taker.parent_id) == (decide_root.trace_id, "approve", decide_root.span_id)
+    assert taker.links == ((ask_root.trace_id, ask_root.span_id),)
+
+    for body in otlp.bodies:  # every span and metric of both processes, as sent
+        for never in (otel_app.PIN, otel_app.TOKEN, "401", "acct-9", "send 5"):
+            assert never.encode() not in body, never
+
+    assert _total(points, "gatedloop.requests.asked", gatedloop__tool__name="transfer") == 1
+    assert _total(points, "gatedloop.requests.decided", gatedloop__verdict="approve") == 1
+    assert _total(points, "gatedloop.requests.wait", gatedloop__tool__name="transfer") == 1
+    assert _total(points, "gatedloop.writes.run", gatedloop__tool__name="transfer") == 1
+
+
+def test_an_unknown_outcome_and_the_persons_settlement_are_reported(db: str):
+    """A write whose connection dropped is unknown (counted, with its reason); the question put to a person is
+    counted, and her answer is a span from the question to the answer, in the trace that asked."""
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay (write)."""
+        raise ConnectionError("the payment service hung up")
+
+    spans_out = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans_out))
+    metrics_in = InMemoryMetricReader()
+    model = ScriptedChatModel(script=[reply(calls=[call("pay", {"amount": 3}, "call_pay")]), reply("paid")])
+    policies = {"pay": ToolPolicy(effect="write", approval="never", approvers=frozenset({"ops"}))}
+    config = {"configurable": {"thread_id": "t-unknown"}}
+    with open_sqlite(db) as saver:
+        graph = build_graph(
+            model,
+            [pay],
+            policies=policies,
+            checkpointer=saver,
+            tracer_provider=tracer_provider,
+            meter_provider=MeterProvider(metric_readers=[metrics_in]),
+        )
+        asked = graph.invoke({"messages": [("user", "pay 3")]}, config, context=CallContext(user_id="alice"))
+        assert asked["__interrupt__"][0].value["kind"] == "unknown_outcome"
+        answer = Command(resume={"decisions": [{"type": "done", "result": {"paid": 3}}]})
+        out = graph.invoke(answer, config, context=CallContext(user_id="carol", roles=frozenset({"ops"})))
+    assert out["status"] == "completed"
+
+    spans = spans_out.get_finished_spans()
+    [write] = [s for s in spans if s.name == "tool_write"]
+    assert dict(write.attributes or {})["gatedloop.unknown_reason"] == "connection_lost"
+    [settled] = [s for s in spans if s.name == "unknown_outcome pay"]
+    attributes = dict(settled.attributes or {})
+    assert (attributes["gatedloop.decider"], attributes["gatedloop.verdict"]) == ("carol", "done")
+    assert attributes["gatedloop.request.id"] == "unknown:call_pay" and attributes["gatedloop.waited_s"] >= 0
+    [asking_root] = [s for s in spans if s.parent is None and (s.attributes or {}).get("gatedloop.interrupted")]
+    assert settled.parent is not None and settled.parent.span_id == asking_root.context.span_id
+    [link] = settled.links
+    [taker] = [s for s in spans if s.context.span_id == link.context.span_id]
+    assert taker.name == "settle_unknown_write"
+    assert (
+        dict(taker.attributes or {})["gatedloop.outcome"] == "ok"
+        and not dict(taker.attributes or {})["gatedloop.left_open"]
+    )
+
+    data = metrics_in.get_metrics_data()
+    assert data is not None
+    points = [
+        Point(m.name, dict(p.attributes or {}), float(getattr(p, "value", getattr(p, "count", 0))))
+        for r in data.resource_metrics
+        for s in r.scope_metrics
+        for m in s.metrics
+        for p in m.data.data_points
+    ]
+    assert _total(points, "gatedloop.writes.unknown", gatedloop__unknown_reason="connection_lost") == 1
+    assert _total(points, "gatedloop.requests.asked", gatedloop__question="unknown_outcome") == 1
+    assert _total(points, "gatedloop.requests.decided", gatedloop__question="unknown_outcome") == 1
+
+
+def test_off_the_graph_has_no_handler_and_gatedloop_imports_nothing_of_opentelemetry(monkeypatch):
+    """With no provider and no variable, a graph is built and run without loading gatedloop's OpenTelemetry modules
+    (graph/otel_*.py; the ones in this process are set aside for the test, and must not come back)."""
+    for name in [k for k in os.environ if k.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    for name in [m for m in sys.modules if m.startswith("gatedloop.graph.otel")]:
+        monkeypatch.delitem(sys.modules, name)
+    graph = build_graph(ScriptedChatModel(script=[reply("hi")]), [])
+    assert graph.invoke({"messages": [("user", "hello")]})["status"] == "completed"
+    assert parts_of(graph).telemetry is None and not graph.config.get("callbacks")
+    assert not [m for m in sys.modules if m.startswith("gatedloop.graph.otel")]
+
+
+@pytest.mark.parametrize(
+    ("env", "traces", "metrics"),
+    [
+        ({}, False, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True, False),
+        ({"OTEL_TRACES_EXPORTER": "console"}, True, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_METRICS_EXPORTER": "none"}, True, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SDK_DISABLED": "true"}, False, False),
+    ],
+)
+def test_the_standard_variables_turn_each_signal_on(monkeypatch, env, traces, metrics):
+    for name in [k for k in os.environ if k.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert (asked_by_env("TRACES"), asked_by_env("METRICS")) == (traces, metrics)
+
+
+def test_variables_that_ask_without_the_extra_installed_warn_and_run_without(monkeypatch, caplog):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setitem(sys.modules, "gatedloop.graph.otel_gate", None)  # as if opentelemetry were not installed
+    with caplog.at_level(logging.WARNING, logger="gatedloop.telemetry"):
+        assert telemetry_for("g") is None
+    assert "pip install 'gatedloop[otel]'" in caplog.text
