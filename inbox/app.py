@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, quote
@@ -31,12 +31,19 @@ from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph import pending as decide
 from gatedloop.graph import runs
 from gatedloop.graph.contexts import context_for
-from gatedloop.graph.display import STOP_WORDS, day_and_clock, describe_thread
+from gatedloop.graph.display import DECISION_WORDS, STOP_WORDS, day_and_clock, describe_thread
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox.filters import ORDERS, Filters, choices
 from gatedloop.inbox.forms import FormError, parse_edit
 from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
-from gatedloop.inbox.pending import PendingRequests, PendingView, age_text, pending_view
+from gatedloop.inbox.pending import (
+    PendingRequests,
+    PendingView,
+    age_text,
+    pending_view,
+    proposed_args,
+    whole_refusal,
+)
 from gatedloop.inbox.review import answers_by_call, call_story, find_request, thread_story
 from gatedloop.inbox.slack_actions import SlackActions
 from gatedloop.nodes.gate.hitl import InvalidDecision
@@ -47,16 +54,22 @@ TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 POLL_MS = 2000
 ANSWER_WAIT_S = 10.0
 """How long an answer waits for the thread's lease (another reviewer's answer in flight) before giving up."""
+MOVED = (
+    "another reviewer decided some of this request's calls since it was shown; nothing was sent: look again and"
+    " decide yours"
+)
 SLACK_PATHS = ("/slack/actions", "/inbox/slack/actions")
 """Slack's interactivity URL: the first standalone, the second under a server (which serves the inbox's paths)."""
 
 
 class RequestSource(Protocol):
-    """Where a reviewer's pending requests come from (`PendingRequests`: the database; `ServedRequests`: the API)."""
+    """Where a reviewer's pending requests come from (`PendingRequests`: the database; `ServedRequests`: the API).
+    `visible`: the requests she may decide a call of (`visible_to`); `refusals`: the calls of one she may not
+    decide, and why (`call_refusals`)."""
 
     def visible(self, reviewer: CallContext, *, own_threads_only: bool = False) -> list[PendingView]: ...
     def get(self, thread_id: str) -> PendingView | None: ...
-    def refusal(self, view: PendingView, reviewer: CallContext) -> str | None: ...
+    def refusals(self, view: PendingView, reviewer: CallContext) -> dict[str, str]: ...
     def tools_and_policy(self, graph: str) -> tuple[dict[str, BaseTool], Callable[[str], ToolPolicy]]: ...
 
 
@@ -135,7 +148,13 @@ CHOICE_WORDS = {
 """What each decision's radio button says: approving as shown and approving one's edits are different actions."""
 
 TEMPLATES.env.globals.update(
-    age=age_text, clock=_clock, left=_left, day_and_clock=day_and_clock, orders=ORDERS, choice_words=CHOICE_WORDS
+    age=age_text,
+    clock=_clock,
+    left=_left,
+    day_and_clock=day_and_clock,
+    orders=ORDERS,
+    choice_words=CHOICE_WORDS,
+    decision_words=DECISION_WORDS,
 )
 
 
@@ -344,10 +363,16 @@ def _visible(backend: InboxBackend, reviewer: Reviewer, origin: str) -> list[Pen
 
 
 def _may_decide(source: RequestSource, reviewer: Reviewer, view: PendingView) -> str | None:
-    """Why this reviewer may not decide this request (None: she may), as the page decides what to show."""
+    """Why this reviewer may decide none of this request's calls (None: she may decide some), as the page
+    decides what to show."""
     if not reviewer.sees_all_threads and view.requested_by != reviewer.user_id:
         return "only supervisors may decide other people's requests"
-    return source.refusal(view, reviewer.context)
+    return whole_refusal(view, source.refusals(view, reviewer.context))
+
+
+def _seen_by(source: RequestSource, reviewer: Reviewer, view: PendingView) -> PendingView:
+    """The request as this reviewer is shown it and answers it: the calls she may not decide marked (read-only)."""
+    return replace(view, refused=source.refusals(view, reviewer.context))
 
 
 def _field(form: FormData, name: str) -> str | None:
@@ -367,8 +392,10 @@ def _answer(
     refusal = _may_decide(source, reviewer, view)
     if refusal is not None:
         return Flash("error", f"Thread {thread_id}: you may not decide this request: {refusal}.", thread_id), None
+    if _moved_since_shown(view, form):
+        return Flash("error", f"Thread {thread_id}: {MOVED}", thread_id), None
     try:
-        answer = answer_from_form(view, form, reviewer)
+        answer = answer_from_form(_seen_by(source, reviewer, view), form, reviewer)
         result = backend.send(reviewer, origin, view, answer)
     except FormError as exc:
         return _refused(view, form, f"Thread {thread_id}: not sent: {exc}")
@@ -377,10 +404,25 @@ def _answer(
     except ThreadBusy:
         return _refused(view, form, f"Thread {thread_id}: another answer is being applied; look again in a moment.")
     if result.get("__interrupt__"):
-        return Flash("ok", f"Thread {thread_id}: recorded; the thread is waiting again.", thread_id), None
+        return Flash("ok", f"Thread {thread_id}: recorded; {_still_waiting(source, view)}.", thread_id), None
     status = result.get("status") or "unknown"
     words = STOP_WORDS.get(status, status)
     return Flash("ok", f"Thread {thread_id}: decided; the thread ended: {words}.", thread_id), None
+
+
+def _moved_since_shown(view: PendingView, form: FormData) -> bool:
+    """Whether the request's calls are no longer where the form showed them: another reviewer decided some of
+    them meanwhile (the request keeps its id while its calls are decided one reviewer at a time), so a field's
+    position may now name another call. A form without call ids (a script) is read by position, as before."""
+    return any(_field(form, f"call-{a.index}") not in (None, a.tool_call_id) for a in view.actions)
+
+
+def _still_waiting(source: RequestSource, answered: PendingView) -> str:
+    """What the thread waits for after an answer: the same request's calls still undecided, or a new request."""
+    now = source.get(answered.thread_id)
+    if now is not None and now.request_id == answered.request_id and now.waiting_for:
+        return f"the request still waits for {now.waiting_for}"
+    return "the thread is waiting again"
 
 
 def _extend(backend: InboxBackend, reviewer: Reviewer, origin: str, thread_id: str, request_id: str) -> Flash:
@@ -413,10 +455,14 @@ def _request_url(request_id: str, thread_id: str) -> str:
 
 
 def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> dict[str, Any]:
-    """One decision per call from the submitted form, bound to the request and the exact arguments shown."""
+    """One decision per call this reviewer may decide (the others are not hers: `view.refused`) from the submitted
+    form, bound to the request, each call and the exact arguments shown."""
     assert view.request is not None  # every view is parsed by the operator layer
+    theirs = [
+        (a, c) for a, c in zip(view.actions, view.request.calls, strict=True) if a.tool_call_id not in view.refused
+    ]
     decisions: list[dict[str, Any]] = []
-    for action, call in zip(view.actions, view.request.calls, strict=True):
+    for action, call in theirs:
         choice = _field(form, f"decision-{action.index}") or ""
         message = (_field(form, f"message-{action.index}") or "").strip()
         if choice not in action.allowed:
@@ -450,11 +496,11 @@ def answer_from_form(view: PendingView, form: FormData, reviewer: Reviewer) -> d
             args = parse_edit(shown, {f.name: text for f in shown if (text := typed[f.name]) is not None})
             args.update(dict.fromkeys(kept, MASK))
             decisions.append(decide.edit(call, args))
-    for action, decision in zip(view.actions, decisions, strict=True):
+    for (action, _), decision in zip(theirs, decisions, strict=True):
         justification = (_field(form, f"justification-{action.index}") or "").strip()
         if justification:
             decision["justification"] = justification
-    return view.request.answer(decisions, reviewer.user_id)
+    return view.request.answer(decisions, reviewer.user_id, calls=[call for _, call in theirs])
 
 
 def _may_see(
@@ -527,13 +573,11 @@ def _request_card(
     pending = (
         current is not None and current.request_id == request_id and _may_decide(source, reviewer, current) is None
     )
-    view = current if pending and current is not None else shown
-    call_ids = [a.tool_call_id for a in view.actions]
-    redact = thread_redactor(messages, policy, backend.ledger.edited_args(found.thread_id, call_ids))
+    view = _seen_by(source, reviewer, current) if pending and current is not None else shown
+    calls = _request_calls(view, messages, policy)
+    redact = thread_redactor(messages, policy, backend.ledger.edited_args(found.thread_id, [c[0] for c in calls]))
     answers = answers_by_call(messages)
-    stories = [
-        call_story(a.tool_call_id, a.name, a.args, audit, answers.get(a.tool_call_id), redact) for a in view.actions
-    ]
+    stories = [call_story(i, name, args, audit, answers.get(i), redact) for i, name, args in calls]
     summary = describe_thread(backend.graph, found.thread_id, backend.ledger)
     waiting = [
         v for v in _visible(backend, reviewer, origin) if (v.thread_id, v.request_id) != (view.thread_id, request_id)
@@ -547,6 +591,18 @@ def _request_card(
         "status": summary.status,
         "detail": summary.detail,
     }
+
+
+def _request_calls(
+    view: PendingView, messages: list[Any], policy: Callable[[str], ToolPolicy]
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """(call id, tool, masked arguments) of every call of the request, in the model's order: those still asked and
+    those an earlier answer decided (held, no longer among its actions, but the request's all the same)."""
+    proposals = proposed_args(messages)
+    calls = [(a.tool_call_id, a.name, a.args) for a in view.actions]
+    calls += [(d.tool_call_id, d.name, policy(d.name).masked(proposals.get(d.tool_call_id, {}))) for d in view.decided]
+    order = list(proposals)
+    return sorted(calls, key=lambda c: order.index(c[0]) if c[0] in order else len(order))
 
 
 def _cookies(request: Request) -> list[tuple[str, str]]:

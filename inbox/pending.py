@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,7 +20,7 @@ from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 
 from gatedloop.checkpoints.ledger import Evidence, Ledger
-from gatedloop.graph.pending import PendingRequest
+from gatedloop.graph.pending import DecidedCall, PendingRequest
 from gatedloop.inbox.forms import FormField, edit_fields
 from gatedloop.nodes.gate.admission import shown_deadline
 from gatedloop.nodes.gate.masking import Redactor, content_text, thread_redactor, thread_title
@@ -51,6 +51,7 @@ class ActionView:
     escalates_at: float | None = None  # from when `backup_approvers` may decide it too
     backup_approvers: list[str] = field(default_factory=list)
     approving: str = ""  # what approving will do, in one line (`PendingCall.approving`)
+    deciders: str = "any reviewer"  # who may decide it, in words (`PendingCall.deciders`)
 
     @property
     def rows(self) -> list[tuple[str, str, str | None]]:
@@ -85,12 +86,27 @@ class PendingView:
     title: str = ""  # the thread's first user message, shortened (redacted as the conversation is)
     request: PendingRequest | None = None  # the request as the operator layer parsed it (answers are built on it)
     extended: bool = False  # an approver extended its deadline (`expires_at` is the extended one)
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """For the reviewer it is shown to (`visible_to`): the calls she may not decide (by call id) and why; shown
+    read-only, with who decides them."""
 
     @property
     def version(self) -> str:
-        """Changes whenever what a reviewer sees of this request changes (so the page replaces its card)."""
-        progress = ",".join(str(len(a.approved_by)) for a in self.actions)
-        return f"{self.thread_id}|{self.request_id}|{progress}|{self.error or ''}"
+        """Changes whenever what a reviewer sees of this request changes (so the page replaces its card): a call
+        approved or decided by someone else (the request keeps its id while its calls are decided one reviewer at
+        a time), a refusal."""
+        progress = ",".join(f"{a.tool_call_id}:{len(a.approved_by)}" for a in self.actions)
+        return f"{self.thread_id}|{self.request_id}|{progress}|{','.join(sorted(self.refused))}|{self.error or ''}"
+
+    @property
+    def decided(self) -> tuple[DecidedCall, ...]:
+        """The request's calls already decided, waiting for the others (no longer among `actions`)."""
+        return self.request.decided if self.request is not None else ()
+
+    @property
+    def waiting_for(self) -> str:
+        """Who the request waits for, per role ("finance: refund; support: send_email")."""
+        return self.request.waiting_for() if self.request is not None else ""
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -163,23 +179,11 @@ class PendingRequests:
         """The tools and policies of `graph`'s threads: standalone, every thread is this one graph's."""
         return self.tools, self.policy
 
-    def refusal(self, view: PendingView, reviewer: CallContext) -> str | None:
-        """Why this reviewer may not decide this request (None: may decide every call in it)."""
-        for action in view.actions:
-            refusal = self.policy(action.name).reviewer_refusal(reviewer, view.requested_by, view.waited_s())
-            if refusal:
-                return refusal
-        return None
+    def refusals(self, view: PendingView, reviewer: CallContext) -> dict[str, str]:
+        return call_refusals(view, reviewer, self.policy)
 
     def visible(self, reviewer: CallContext, *, own_threads_only: bool = False) -> list[PendingView]:
-        """The requests this reviewer may decide; `own_threads_only` (not an approver under the server's auth):
-        only those she asked for herself, as the API shows her only her own threads."""
-        views = [
-            v
-            for v in self.all()
-            if self.refusal(v, reviewer) is None and (not own_threads_only or v.requested_by == reviewer.user_id)
-        ]
-        return sorted(views, key=lambda v: v.requested_at or 0.0)
+        return visible_to(self.all(), reviewer, self.refusals, own_threads_only)
 
     def all(self) -> list[PendingView]:
         views = []
@@ -213,6 +217,37 @@ class PendingRequests:
         interrupt = snapshot.interrupts[0]
         messages = (snapshot.values or {}).get("messages", [])
         return pending_view(thread_id, interrupt.id, interrupt.value, messages, self.tools, self.policy, checkpoint_ts)
+
+
+def call_refusals(view: PendingView, reviewer: CallContext, policy: Callable[[str], ToolPolicy]) -> dict[str, str]:
+    """Why this reviewer may not decide each call she may not (by call id), by the gate's own rule (the tool's
+    policy: its roles, the backup roles once escalated, never her own call)."""
+    waited = view.waited_s()
+    found = {a.tool_call_id: policy(a.name).reviewer_refusal(reviewer, view.requested_by, waited) for a in view.actions}
+    return {call_id: why for call_id, why in found.items() if why}
+
+
+def whole_refusal(view: PendingView, refused: Mapping[str, str]) -> str | None:
+    """Why this reviewer may not answer the request at all (None: she may decide some of its calls). A request
+    that mixes roles is decided call by call, so it is hers if any call is; an unknown outcome's question is
+    answered whole, so any call she may not decide refuses it."""
+    if not refused or (view.kind == "approval" and len(refused) < len(view.actions)):
+        return None
+    return next(iter(refused.values()))
+
+
+def visible_to(
+    views: Iterable[PendingView],
+    reviewer: CallContext,
+    refusals: Callable[[PendingView, CallContext], dict[str, str]],
+    own_threads_only: bool,
+) -> list[PendingView]:
+    """The requests this reviewer may decide a call of, oldest first, each marked with the calls she may not
+    decide (`PendingView.refused`); `own_threads_only` (not an approver under the server's auth): only those she
+    asked for herself, as the API shows her only her own threads."""
+    mine = (v for v in views if not own_threads_only or v.requested_by == reviewer.user_id)
+    seen = [replace(v, refused=refusals(v, reviewer)) for v in mine]
+    return sorted((v for v in seen if whole_refusal(v, v.refused) is None), key=lambda v: v.requested_at or 0.0)
 
 
 def pending_view(
@@ -272,6 +307,7 @@ def pending_view(
                 escalates_at=call.escalates_at,
                 backup_approvers=list(call.backup_approvers),
                 approving=call.approving(rules.effect),
+                deciders=call.deciders(),
             )
         )
     redact = thread_redactor(messages, policy)

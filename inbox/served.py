@@ -33,7 +33,13 @@ from gatedloop.graph.load import GraphNotFound, load_graph
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox.app import InboxBackend
 from gatedloop.inbox.identity import Reviewer
-from gatedloop.inbox.pending import PendingView, pending_view, with_extensions
+from gatedloop.inbox.pending import (
+    PendingView,
+    call_refusals,
+    pending_view,
+    visible_to,
+    with_extensions,
+)
 from gatedloop.inbox.refusals import refusal_in
 from gatedloop.nodes.gate.extension import extend_request
 from gatedloop.nodes.gate.hitl import InvalidDecision
@@ -83,13 +89,7 @@ class ServedRequests:
     def visible(self, reviewer: CallContext, *, own_threads_only: bool = False) -> list[PendingView]:
         threads = self.client.threads.search(status="interrupted", limit=SEARCH_LIMIT)
         found = (self._view(whole_thread(self.client, thread)) for thread in threads)
-        views = [view for view in found if view is not None]
-        views = [
-            v
-            for v in views
-            if self.refusal(v, reviewer) is None and (not own_threads_only or v.requested_by == reviewer.user_id)
-        ]
-        return sorted(views, key=lambda v: v.requested_at or 0.0)
+        return visible_to([view for view in found if view is not None], reviewer, self.refusals, own_threads_only)
 
     def get(self, thread_id: str) -> PendingView | None:
         try:
@@ -99,13 +99,8 @@ class ServedRequests:
                 return None
             raise
 
-    def refusal(self, view: PendingView, reviewer: CallContext) -> str | None:
-        graph = self.graphs.get(view.graph, ServedGraph())
-        for action in view.actions:
-            refusal = graph.policy(action.name).reviewer_refusal(reviewer, view.requested_by, view.waited_s())
-            if refusal:
-                return refusal
-        return None
+    def refusals(self, view: PendingView, reviewer: CallContext) -> dict[str, str]:
+        return call_refusals(view, reviewer, self.graphs.get(view.graph, ServedGraph()).policy)
 
     def tools_and_policy(self, graph: str) -> tuple[dict[str, BaseTool], Callable[[str], ToolPolicy]]:
         """The tools and policies of the served graph `graph`. For a thread whose graph is not known, a tool's

@@ -32,8 +32,10 @@ TOKENS = {
     "cy": "cy-token-0123456789ab",
     "bo": "bo-token-0123456789ab",
     "dee": "dee-token-0123456789a",
+    "sue": "sue-token-0123456789a",
 }
-ROLES = {"ana": ["events"], "cy": ["events"], "bo": ["staff"], "dee": []}  # dee: not an approver
+ROLES = {"ana": ["events"], "cy": ["events"], "bo": ["staff", "finance"], "dee": [], "sue": ["support"]}
+"""dee is not an approver of anything; bo (finance) and sue (support) decide a refund and its email."""
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -93,7 +95,7 @@ def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
     db = str(folder / "runs.sqlite")
     reviewers = folder / "reviewers.json"
     tokens = {TOKENS[u]: {"user_id": u, "roles": ROLES[u]} for u in TOKENS}
-    reviewers.write_text(json.dumps({"supervisor_roles": ["events", "staff"], "tokens": tokens}))
+    reviewers.write_text(json.dumps({"supervisor_roles": ["events", "staff", "support"], "tokens": tokens}))
     port = _free_port()
     log = folder / "inbox.log"
     env = {**os.environ, "PYTHONPATH": str(SUPPORT), "GATEDLOOP_MODEL": "demo"}
@@ -253,6 +255,53 @@ def test_a_reviewer_without_the_role_does_not_see_the_request(browser, inbox):
     )
     assert forged.status == 403  # no CSRF token: refused
     assert inbox.output("v2").get("__interrupt__") and inbox.output("v1").get("__interrupt__")
+
+
+def test_a_request_that_mixes_roles_is_decided_call_by_call_by_each_reviewer(browser, inbox):
+    """The newcomer's case: one turn asks for a refund (finance decides it) and an email (support decides it). bo
+    (finance) sees the request with the email read-only, naming who decides it, and approves the refund: nothing
+    runs. sue (support) sees the refund decided by bo and approves the email; both writes run once, in the order
+    the model proposed them."""
+    request = inbox.pause("mx1", "Refund order A-1001 and email ana@example.com", requester="rita")
+    bo = sign_in(browser, inbox, "bo")
+    form = card(bo, "mx1")
+    form.wait_for()
+    assert "waiting for finance: refund; support: send_email" in form.inner_text()
+    email = form.locator('fieldset[data-call="call_email"]')
+    assert "Decided by support, not by you" in email.inner_text() and email.locator("input[type=radio]").count() == 0
+    form.locator("input[name=decision-0][value=approve]").check()
+    form.locator("button.send").click()
+    assert (
+        "the request still waits for support: send_email" in bo.wait_for_selector(".flash.ok >> text=mx1").inner_text()
+    )
+    assert inbox.saver.ledger.entries("mx1") == []  # the refund waits for the email's decision
+    sue = sign_in(browser, inbox, "sue")
+    form = card(sue, "mx1")
+    form.wait_for()
+    assert "decided: approved by bo" in form.locator('fieldset[data-call="call_refund"]').inner_text()
+    assert "waiting for support: send_email" in form.inner_text()
+    # A form shown before bo's answer (the email second) is refused whole: a position may now name another call.
+    shown_before = {"call-0": "call_refund", "call-1": "call_email", "decision-1": "approve"}
+    fields = {"csrf": form.locator("input[name=csrf]").first.input_value(), "thread_id": "mx1"}
+    stale = sue.request.post(
+        f"{inbox.url}/inbox/answer", form={**fields, "request_id": request["request_id"], **shown_before}
+    )
+    assert "calls since it was shown; nothing was sent" in stale.text()
+    assert inbox.saver.ledger.entries("mx1") == []
+    form.locator("input[name=decision-0][value=approve]").check()
+    form.locator("button.send").click()
+    assert "the thread ended: completed" in sue.wait_for_selector(".flash.ok >> text=mx1").inner_text()
+    audit = inbox.saver.ledger.audit("mx1")
+    assert [e["call_id"] for e in audit if e["event"] == "executed"] == ["call_refund", "call_email"]
+    assert [(e["call_id"], e["actor"]) for e in audit if e["event"] == "decision"] == [
+        ("call_refund", "bo"),
+        ("call_email", "sue"),
+    ]
+    sue.goto(f"{inbox.url}/requests/{request['request_id']}?thread=mx1")
+    assert sue.locator(".story").evaluate_all("stories => stories.map(s => s.dataset.call)") == [
+        "call_refund",
+        "call_email",
+    ]
 
 
 def _hold_answers_until_all_are_sent(pages: list[Any]) -> list[Any]:

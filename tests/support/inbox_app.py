@@ -1,8 +1,10 @@
 """The approval inbox on a SQLite file, for the browser tests: the demo tools, with `reserve_seat` approvable only
 by the `events` role (so role filtering shows), plus `pay_invoice`, whose `card` is a secret argument and whose
-requests expire after ten minutes; served by uvicorn in this process. The demo model gains two scenarios: "Pay
-invoice INV-1 with card 4111..." (a secret in the user's words, the call and the tool's result) and "Reserve seats
-in WS-101 for Alice and Bob" (two gated calls in one request).
+requests expire after ten minutes, and a support desk's `refund` (decided by `finance`) and `send_email` (by
+`support`); served by uvicorn in this process. The demo model gains three scenarios: "Pay invoice INV-1 with card
+4111..." (a secret in the user's words, the call and the tool's result), "Reserve seats in WS-101 for Alice and Bob"
+(two gated calls in one request) and "Refund order A-1001 and email ana@example.com" (one request that mixes
+roles).
 
     python tests/support/inbox_app.py DB PORT AUTH_JSON      (the token configuration of `gatedloop.graph.auth`)
 
@@ -39,6 +41,18 @@ def pay_invoice(invoice_id: str, card: str) -> dict[str, Any]:
     return {"paid": invoice_id, "receipt": f"charged card {card}"}  # echoes its secret, as careless tools do
 
 
+@tool
+def refund(order: str, amount: float) -> str:
+    """Refund an order."""
+    return f"refunded {order}"
+
+
+@tool
+def send_email(to: str, body: str) -> str:
+    """Send an email."""
+    return f"sent to {to}"
+
+
 def tools_and_policies(db: str) -> tuple[list[Any], dict[str, Any], DemoStore]:
     store = DemoStore(Path(db).with_name("demo-data.sqlite"))
     policies = demo_policies(store)
@@ -46,11 +60,13 @@ def tools_and_policies(db: str) -> tuple[list[Any], dict[str, Any], DemoStore]:
     policies["pay_invoice"] = ToolPolicy(
         effect="write", approval="always", secret_args=frozenset({"card"}), approval_ttl_s=PAY_TTL_S
     )
-    return [*build_demo_tools(store), pay_invoice], policies, store
+    policies["refund"] = ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"}))
+    policies["send_email"] = ToolPolicy(effect="write", approval="always", approvers=frozenset({"support"}))
+    return [*build_demo_tools(store), pay_invoice, refund, send_email], policies, store
 
 
 def responder(messages: list[BaseMessage]) -> AIMessage:
-    """The demo model, plus paying an invoice and reserving several seats in one turn."""
+    """The demo model, plus paying an invoice, reserving several seats in one turn, and a refund with its email."""
     question = str(next(m for m in reversed(messages) if isinstance(m, HumanMessage)).content)
     answered = isinstance(messages[-1], ToolMessage)
     words = question.split()
@@ -67,6 +83,15 @@ def responder(messages: list[BaseMessage]) -> AIMessage:
             for i, p in enumerate(people)
         ]
         return reply(calls=seats)
+    if question.startswith("Refund order"):
+        if answered:
+            return reply("Refunded and emailed.")
+        return reply(
+            calls=[
+                call("refund", {"order": words[2], "amount": 40}, "call_refund"),
+                call("send_email", {"to": words[-1], "body": f"{words[2]} is refunded"}, "call_email"),
+            ]
+        )
     return demo_responder(messages)
 
 
