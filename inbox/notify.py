@@ -54,6 +54,7 @@ from standardwebhooks import Webhook as Webhook_
 from gatedloop.checkpoints.evidence import ApprovalRecord
 from gatedloop.checkpoints.ledger import SqlLedger
 from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification
+from gatedloop.graph.pending import by_decider, deciders_of
 from gatedloop.inbox.slack import TOKEN_ENV, approval_message, web_client
 from gatedloop.nodes.gate.admission import shown_deadline
 from gatedloop.nodes.run.notices import UNKNOWN_PREFIX
@@ -111,12 +112,14 @@ TOLD_KEYS = {
     "decided": ("requested_by", "decided_by", "decided_at", "waiting", "actions"),
     "finished": ("request_ids", "status", "detail", "ran"),
 }
-"""The generic body's keys of the notices that tell, beside id, type, request, thread and url."""
+"""The generic body's keys of the notices that tell, beside id, type, request, thread and url (and a `decided`
+notice's `waiting_for`, in words)."""
 DECISION_WORDS = {"approve": "approved", "edit": "edited and approved", "reject": "rejected", "respond": "answered"}
-APPROVAL_ACTION_KEYS = ("tool", "tool_call_id", "args", "approvals_required", "expires_at")
+APPROVAL_ACTION_KEYS = ("tool", "tool_call_id", "args", "approvals_required", "approvers", "expires_at")
 UNKNOWN_ACTION_KEYS = ("tool", "tool_call_id", "args", "idempotency_key", "reason")
 """Each action's keys in the generic body: an approval's, and an unknown outcome's question's (no approvals, no
-expiry; why it is unknown and the key its write was started with)."""
+expiry; why it is unknown and the key its write was started with). `approvers` (the roles that may decide it,
+null: any reviewer) is absent from a notice queued before this release."""
 ERROR_CHARS = 300
 
 WebhookFormat = Literal["generic", "slack", "slack_channel"]
@@ -277,19 +280,29 @@ def generic_body(notice: Notification, link: str) -> dict[str, Any]:
     p = notice.payload
     head = {"id": notice.id, "type": event_type(notice), "request_id": notice.request_id}
     if notice.kind in TELLS:
-        keys = TOLD_KEYS[notice.kind]
-        return {**head, "thread_id": notice.thread_id, **{k: p[k] for k in keys}, "url": link}
+        told = {k: p[k] for k in TOLD_KEYS[notice.kind]}
+        return {**head, "thread_id": notice.thread_id, **told, **_told_waiting(notice), "url": link}
     keys = UNKNOWN_ACTION_KEYS if about_unknown(notice) else APPROVAL_ACTION_KEYS
+    waiting = None if about_unknown(notice) else waiting_text(p["actions"])
     return {
         **head,
         "thread_id": notice.thread_id,
         "requested_by": p["requested_by"],
         "requested_at": p["requested_at"],
         "expires_at": p["expires_at"],
-        "actions": [{k: a[k] for k in keys} for a in p["actions"]],
+        "actions": [{k: a[k] for k in keys if k in a} for a in p["actions"]],
+        **({"waiting_for": waiting} if waiting else {}),
         **({"backup_approvers": p["backup_approvers"]} if notice.kind == "escalated" else {}),
         "url": link,
     }
+
+
+def waiting_text(actions: Sequence[Mapping[str, Any]]) -> str:
+    """Who these calls wait for, per role, in the operator layer's words ("finance: refund; support: send_email");
+    empty for a notice queued before it named each call's `approvers`."""
+    if not all("approvers" in a for a in actions):
+        return ""
+    return by_decider((deciders_of(a["approvers"]), a["tool"]) for a in actions)
 
 
 def _slack_escape(text: str) -> str:
@@ -300,6 +313,14 @@ def _utc(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
 
 
+def _told_waiting(notice: Notification) -> dict[str, Any]:
+    """A `decided` notice's `waiting_for` in words: the calls no one has decided yet, per role ("" if none; a
+    notice queued before this release names none)."""
+    if notice.kind != "decided":
+        return {}
+    return {"waiting_for": waiting_text(notice.payload.get("waiting_for") or [])}
+
+
 def told_lines(notice: Notification) -> list[str]:
     """What a `decided` or `finished` notice says, in words: who decided what, or how the request ended."""
     p = notice.payload
@@ -308,7 +329,9 @@ def told_lines(notice: Notification) -> list[str]:
             f"{DECISION_WORDS.get(a['decision'] or '', a['decision'])} {a['tool']} ({a['tool_call_id']})"
             for a in p["actions"]
         )
-        waits = "; the request still waits for more approvals" if p["waiting"] else ""
+        others = waiting_text(p.get("waiting_for") or [])
+        waits = f"; the request still waits for {others}" if others else ""
+        waits = waits or ("; the request still waits for more approvals" if p["waiting"] else "")
         return [f"{p['decided_by']} {each} at {_utc(p['decided_at'])}{waits}"]
     ran = ", ".join(f"{r['tool']} ({r['tool_call_id']}): {r['status']}" for r in p["ran"]) or "no tool"
     detail = f" ({p['detail']})" if p["detail"] else ""
@@ -342,6 +365,8 @@ def slack_body(notice: Notification, link: str) -> dict[str, Any]:
     for action in p["actions"]:
         args = json.dumps(action["args"], ensure_ascii=False)
         lines.append(f"`{_slack_escape(action['tool'])}` ```{_slack_escape(args)}```")
+        if "approvers" in action:
+            lines.append(f"Who may decide: {_slack_escape(deciders_of(action['approvers']))}")
         if "reason" in action:
             lines.append(f"Why unknown: {_slack_escape(action['reason'])}")
     return {

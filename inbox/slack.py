@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gatedloop.graph.pending import deciders_of
+
 TOKEN_ENV = "SLACK_BOT_TOKEN"
 API_URL_ENV = "GATEDLOOP_SLACK_API_URL"
 SLACK_API_URL = "https://slack.com/api/"
@@ -82,7 +84,8 @@ def choice_action(index: int) -> str:
 def approval_message(payload: Mapping[str, Any], link: str, headline: str = "Approval requested") -> dict[str, Any]:
     """The message for one approval request (an outbox `request` payload, arguments already masked): the thread's
     title as its card shows it, a section per call, then the buttons and a link to its card (for edits and
-    justifications). One call: Approve / Reject.
+    justifications); each call says who may decide it (a request that mixes roles is decided by several
+    reviewers, each clicking for her own calls). One call: Approve / Reject.
     Several: each call's section has its own Approve / Reject choice, and "Submit choices" sends them in one answer
     (the gate takes one decision per call, in one answer; Slack returns the clicker's choices with the click, so
     no half-made answer is kept anywhere), beside Approve all / Reject all."""
@@ -110,6 +113,8 @@ def approval_message(payload: Mapping[str, Any], link: str, headline: str = "App
         quorum = action.get("approvals_required") or 1
         needs = f" (needs {quorum} approvals)" if quorum > 1 else ""
         text = f"`{escape(action['tool'])}`{needs} ```{escape(args)}```"
+        if "approvers" in action:  # a notice queued before this release names no approvers
+            text += f"\nWho may decide: {escape(deciders_of(action['approvers']))}"
         if action.get("note"):
             text += f"\n_{escape(action['note'])}_"
         if action.get("approving"):

@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -34,6 +34,7 @@ from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.graph import pending as decide
 from gatedloop.graph.auth import AuthConfig
 from gatedloop.graph.display import STOP_WORDS
+from gatedloop.graph.pending import DecidedCall, PendingCall, PendingRequest
 from gatedloop.inbox.identity import Reviewer
 from gatedloop.inbox.slack import (
     ACTION_PREFIX,
@@ -191,16 +192,17 @@ class SlackActions:
             self._tell(channel, slack_user, UNMAPPED)
             return
         view = backend.requests(reviewer, origin).get(click.thread_id)
-        shown = [(a.tool_call_id, a.args_digest) for a in view.actions] if view is not None else []
-        if view is None or view.request_id != click.request_id or tuple(shown) != click.calls:
+        mine = view.request.mine(reviewer.roles, self.clock()) if view is not None else ()
+        if view is None or view.request_id != click.request_id or not set(_shown(mine)) <= set(click.calls):
             self._tell(channel, slack_user, self._stale(view, click))
             return
-        choices = [decision] * len(view.actions) if decision != SUBMIT else _choices(payload, len(view.actions))
-        unchosen = [f"{a.name} ({a.tool_call_id})" for a, c in zip(view.actions, choices, strict=True) if c is None]
+        positions = [call_id for call_id, _ in click.calls]
+        choices = [decision] * len(mine) if decision != SUBMIT else _choices(payload, positions, mine)
+        unchosen = [f"{c.name} ({c.tool_call_id})" for c, chosen in zip(mine, choices, strict=True) if chosen is None]
         if unchosen:
             self._tell(channel, slack_user, f"Choose Approve or Reject for {', '.join(unchosen)}: nothing was decided.")
             return
-        answer = _answer(view, [str(c) for c in choices], reviewer)
+        answer = _answer(view, mine, [str(c) for c in choices], reviewer)
         try:
             result = backend.send(reviewer, origin, view, answer)
         except InvalidDecision as exc:
@@ -211,8 +213,9 @@ class SlackActions:
             return
         still_this = bool(result.get("__interrupt__")) and self._still_pending(backend, reviewer, origin, click)
         _, policy = backend.requests(reviewer, origin).tools_and_policy(view.graph)
-        outcomes = call_outcomes(backend.ledger, policy, view.thread_id, view.request.calls)
-        for late in [o for o in outcomes if o.too_late]:
+        outcomes = call_outcomes(backend.ledger, policy, view.thread_id, _in_message_order(view.request, positions))
+        answered = {c.tool_call_id for c in mine}
+        for late in [o for o in outcomes if o.too_late and o.call_id in answered]:
             self._tell(channel, slack_user, too_late_notice(late))
         line = self._report(reviewer, outcomes, result, still_this)
         message = payload.get("message") or {}
@@ -252,23 +255,37 @@ class SlackActions:
         self.client.chat_postEphemeral(channel=channel, user=slack_user, text=text)
 
 
-def _choices(payload: Mapping[str, Any], count: int) -> list[str | None]:
-    """Each call's choice as the clicker left it (Slack sends the message's input state with the click)."""
+def _in_message_order(request: PendingRequest, positions: list[str]) -> list[PendingCall | DecidedCall]:
+    """Every call of the request in the message's order, those still asked and those decided earlier (held for
+    the others), so each click's update tells where every call stands."""
+    every: list[PendingCall | DecidedCall] = [*request.calls, *request.decided]
+    return sorted(every, key=lambda c: positions.index(c.tool_call_id) if c.tool_call_id in positions else 0)
+
+
+def _shown(calls: Sequence[PendingCall]) -> list[tuple[str, str]]:
+    """(call id, argument digest) of each call, as a button carries the calls it was shown with."""
+    return [(c.tool_call_id, c.args_digest) for c in calls]
+
+
+def _choices(payload: Mapping[str, Any], positions: list[str], calls: Sequence[PendingCall]) -> list[str | None]:
+    """Each call's choice as the clicker left it (Slack sends the message's input state with the click), read from
+    the call's section of the message (`positions`: the calls in the message's order)."""
     values = (payload.get("state") or {}).get("values") or {}
     chosen: list[str | None] = []
-    for index in range(count):
+    for call in calls:
+        index = positions.index(call.tool_call_id)
         element = (values.get(call_block(index)) or {}).get(choice_action(index)) or {}
         value = (element.get("selected_option") or {}).get("value")
         chosen.append(value if value in DECISIONS else None)
     return chosen
 
 
-def _answer(view: Any, chosen: list[str], reviewer: Reviewer) -> dict[str, Any]:
-    """The inbox's answer deciding each call as chosen, bound to each call's id and argument digest."""
-    calls = view.request.calls
+def _answer(view: Any, calls: Sequence[PendingCall], chosen: list[str], reviewer: Reviewer) -> dict[str, Any]:
+    """The inbox's answer deciding each of the clicker's calls as chosen, bound to each call's id and argument
+    digest; the request's other calls are left to their own reviewers."""
     rejected = f"Rejected in Slack by {reviewer.user_id}."
     decisions = [
         decide.approve(call) if choice == "approve" else decide.reject(call, rejected)
         for call, choice in zip(calls, chosen, strict=True)
     ]
-    return view.request.answer(decisions, reviewer.user_id)
+    return view.request.answer(decisions, reviewer.user_id, calls=calls)

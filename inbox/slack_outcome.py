@@ -16,7 +16,7 @@ from typing import Any
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
 from gatedloop.checkpoints.ledger import Ledger, LedgerEntry
 from gatedloop.graph.display import DECISION_WORDS, audit_text, day_and_clock
-from gatedloop.graph.pending import PendingCall
+from gatedloop.graph.pending import DecidedCall, PendingCall
 from gatedloop.nodes.gate.admission import APPROVING_DECISIONS, approvers_so_far, expires_at
 from gatedloop.tools.policy import ToolPolicy
 
@@ -48,9 +48,10 @@ class _Record:
 
 
 def call_outcomes(
-    ledger: Ledger, policy: Callable[[str], ToolPolicy], thread_id: str, calls: Sequence[PendingCall]
+    ledger: Ledger, policy: Callable[[str], ToolPolicy], thread_id: str, calls: Sequence[PendingCall | DecidedCall]
 ) -> list[CallOutcome]:
-    """Each call's outcome as the ledger records it now (read once per click)."""
+    """Each call's outcome as the ledger records it now (read once per click). `calls`: every call of the request,
+    those still asked and those an earlier answer decided (held for the others), so the message tells each."""
     ids = [c.tool_call_id for c in calls]
     records = ledger.calls(thread_id, ids)
     audit = ledger.audit(thread_id)
@@ -79,7 +80,7 @@ def too_late_notice(outcome: CallOutcome) -> str:
     )
 
 
-def _outcome(call: PendingCall, found: _Record, policy: ToolPolicy) -> CallOutcome:
+def _outcome(call: PendingCall | DecidedCall, found: _Record, policy: ToolPolicy) -> CallOutcome:
     def said(text: str, too_late: str | None = None) -> CallOutcome:
         return CallOutcome(call.name, call.tool_call_id, text, too_late)
 
@@ -88,6 +89,8 @@ def _outcome(call: PendingCall, found: _Record, policy: ToolPolicy) -> CallOutco
         closed = f"its approval window closed at {day_and_clock(deadline)}" if deadline else "its request expired"
         return said(f"too late: {closed}, nothing ran", too_late=closed)
     decisions = [e for e in found.events if e["event"] == "decision" or e["event"].startswith("decision:")]
+    if not decisions and isinstance(call, PendingCall):  # still asked: its own reviewers have not decided it
+        return said(f"waiting for {call.deciders()}")
     if not decisions:
         return said("no decision is recorded for it")
     detail = decisions[-1].get("detail") or {}

@@ -26,6 +26,7 @@ from typing import Annotated, Any
 import httpx
 import pytest
 import uvicorn
+from desk_app import desk_graph
 from gate_app import build, effects_for, responder
 from langchain_core.tools import InjectedToolArg, tool
 from standardwebhooks import Webhook as StandardWebhook
@@ -232,6 +233,31 @@ def test_a_slack_webhook_is_told_who_decided_and_how_it_ended(db, receiver):
     assert texts[0].startswith("Decided (thread t1): bo approved pay (c1) at ")
     assert texts[1] == "Finished (thread t1): The request ended: completed"
     assert "Tool answers: pay (c1): success" in receiver.posts[1][1]["blocks"][0]["text"]["text"]
+
+
+def test_each_body_says_who_may_decide_each_call_and_a_decision_what_the_request_still_waits_for(db, receiver):
+    """A request that mixes roles (a refund for finance, an email for support): the generic body names each call's
+    approvers and what the request waits for; a Slack body says who may decide each call; bo's decision of the
+    refund is told with the email still waiting for support."""
+    with open_sqlite(db) as saver:
+        graph = desk_graph(saver, [])
+        runs.start(graph, "t1", "refund A-1001 and email ana", context=ANA)
+        runs.resume(graph, "t1", {"decisions": [{"type": "approve", "tool_call_id": "r1"}]}, context=BO)
+        sender = deliverer(saver, Webhook(receiver.url), Webhook(receiver.url, "slack"))
+        assert sender.run_once().delivered == 4
+    bodies = [body for _, body in receiver.posts]
+    [asked] = [b for b in bodies if b.get("type") == "approval_requested"]
+    assert [(a["tool"], a["approvers"]) for a in asked["actions"]] == [
+        ("refund", ["finance"]),
+        ("send_email", ["support"]),
+    ]
+    assert asked["waiting_for"] == "finance: refund; support: send_email"
+    [decided] = [b for b in bodies if b.get("type") == "approval_decided"]
+    assert (decided["decided_by"], decided["waiting"], decided["waiting_for"]) == ("bo", True, "support: send_email")
+    slack_asked, slack_decided = [b["text"] + json.dumps(b["blocks"]) for b in bodies if "type" not in b]
+    assert "Who may decide: finance" in slack_asked and "Who may decide: support" in slack_asked
+    assert "bo approved refund (r1) at " in slack_decided
+    assert "the request still waits for support: send_email" in slack_decided
 
 
 LADDER = {

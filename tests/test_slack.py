@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlencode
 
 import httpx
 import pytest
+from desk_app import desk_graph
 from devserver import gated_project, run_dev_server
 from gate_app import build, effects_for
 from http_stub import StubHandler, StubServer
@@ -44,6 +45,7 @@ USERS = {
     "UBO": {"user_id": "bo", "roles": ["finance"]},
     "UDEE": {"user_id": "dee", "roles": ["finance"]},
     "UCY": {"user_id": "cy", "roles": ["staff"]},
+    "USUE": {"user_id": "sue", "roles": ["support"]},
 }
 
 
@@ -293,6 +295,39 @@ def test_each_call_gets_its_own_choice_and_submit_decides_them_in_one_answer(db,
     assert "pay (c1): approved and ran (approved by bo); pay (c2): rejected by bo" in update["text"]
     assert "actions" not in [b["type"] for b in update["blocks"]]
     assert not [b for b in update["blocks"] if "accessory" in b]  # decided: the choices are gone too
+
+
+def test_in_a_request_that_mixes_roles_each_click_decides_the_clickers_own_calls(db, slack):
+    """The newcomer's case: the message says who may decide each call; bo's Approve decides the refund only
+    (nothing runs), then sue's choice on the same message decides the email; each write runs once, in the order
+    proposed, and after each click the message tells where every call stands."""
+    effects: list[str] = []
+    with open_sqlite(db) as saver:
+        graph = desk_graph(saver, effects)
+        runs.start(graph, "t1", "refund A-1001 and email ana", context=ANA)
+        posted = post_request(saver, slack)
+        sections = [b["text"]["text"] for b in posted["blocks"] if b.get("block_id", "").startswith("gatedloop_call_")]
+        assert ["Who may decide: finance" in sections[0], "Who may decide: support" in sections[1]] == [True, True]
+        ts = "1700000000.000001"
+        with inbox(graph, saver) as client:
+            assert click(client, click_body(posted, ts, "UBO")) == 200  # "Approve all": all of his, the refund
+            assert effects == [] and runs.output(graph, "t1").get("__interrupt__")
+            first = slack.of("chat.update")[-1]
+            sue = click_body({**posted, "blocks": first["blocks"]}, ts, "USUE", "submit", {1: "approve"})
+            assert click(client, sue) == 200
+        assert effects == ["refund A-1001", "email ana"]
+        assert runs.output(graph, "t1")["status"] == "completed"
+    after_bo, after_sue = slack.of("chat.update")
+    assert (
+        "refund (r1): approved (approved by bo), not run yet; send_email (e1): waiting for support." in after_bo["text"]
+    )
+    assert "actions" in [b["type"] for b in after_bo["blocks"]]  # sue's buttons are still there
+    assert after_sue["text"].startswith("sue answered at ")
+    assert (
+        "refund (r1): approved and ran (approved by bo); send_email (e1): approved and ran (approved by sue)"
+        in (after_sue["text"])
+    )
+    assert slack.of("chat.postEphemeral") == []
 
 
 def test_a_forged_or_replayed_click_is_refused_and_changes_nothing(db, slack):

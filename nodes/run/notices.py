@@ -70,6 +70,7 @@ def queue_approval_notice(
                 "args": a["args"],
                 "args_digest": a["args_digest"],
                 "approvals_required": a["approvals_required"],
+                "approvers": a["approvers"],
                 "expires_at": a["expires_at"],
                 "requested_at": a["requested_at"],
                 "note": a.get("review_note"),
@@ -168,8 +169,10 @@ def queue_decided_notice(
     parts: LoopParts, thread_id: str, request: GatedHITLRequest, reviewer: CallContext, decided: Sequence[CallPlan]
 ) -> None:
     """One per reviewer per request: what she decided for each call (arguments as they will run, masked), and
-    whether the request still waits (a quorum, or a call left to decide)."""
+    whether the request still waits (a quorum, or a call left to decide), with the calls no one has decided yet
+    and who may decide them (`waiting_for`: a request that mixes roles is decided one reviewer at a time)."""
     who = reviewer.user_id or ANONYMOUS
+    answered = {plan["id"] for plan in decided}
     payload = {
         "request_id": request["request_id"],
         "thread_id": thread_id,
@@ -177,6 +180,11 @@ def queue_decided_notice(
         "decided_by": who,
         "decided_at": parts.clock(),
         "waiting": any(plan["verdict"] == "ask" for plan in decided),
+        "waiting_for": [
+            {"tool": a["name"], "tool_call_id": a["tool_call_id"], "approvers": a["approvers"]}
+            for a in request["action_requests"]
+            if a["tool_call_id"] not in answered
+        ],
         "actions": [
             {
                 "tool": plan["name"],
