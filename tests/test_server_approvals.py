@@ -24,11 +24,12 @@ def pending(client: Any, thread: str) -> dict[str, Any]:
     return interrupts[0]["value"]
 
 
-def approve(client: Any, thread: str, request: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    call_id = request["action_requests"][0]["tool_call_id"]
+def approve(client: Any, thread: str, request: dict[str, Any], *call_ids: str, **kwargs: Any) -> dict[str, Any]:
+    """Approve the calls named (by default the request's first), naming each."""
+    named = call_ids or (request["action_requests"][0]["tool_call_id"],)
     answer = {
         "request_id": request["request_id"],
-        "decisions": [{"type": "approve", "tool_call_id": call_id}],
+        "decisions": [{"type": "approve", "tool_call_id": call_id} for call_id in named],
         "reviewer": "the-CFO",
     }
     return client.runs.wait(thread, GRAPH, command={"resume": answer}, **kwargs)
@@ -105,3 +106,32 @@ def test_a_refused_answer_sent_over_a_stream_ends_it_with_an_error_event_and_the
     events = list(bo.runs.stream(thread, GRAPH, command={"resume": answer}, stream_mode=["values"]))
     assert "error" not in [e.event for e in events]
     assert bo.threads.get(thread)["status"] == "idle" and payments(auth_server).count(9.0) == 1
+
+
+def test_in_a_request_that_mixes_roles_each_reviewers_answer_decides_the_call_it_names(auth_server: AuthServer) -> None:
+    """The newcomer's case (issue 51): ana's one turn asks for a refund (finance decides it) and an email (support).
+    bo's answer naming both is refused whole; naming the refund, it decides the refund only and nothing runs; sue's
+    naming the email decides it, and both writes run once, in the order proposed."""
+    ana, bo, sue = (auth_server.client(user) for user in ("ana", "bo", "sue"))
+    thread = ana.threads.create()["thread_id"]
+    say(ana, thread, "refund 12 and email")
+    request = pending(ana, thread)
+    refund, email = (a["tool_call_id"] for a in request["action_requests"])
+    with pytest.raises(Exception, match=r"^AnswerRefused: send_email \(.*needs one of the roles \['support'\]"):
+        approve(bo, thread, request, refund, email)
+
+    assert approve(bo, thread, request, refund)["__interrupt__"]
+    held = pending(sue, thread)
+    assert held["request_id"] == request["request_id"] and "error" not in held
+    assert [a["tool_call_id"] for a in held["action_requests"]] == [email]
+    assert held["decided"] == [{"tool_call_id": refund, "name": "refund", "decision": "approve", "decided_by": ["bo"]}]
+    assert desk_effects(auth_server) == []
+
+    assert approve(sue, thread, held, email)["status"] == "completed"
+    assert desk_effects(auth_server) == [("refund", 12.0), ("send_email", "refunded 12")]
+
+
+def desk_effects(server: AuthServer) -> list[tuple[str, Any]]:
+    return [
+        (e["tool"], e.get("amount", e.get("body"))) for e in server.effects() if e["tool"] in ("refund", "send_email")
+    ]

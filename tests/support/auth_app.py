@@ -8,7 +8,9 @@ user message to one call with a deterministic id `call_<turn>_<tool>`, then repo
 - "whoami" -> `whoami` (read, no approval); its validator appends the caller it was given (`user_id`, `roles`)
   to `callers.jsonl` in `AUTH_APP_DIR`, so the test sees the identity the graph used;
 - "close" -> `close_books` (write, no approval, `roles={"finance"}`: the caller needs finance);
-- "pay N" -> `pay` (write, always approved, `approvers={"finance"}`: only finance may decide it).
+- "pay N" -> `pay` (write, always approved, `approvers={"finance"}`: only finance may decide it);
+- "refund N and email" -> `refund` (as `pay`: finance decides it) and `send_email` (`approvers={"support"}`), one
+  request that mixes roles.
 
 Each write appends its side effect to `effects.jsonl`. The ledger lives in `GATEDLOOP_DB`, the file the
 dev-server checkpointer uses.
@@ -57,7 +59,19 @@ def make_tools(folder: Path) -> list[Any]:
         _append(folder / EFFECTS, {"tool": "pay", "amount": amount})
         return {"paid": amount}
 
-    return [whoami, close_books, pay]
+    @tool
+    def refund(amount: float) -> dict[str, Any]:
+        """Refund an amount (write; a finance reviewer approves)."""
+        _append(folder / EFFECTS, {"tool": "refund", "amount": amount})
+        return {"refunded": amount}
+
+    @tool
+    def send_email(body: str) -> dict[str, Any]:
+        """Email the customer (write; a support reviewer approves)."""
+        _append(folder / EFFECTS, {"tool": "send_email", "body": body})
+        return {"sent": body}
+
+    return [whoami, close_books, pay, refund, send_email]
 
 
 def make_policies(folder: Path) -> dict[str, ToolPolicy]:
@@ -69,6 +83,8 @@ def make_policies(folder: Path) -> dict[str, ToolPolicy]:
         "whoami": ToolPolicy(effect="read", approval="never", validator=record_caller),
         "close_books": ToolPolicy(effect="write", approval="never", roles=frozenset({"finance"})),
         "pay": ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"})),
+        "refund": ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"})),
+        "send_email": ToolPolicy(effect="write", approval="always", approvers=frozenset({"support"})),
     }
 
 
@@ -82,6 +98,9 @@ def responder(messages: list[BaseMessage]) -> AIMessage:
     turn = len(humans)
     if words[0] == "pay":
         return reply(calls=[call("pay", {"amount": float(words[1])}, f"call_{turn}_pay")])
+    if words[0] == "refund":
+        refund = call("refund", {"amount": float(words[1])}, f"call_{turn}_refund")
+        return reply(calls=[refund, call("send_email", {"body": f"refunded {words[1]}"}, f"call_{turn}_send_email")])
     if words[0] == "close":
         return reply(calls=[call("close_books", {"period": "2026-11"}, f"call_{turn}_close_books")])
     return reply(calls=[call("whoami", {}, f"call_{turn}_whoami")])

@@ -29,9 +29,10 @@ USERS: dict[str, tuple[str, list[str]]] = {
     "cy": ("cy-token-5a8e0b4c7d", ["staff"]),
     "bo": ("bo-token-1d6f2a9e3c", ["finance"]),
     "dee": ("dee-token-9c4b7e2a6f", ["finance", "staff"]),
+    "sue": ("sue-token-4e8a1c6b3d", ["support"]),
 }
 CONFIG = {
-    "supervisor_roles": ["finance"],
+    "supervisor_roles": ["finance", "support"],
     "tokens": {token: {"user_id": user, "roles": roles} for user, (token, roles) in USERS.items()},
 }
 
