@@ -71,7 +71,8 @@ def unreachable_roles(schema: type[Any] | None, policies: Mapping[str, ToolPolic
         return None
     return (
         f"context_schema {schema.__name__} has no 'roles' field, so no caller can hold the roles its policies name "
-        f"({'; '.join(named)}) and those calls could never be decided: add roles: list[str] to {schema.__name__}"
+        f"({'; '.join(named)}) and each rule that needs one would refuse everyone: add roles: list[str] to "
+        f"{schema.__name__}"
     )
 
 
