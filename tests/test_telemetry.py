@@ -54,6 +54,7 @@ def _total(points: list[Point], metric: str, **where: Any) -> float:
     )
 
 
+@pytest.mark.slow
 def test_an_approval_answered_in_another_process_is_exported_with_its_wait_and_nothing_secret(tmp_path: Path):
     db = str(tmp_path / "runs.sqlite")
     config = {"configurable": {"thread_id": "pay-1"}}
