@@ -127,6 +127,31 @@ CHAINED: dict[str, ChainedTable] = {
         ("thread_id", "policy_digest", "policies", "recorded_at"), ("thread_id",)
     ),
     "gatedloop_edited_args": ChainedTable(("seq", "thread_id", "call_id", "args_digest", "args"), ("seq",), ("args",)),
+    "gatedloop_grants": ChainedTable(
+        (
+            "grant_id",
+            "tool",
+            "bounds",
+            "requester",
+            "uses",
+            "uses_taken",
+            "expires_at",
+            "note",
+            "granted_by",
+            "created_at",
+            "revoked_at",
+            "revoked_by",
+        ),
+        ("grant_id",),
+    ),
+    "gatedloop_grant_confirmations": ChainedTable(("grant_id", "granter", "roles", "at"), ("grant_id", "granter")),
+    "gatedloop_grant_uses": ChainedTable(
+        ("thread_id", "call_id", "grant_id", "args_digest", "at"), ("thread_id", "call_id")
+    ),
+    "gatedloop_limit_usage": ChainedTable(
+        ("tool", "limit_key", "group_key", "window_start", "window_s", "total", "calls", "at_most"),
+        ("tool", "limit_key", "group_key", "window_start"),
+    ),
 }
 """Every evidence and audit table (the cancel flags and the notification outbox are not evidence)."""
 
@@ -137,6 +162,10 @@ DECISION_EVENTS = (
     "unknown_outcome_decision",
     "unknown_answer_refused",
     "graph_upgraded",
+    "grant_created",
+    "grant_confirmed",
+    "grant_revoked",
+    "grant_used",
 )
 """Audit events (by name, or name before a `:`) after which the head is signed."""
 
@@ -168,7 +197,22 @@ def row_values(row: Any) -> tuple[Any, ...]:
 
 
 REAL_COLUMNS = frozenset(
-    ("claimed_at", "finished_at", "at", "requested_at", "answered_at", "proposed_at", "recorded_at")
+    (
+        "claimed_at",
+        "finished_at",
+        "at",
+        "requested_at",
+        "answered_at",
+        "proposed_at",
+        "recorded_at",
+        "expires_at",
+        "created_at",
+        "revoked_at",
+        "window_start",
+        "window_s",
+        "total",
+        "at_most",
+    )
 )
 """Columns declared REAL: SQLite's RETURNING gives a value before the column's affinity applies (an int stays an
 int), a later SELECT gives it after (a float), so both are read as floats."""
@@ -488,17 +532,40 @@ def chained_statements(
 ) -> Statements[Appended]:
     """Run `statements` in the caller's transaction and chain every evidence row they wrote (an evidence write
     gets a RETURNING clause, so the row is hashed as stored); `written` is how many evidence rows were written."""
+
+    def each() -> Statements[None]:
+        for query, params in statements:
+            yield query, params, False
+
+    _, appended = yield from chaining(placeholder, postgres, each(), signer, started=started)
+    return appended
+
+
+def chaining(
+    placeholder: str, postgres: bool, body: Statements[T], signer: Signer | None, *, started: bool
+) -> Statements[tuple[T, Appended]]:
+    """Run `body` in the caller's transaction, chaining every evidence row its writes return, and what it returned.
+
+    For a transaction whose next statement depends on what the last one wrote (a claim that takes a grant's use
+    and charges limits only if the claim is new): each evidence write gets a RETURNING clause and `body` receives
+    its rows (the rows written; none where a conflict or a condition stopped it). `body` raising rolls everything
+    back, chain entries included."""
     if not started:
         yield from begin_chain(placeholder, postgres, signer)
     entries: list[tuple[str, dict[str, Any]]] = []
-    for query, params in statements:
-        table = chained_table(query)
-        if table is None:
-            yield query, params, False
-            continue
-        rows = yield query + returning(table), params, True
-        entries.extend((table, as_row(table, row_values(row))) for row in rows)
-    return (yield from append(placeholder, postgres, entries, signer))
+    try:
+        query, params, fetch = next(body)
+        while True:
+            table = chained_table(query)
+            if table is None:
+                rows = yield query, params, fetch
+            else:
+                rows = yield query + returning(table), params, True
+                entries.extend((table, as_row(table, row_values(row))) for row in rows)
+            query, params, fetch = body.send(rows)
+    except StopIteration as done:
+        result = cast(T, done.value)
+    return result, (yield from append(placeholder, postgres, entries, signer))
 
 
 # --- verification --------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +43,7 @@ from gatedloop.checkpoints.chain import (
     as_row,
     chained_statements,
     chained_table,
+    chaining,
     drive,
     signer_from_env,
     verify_chain,
@@ -60,6 +61,8 @@ from gatedloop.checkpoints.evidence import (
     audit_statements,
 )
 from gatedloop.checkpoints.evidence import SCHEMA as EVIDENCE_SCHEMA
+from gatedloop.checkpoints.grants import SCHEMA as GRANTS_SCHEMA
+from gatedloop.checkpoints.grants import ClaimTerms, Grant, GrantStore, LimitUsage, charge_limit, take_grant_use
 from gatedloop.checkpoints.outbox import SCHEMA as OUTBOX_SCHEMA
 from gatedloop.checkpoints.outbox import Notification, NotificationKind, OutboxStore, sqlite_kind_upgrade
 from gatedloop.checkpoints.pruning import Statements
@@ -102,6 +105,7 @@ CREATE TABLE IF NOT EXISTS gatedloop_cancel (
 );
 """
     + EVIDENCE_SCHEMA
+    + GRANTS_SCHEMA
     + OUTBOX_SCHEMA
     + CHAIN_SCHEMA
 )
@@ -289,6 +293,26 @@ def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[N
     yield from chained_statements(placeholder, placeholder == "%s", copies, None, started=False)
 
 
+def _claim_steps(
+    thread_id: str, call_id: str, tool: str, args_digest: str, claimant: str, terms: ClaimTerms
+) -> Statements[bool]:
+    """A claim, and only if it is new, the grant's use and the limits' charges it comes with (`SqlLedger.claim`)."""
+    now = time.time()
+    claimed = yield (
+        "INSERT INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key, state, claimed_at,"
+        " claimant) VALUES (?, ?, ?, ?, ?, 'claimed', ?, ?) ON CONFLICT (thread_id, call_id) DO NOTHING",
+        (thread_id, call_id, tool, args_digest, idempotency_key(thread_id, call_id), now, claimant),
+        True,
+    )
+    if not claimed:
+        return False
+    if terms.grants:
+        yield from take_grant_use(thread_id, call_id, args_digest, terms.grants, now)
+    for charge in terms.charges:
+        yield from charge_limit(tool, charge, now, terms.past_limit)
+    return True
+
+
 class Claims(Protocol):
     """The at-most-once record of each write: its claim before it starts, its outcome when it finishes.
 
@@ -304,7 +328,9 @@ class Claims(Protocol):
         ...
 
     def claimant_alive(self, claimant: str) -> bool: ...
-    def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]: ...
+    def claim(
+        self, thread_id: str, call_id: str, tool: str, args_digest: str, terms: ClaimTerms | None = None
+    ) -> tuple[bool, LedgerEntry]: ...
     def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool: ...
     def finish(self, thread_id: str, call_id: str, state: FinishedState, result: Any) -> None: ...
     def get(self, thread_id: str, call_id: str) -> LedgerEntry | None: ...
@@ -377,13 +403,25 @@ class Outbox(Protocol):
     def notification(self, notice_id: str) -> Notification | None: ...
 
 
-class Ledger(Claims, Audit, CancelFlags, Evidence, ThreadGraphs, Outbox, Protocol):
+class Grants(Protocol):
+    """Standing grants and the counters of limits across threads (checkpoints/grants.py); a claim takes a grant's
+    use and charges limits itself (`Claims.claim`'s `terms`)."""
+
+    def create_grant(self, grant: Grant, roles: frozenset[str], detail: Mapping[str, Any]) -> None: ...
+    def confirm_grant(self, grant_id: str, granter: str, roles: frozenset[str], at: float) -> bool: ...
+    def revoke_grant(self, grant_id: str, by: str, at: float) -> bool: ...
+    def grants(self, tools: Sequence[str] | None = None, *, open_at: float | None = None) -> list[Grant]: ...
+    def grant(self, grant_id: str) -> Grant | None: ...
+    def limit_usage(self, since: float | None = None) -> list[LimitUsage]: ...
+
+
+class Ledger(Claims, Audit, CancelFlags, Evidence, ThreadGraphs, Outbox, Grants, Protocol):
     """What the graph needs from a ledger, every part of it; `SqliteLedger` here, `PostgresLedger` for Postgres.
     A function that needs one part names that part (`Claims`, `Evidence`, ...), so what it may touch is in its
     signature; docs/development.md says how to add a backend."""
 
 
-class SqlLedger(EvidenceStore, OutboxStore):
+class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
     """Every ledger query (with the evidence's and the outbox's), written once with `?` placeholders, over a
     backend's mechanics: `_run` (the rows of one read), `_write_plain` (one atomic write; the number of rows it
     changed), `_transaction` (a statements generator run in one transaction), and the claimant's name and
@@ -452,6 +490,14 @@ class SqlLedger(EvidenceStore, OutboxStore):
         publish(self.witness, done.signed)
         return done.written
 
+    def _steps(self, body: Statements[T]) -> T:
+        """`body` in one transaction, each evidence row it writes chained (`chain.chaining`); what it returned. An
+        exception from `body` rolls the whole transaction back and is raised here."""
+        result, done = self._transaction(chaining("?", self.postgres, body, self.signer, started=self._chain_started))
+        self._chain_started = True
+        publish(self.witness, done.signed)
+        return result
+
     def sign_head(self) -> int:
         """Sign the chain's head now (`gatedloop audit sign`); its seq (0: no chain yet). Needs a key."""
         if self.signer is None:
@@ -479,16 +525,19 @@ class SqlLedger(EvidenceStore, OutboxStore):
     def claimant_alive(self, claimant: str) -> bool:
         raise NotImplementedError
 
-    def claim(self, thread_id: str, call_id: str, tool: str, args_digest: str) -> tuple[bool, LedgerEntry]:
-        """Claim the right to start this call. Returns (True, entry) for the one winner, else the existing row."""
-        inserted = self._write(
-            "INSERT INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key, state, claimed_at,"
-            " claimant) VALUES (?, ?, ?, ?, ?, 'claimed', ?, ?) ON CONFLICT (thread_id, call_id) DO NOTHING",
-            (thread_id, call_id, tool, args_digest, idempotency_key(thread_id, call_id), time.time(), self.claimant),
-        )
+    def claim(
+        self, thread_id: str, call_id: str, tool: str, args_digest: str, terms: ClaimTerms | None = None
+    ) -> tuple[bool, LedgerEntry]:
+        """Claim the right to start this call. Returns (True, entry) for the one winner, else the existing row.
+
+        With `terms`, a new claim also takes a use of a grant and charges limits, in the same transaction: if it
+        cannot (`grants.ClaimRefused`), nothing is written, the claim included, and the exception is raised. A claim
+        that already existed takes and charges nothing (its first claim did)."""
+        claimant = self.claimant  # on Postgres a round trip of its own: before the transaction, not inside it
+        won = self._steps(_claim_steps(thread_id, call_id, tool, args_digest, claimant, terms or ClaimTerms()))
         entry = self.get(thread_id, call_id)
         assert entry is not None
-        return inserted == 1, entry
+        return won, entry
 
     def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool:
         """Allow one more start of a call known not to have happened (reconciled, or decided by a person).

@@ -56,6 +56,7 @@ from gatedloop.cli.app import (
 )
 from gatedloop.cli.doctor import add_command as add_doctor_command
 from gatedloop.cli.evidence import add_commands as add_evidence_commands
+from gatedloop.cli.grants import add_commands as add_grant_commands
 from gatedloop.cli.output import Output, configure_logging, wants_json
 from gatedloop.cli.review import ask_reviewer
 from gatedloop.cli.stats import add_command as add_stats_command
@@ -648,6 +649,7 @@ def parser() -> argparse.ArgumentParser:
     notify.set_defaults(func=cmd_notify)
     command("demo", "play the articles' scenarios offline, approvals answered and shown").set_defaults(func=cmd_demo)
     add_evidence_commands(command, shared)
+    add_grant_commands(command, shared)
     add_stats_command(command)
     add_doctor_command(command)
     return root

@@ -2,7 +2,8 @@
 
 `start` and `resume` hold the thread's lease (`ThreadBusy` if another process is running it), run with
 `durability="sync"` so each step is on disk before the next begins, and `resume` checks a reviewer's
-answer against the pending request before it reaches the graph (`InvalidDecision`, nothing changed).
+answer against the pending request before it reaches the graph (`InvalidDecision`, nothing changed). Standing grants
+and limits across threads (`grant`, `confirm_grant`, `revoke`, `grants`, `limit_usage`) are graph/grants.py's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from langgraph.types import Command, Interrupt, StateSnapshot, StreamMode
 from gatedloop.checkpoints.contract import GatedSaver
 from gatedloop.checkpoints.ledger import CancelFlags
 from gatedloop.checkpoints.threads import UnknownThread, validate_thread_id
+from gatedloop.graph.grants import GrantView as GrantView
+from gatedloop.graph.grants import confirm_grant as confirm_grant
+from gatedloop.graph.grants import grant as grant
+from gatedloop.graph.grants import grants as grants
+from gatedloop.graph.grants import limit_usage as limit_usage
+from gatedloop.graph.grants import revoke as revoke
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.thread_graph import claim_thread, ledger_of
 from gatedloop.nodes.gate.extension import extend_request

@@ -9,6 +9,9 @@ arguments, and for a gated call the recorded approvals of exactly those argument
 goes back to `approve`; a call nobody validated, or whose arguments were changed, is answered, never run.
 Unknown write outcomes are reconciled here.
 
+A write whose claim could not take its terms (the standing grant that covered it lapsed, a limit that asks would
+be gone past: nodes/run/terms.py) goes back to `approve`, and nothing after it runs before a person decides it.
+
 A stop (cancel, deadline) stops work not yet started. A write that already started (it has a ledger entry) is
 settled as always, its recorded outcome, reconcile or a person's answer, and never answered "not run"; the time
 a person took to answer is then excluded from the deadline, which is weighed again before anything new starts
@@ -38,9 +41,10 @@ from gatedloop.nodes.gate.outcomes import Outcome, error_outcome
 from gatedloop.nodes.gate.turn_evidence import admit_turn
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.running import run_read, run_write, started_calls
+from gatedloop.nodes.run.terms import SENT_BACK_ERROR
 from gatedloop.nodes.run.tool_env import ToolEnv
 from gatedloop.nodes.run.unknown import make_settle_task
-from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead, Status
+from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, SeenRead, Status, Verdict
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, fingerprint
 from gatedloop.tools.registry import ToolRegistry
@@ -159,6 +163,7 @@ class _Turn:
         self.unsettled: list[str] = []
         self.waited_s = 0.0
         self.not_run: list[CallPlan] = []
+        self.sent_back: str | None = None  # a write whose claim could not take its terms: back to a person
         self.calls, self.runnable = self._admitted(state.get("calls") or [])
         self.stop: tuple[Status, str] | None = None
         self.settle_first = 0
@@ -228,6 +233,8 @@ class _Turn:
         first; then the stop is weighed again, the deadline without the time their settling waited for a person,
         and if it still holds, the calls not yet started are answered "not run" (`not_run`)."""
         for index, plan in enumerate(self.runnable):
+            if self.sent_back is not None:
+                return
             if self.stop is not None and index == self.settle_first and self._still_stopped(index):
                 return
             yield plan
@@ -245,6 +252,9 @@ class _Turn:
         return record_answers(self.parts.ledger, self.thread_id, messages, "execute", events)
 
     def record_write(self, plan: CallPlan, outcome: Outcome, settled: dict[str, Any] | None) -> None:
+        if outcome.get("error_type") == SENT_BACK_ERROR:
+            self.sent_back = plan["id"]
+            return
         if settled is not None:
             outcome = settled["outcome"]
             self.waited_s += settled.get("waited_s", 0.0)  # absent from a task result stored by an older version
@@ -252,8 +262,20 @@ class _Turn:
                 self.unsettled.append(plan["id"])
         self.outcomes[plan["id"]] = outcome
 
+    def _held_back(self) -> dict[str, Verdict]:
+        """The call sent back to a person (`ask`) and the calls after it, not run (`run`: admitted again after her
+        decision); taken out of `runnable`, which keeps the calls that ran."""
+        if self.sent_back is None:
+            return {}
+        index = next(i for i, plan in enumerate(self.runnable) if plan["id"] == self.sent_back)
+        waiting, self.runnable = self.runnable[index:], self.runnable[:index]
+        return {plan["id"]: "ask" if plan["id"] == self.sent_back else "run" for plan in waiting}
+
     def update(self) -> dict[str, Any]:
         counters = self.counters
+        held = self._held_back()
+        if held:
+            counters["paused_at"] = self.parts.clock()  # a person's time is not the request's (as after validate)
         answers: list[ToolMessage] = []
         events: list[AuditEvent] = []
         looped: CallPlan | None = None
@@ -274,7 +296,7 @@ class _Turn:
         counters["per_tool"] = per_tool
         counters["waited_s"] += self.waited_s
         update: dict[str, Any] = {
-            "calls": _answered(self.calls),
+            "calls": _answered(self.calls, held),
             "counters": counters,
             **self._answers([*self.refused, *answers, *self._stopped_answers()], events),
         }
@@ -370,8 +392,9 @@ def _message(plan: CallPlan, shown_args: dict[str, Any], outcome: Outcome, conte
     return result_message(plan["id"], plan["name"], content)
 
 
-def _answered(calls: list[CallPlan]) -> list[CallPlan]:
-    return [{**c, "verdict": "answered"} if c["verdict"] == "run" else c for c in calls]
+def _answered(calls: list[CallPlan], held: dict[str, Verdict]) -> list[CallPlan]:
+    """Every call this step ran or answered; those `held` back wait with their verdict."""
+    return [{**c, "verdict": held.get(c["id"], "answered")} if c["verdict"] == "run" else c for c in calls]
 
 
 def _audit(plan: CallPlan, shown_args: dict[str, Any], outcome: Outcome) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from langchain_core.messages import AnyMessage
 from typing_extensions import TypedDict  # pydantic (Studio's schemas) needs it on Python 3.11
 
 from gatedloop.checkpoints.channels import DoublingDeltaChannel, fold_messages, merge_seen
+from gatedloop.checkpoints.grants import Charge
 
 Status = Literal[
     "completed",
@@ -72,6 +73,13 @@ class CallPlan(TypedDict):
     """How a read's malformed argument text was repaired (audited)."""
     unread: NotRequired[UnreadArgs]
     """Why the arguments could not be read, and their text: `validate` answers the call `invalid_arguments`."""
+    grants: NotRequired[list[str]]
+    """The standing grants that approve it in a person's place, in the order its claim tries them (one use of the
+    first still open is taken with the claim). Set by admission from the ledger, never read from the state."""
+    charges: NotRequired[list[Charge]]
+    """What its write is charged against its policy's limits across threads, with its claim (set by admission)."""
+    past_limit: NotRequired[bool]
+    """A person approved it after a limit sent it back to her: limits that ask may be gone past (set by admission)."""
 
 
 class RequestCounters(TypedDict):

@@ -2,7 +2,8 @@
 
 Per call, in order: the turn's call cap, the whitelist (exact name), the arguments (JSON, schema), roles
 and business checks, then the tool-call budgets. A refused call is answered here with a structured
-error and never reaches `approve` or `execute`. Nothing here raises on bad model output.
+error and never reaches `approve` or `execute`. Nothing here raises on bad model output. A gated call that a live
+standing grant covers is routed to run, not asked (`execute` admits it again, and its claim takes the grant's use).
 
 A call no model response proposed (nodes/gate/proposals.py) is refused first. Each call is registered in the ledger
 (tool, exact-argument digest, requester, verdict): the evidence `approve` and `execute` check instead of the
@@ -12,17 +13,21 @@ state. A call id registered before keeps its first record, so arguments changed 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent
+from gatedloop.checkpoints.grants import Grant
 from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.answers import error_message, record_answers
 from gatedloop.nodes.gate.call_arguments import checked_plan, plan_arguments, stored_form
+from gatedloop.nodes.gate.grants import covering_grants
 from gatedloop.nodes.gate.identity import requester_of
 from gatedloop.nodes.gate.proposals import NOT_PROPOSED, register_turn, unproposed
+from gatedloop.nodes.gate.turn_evidence import grantable_tools, open_grants
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.state import CallPlan, GatedState, Status, Verdict
 from gatedloop.tools import errors
@@ -44,6 +49,7 @@ def make_validate_node(parts: LoopParts):
         planned_per_tool = dict(counters["per_tool"])
         calls = state.get("calls") or []
         forged = unproposed(parts.ledger, thread_id, calls)
+        grants, now = open_grants(parts.ledger, grantable_tools(parts.registry, calls))
         events: list[AuditEvent] = []  # written with the calls' registration, in one transaction
         for index, plan in enumerate(calls):
             refusal = (
@@ -58,12 +64,13 @@ def make_validate_node(parts: LoopParts):
                 continue
             planned_total += 1
             planned_per_tool[plan["name"]] = planned_per_tool.get(plan["name"], 0) + 1
-            plans.append(_accepted(parts, plan, checked, context))
+            plans.append(_accepted(parts, plan, checked, context, grants, now))
             detail = {
                 "tool": plan["name"],
                 "args": _shown(parts, plan["name"], checked.args),
                 "verdict": plans[-1]["verdict"],
                 "repair": checked.repair,
+                **({"grants": plans[-1]["grants"]} if "grants" in plans[-1] else {}),
             }
             events.append(AuditEvent(plan["id"], "validated", detail, context.user_id))
         plans, answers = register_turn(parts.ledger, parts.registry, thread_id, plans, answers, context, events)
@@ -110,7 +117,11 @@ def _turn_refusal(
     return None
 
 
-def _accepted(parts: LoopParts, plan: CallPlan, checked: CheckedCall, context: CallContext) -> CallPlan:
+def _accepted(
+    parts: LoopParts, plan: CallPlan, checked: CheckedCall, context: CallContext, grants: Sequence[Grant], now: float
+) -> CallPlan:
     policy = parts.registry.policy(plan["name"])
     verdict: Verdict = "ask" if policy.needs_approval(checked.args, context) else "run"
-    return {**checked_plan(plan, checked), "effect": policy.effect, "verdict": verdict}
+    accepted: CallPlan = {**checked_plan(plan, checked), "effect": policy.effect, "verdict": verdict}
+    granted = covering_grants(grants, policy, plan["name"], checked.args, context, now) if verdict == "ask" else ()
+    return {**accepted, "verdict": "run", "grants": list(granted)} if granted else accepted

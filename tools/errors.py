@@ -26,6 +26,7 @@ ErrorType = Literal[
     "superseded",
     "tool_changed",
     "call_changed",
+    "limit_exceeded",
 ]
 
 RETRYABLE: dict[str, bool] = {
@@ -44,6 +45,7 @@ RETRYABLE: dict[str, bool] = {
     "superseded": False,
     "tool_changed": True,
     "call_changed": False,
+    "limit_exceeded": False,
 }
 
 UNKNOWN_TOOL = "No tool named {name!r} exists. Available tools: {available}."

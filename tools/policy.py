@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from gatedloop.tools.usage import UsageLimit
+
 Effect = Literal["read", "write"]
 DecisionType = Literal["approve", "edit", "reject", "respond"]
 """What a reviewer may answer for a gated call (LangChain's `DecisionType`); the checked answer itself is
@@ -73,6 +75,11 @@ class ToolPolicy:
     - `justification`: the decisions that need the reviewer's reason (`"justification": "..."` in the decision):
       e.g. `("approve", "reject")`, `"approve"`, or True for every decision; a decision without one is refused and
       asked again. Any decision may carry one; it is kept in the decision's audit row and its receipt.
+    - `grantable`: a reviewer who may decide this tool's calls may grant a standing approval of calls within
+      bounds (`gatedloop grant create`, `runs.grant`), itself decided under this rule; off by default. Writes only:
+      a grant's use is taken with the write's claim.
+    - `limits`: `UsageLimit`s across every thread and process on the database (tools/usage.py), charged with the
+      write's claim; a write over one asks a person or is refused, as the limit says. Writes only.
     """
 
     effect: Effect = "write"
@@ -95,6 +102,8 @@ class ToolPolicy:
     remind_after_s: float | None = None
     escalate_after_s: float | None = None
     backup_approvers: frozenset[str] | None = None
+    grantable: bool = False
+    limits: tuple[UsageLimit, ...] = ()
 
     def __post_init__(self) -> None:
         if self.effect not in ("read", "write"):
@@ -132,6 +141,18 @@ class ToolPolicy:
         if set(needs) - set(ALL_DECISIONS):
             raise ValueError(f"ToolPolicy.justification must name decisions of {ALL_DECISIONS} (or be True/False)")
         object.__setattr__(self, "justification", tuple(d for d in ALL_DECISIONS if d in needs))
+        self._check_standing_rules()
+
+    def _check_standing_rules(self) -> None:
+        """Grants and limits are taken with a write's claim: a read has none, so neither could hold for it."""
+        object.__setattr__(self, "limits", tuple(self.limits))
+        if not all(isinstance(limit, UsageLimit) for limit in self.limits):
+            raise ValueError("ToolPolicy.limits must be UsageLimit objects (gatedloop.tools.UsageLimit)")
+        keys = [limit.key for limit in self.limits]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"ToolPolicy.limits: two limits share a counter ({keys}); give them different names")
+        if self.effect == "read" and (self.grantable or self.limits):
+            raise ValueError("ToolPolicy.grantable and limits apply to writes (taken with the write's claim)")
 
     def needs_approval(self, args: dict[str, Any], context: CallContext) -> bool:
         """A predicate that raises counts as "needs approval": fail closed."""
@@ -214,7 +235,8 @@ class ToolPolicy:
         qualified name (`described`), so replacing or renaming it is a change, and editing its body is not seen.
         Not included, because they grant no authority and are applied as they are now to every call anyway:
         `validator` (run again on the exact arguments before a write starts), `reconcile`, `timeout_s`,
-        `max_calls`, `strict_json`, `review_note`, `preview`, `remind_after_s`."""
+        `max_calls`, `strict_json`, `review_note`, `preview`, `remind_after_s`, `limits` (they only ever ask or
+        refuse more). `grantable` gives authority (a grant approves calls in a person's place): included when set."""
         approval = self.approval if isinstance(self.approval, str) else f"predicate:{described(self.approval)}"
         return {
             "effect": self.effect,
@@ -233,6 +255,7 @@ class ToolPolicy:
                 if self.escalate_after_s is not None and self.backup_approvers is not None
                 else {}
             ),
+            **({"grantable": True} if self.grantable else {}),
         }
 
 

@@ -2,7 +2,8 @@
 
 The state says which calls the turn has and what their arguments are; everything else is derived here: the
 tool's effect, whether it needs approval, its schema, roles and validator (checked again on the exact
-arguments, as the requester), and whether enough authorized reviewers approved exactly those arguments in time.
+arguments, as the requester), and whether enough authorized reviewers approved exactly those arguments in time, or
+else a standing grant covers them (nodes/gate/grants.py), and what the write is charged against its policy's limits.
 A call with no validation record, with arguments nobody validated or approved, or already answered, never runs.
 """
 
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
+from gatedloop.checkpoints.grants import Grant
 from gatedloop.checkpoints.ledger import Audit, Evidence
+from gatedloop.nodes.gate.grants import charges, covering_grants
 from gatedloop.nodes.state import CallPlan, Verdict
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.errors import ToolFailure, invalid_arguments
@@ -29,6 +32,12 @@ TOOL_CHANGED = (
 APPROVING_DECISIONS = ("approve", "edit")
 EXTEND = "extend"
 """An approval record that extends a call's deadline (`nodes/gate/extension.py`); it approves nothing."""
+SENT_BACK = "sent_back"
+"""An approval record that sends a call back to a person when its write could not be claimed on the terms it was
+admitted on: the grant that covered it lapsed (reviewer `grant:ID`), or a limit that asks would be gone past
+(`limit:KEY`). It approves nothing; approvals before it no longer count (a reviewer who approved did not know of
+the limit), and from then on the call needs a person, whatever its policy or grants say."""
+LIMIT_SENDER = "limit:"
 
 
 @dataclass(frozen=True)
@@ -52,9 +61,13 @@ def admit(
     record: CallRecord | None,
     approvals: Sequence[ApprovalRecord],
     edited_args: Mapping[str, dict[str, Any]],
+    grants: Sequence[Grant] = (),
+    now: float = 0.0,
 ) -> Admission:
     """`edited_args`: the ledger's latest recorded edit per call id (`Ledger.edited_args`). The record carries the
-    tool definition the call was validated against (its pin)."""
+    tool definition the call was validated against (its pin). `grants`: the open grants of the call's tool at `now`
+    (only where a grant may let it run: `execute`); a call they cover runs with them (`plan["grants"]`), to be
+    taken with its claim."""
     name = plan["name"]
     if record is None or record.tool != name or record.verdict not in ("run", "ask") or name not in registry:
         return _refuse(plan, NOT_VALIDATED)
@@ -79,9 +92,24 @@ def admit(
         return Admission("refuse", plan, checked)
     policy = registry.policy(name)
     admitted: CallPlan = {**plan, "effect": policy.effect, "digest": digest}
-    needs = record.verdict == "ask" or digest != record.args_digest or policy.needs_approval(args, requester)
+    for carried in ("grants", "charges", "past_limit"):  # decided here, never carried over from the state
+        admitted.pop(carried, None)  # type: ignore[misc]
+    sent_back = [a for a in mine if a.decision == SENT_BACK]
+    changed = digest != record.args_digest
+    needs = record.verdict == "ask" or changed or bool(sent_back) or policy.needs_approval(args, requester)
     if needs and len(approvers_so_far(policy, record, mine, digest)) < policy.approvals_required:
-        return Admission("ask", admitted)
+        # A grant stands in for reviewers of the call as proposed: never of an edit, never of a call sent back to one.
+        proposed = not (changed or plan.get("edited") or sent_back)
+        granted = covering_grants(grants, policy, name, args, requester, now) if proposed else ()
+        if not granted:
+            return Admission("ask", admitted)
+        admitted["grants"] = list(granted)
+    charged = charges(policy, args, requester)
+    if isinstance(charged, str):
+        return _refuse(plan, charged)
+    if charged:
+        admitted["charges"] = charged
+        admitted["past_limit"] = any(a.reviewer.startswith(LIMIT_SENDER) for a in sent_back)
     return Admission("run", admitted)
 
 
@@ -128,9 +156,13 @@ def approvers_so_far(
     policy: ToolPolicy, record: CallRecord, approvals: Sequence[ApprovalRecord], digest: str
 ) -> list[str]:
     """Distinct reviewers who approved (or edited to) exactly `digest`, authorized under the current policy and
-    before the request expired. The same reviewer twice counts once; an edit restarts the count."""
+    before the request expired. The same reviewer twice counts once; an edit restarts the count, and so does the call
+    being sent back to a person (`SENT_BACK`)."""
     counted: list[str] = []
     for approval in approvals:
+        if approval.decision == SENT_BACK and approval.call_id == record.call_id:
+            counted = []
+            continue
         if approval.args_digest != digest or approval.decision not in APPROVING_DECISIONS:
             continue
         reviewer = CallContext(user_id=approval.reviewer, roles=approval.roles)

@@ -17,7 +17,7 @@ from langchain_core.messages import ToolMessage
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, AuditEvent
 from gatedloop.checkpoints.ledger import Audit, Evidence
-from gatedloop.nodes.gate.admission import EXTEND, approvers_so_far, expired, expires_at
+from gatedloop.nodes.gate.admission import EXTEND, SENT_BACK, approvers_so_far, expired, expires_at
 from gatedloop.nodes.gate.answers import error_message, result_message
 from gatedloop.nodes.gate.call_arguments import checked_plan, edited_call
 from gatedloop.nodes.gate.hitl import (
@@ -60,10 +60,14 @@ class Applied(NamedTuple):
     approval: ApprovalRecord
 
 
-def request_id(gated: Sequence[CallPlan]) -> str:
-    """Stable while the same calls with the same arguments are pending; any change makes a new request.
-    Each plan's `digest` is the one admission computed from its arguments in this run of the node."""
-    return "req-" + digest([[c["id"], c["digest"]] for c in gated])[:12]
+def request_id(gated: Sequence[CallPlan], rounds: Mapping[str, int] | None = None) -> str:
+    """Stable while the same calls with the same arguments are pending; any change makes a new request, and so
+    does a call sent back to a person (`rounds`: how many times each was): the request a limit sends back is not the
+    one its reviewers approved, and must reach them (its notice) as a new one. Each plan's `digest` is the one
+    admission computed from its arguments in this run of the node."""
+    rounds = rounds or {}
+    keys = [[c["id"], c["digest"], *([rounds[c["id"]]] if rounds.get(c["id"]) else [])] for c in gated]
+    return "req-" + digest(keys)[:12]
 
 
 def approval_request(
@@ -103,6 +107,8 @@ def approval_request(
         if policy.review_note:
             action["review_note"] = policy.review_note
         action.update(ladder_steps(policy, record.requested_at))
+        if plan["id"] in evidence.sent_back:
+            action["sent_back"] = evidence.sent_back[plan["id"]]
         preview = _preview(policy, shown, plan["name"])
         if preview:
             action["preview"] = preview
@@ -113,9 +119,10 @@ def approval_request(
             configs[-1]["justification_required"] = list(policy.needs_justification)
     members = {p["id"]: p for p in [*gated, *held]}
     in_order = [members[c["id"]] for c in turn if c["id"] in members] if turn else list(members.values())
+    rounds = {p["id"]: sum(a.decision == SENT_BACK for a in evidence.approvals_of(p["id"])) for p in in_order}
     request: GatedHITLRequest = {
         "kind": "approval",
-        "request_id": request_id(in_order),
+        "request_id": request_id(in_order, rounds),
         "action_requests": actions,
         "review_configs": configs,
     }
@@ -128,7 +135,7 @@ def approval_request(
 
 def _decided_action(plan: CallPlan, evidence: TurnEvidence) -> DecidedAction:
     """A held call as the request shows it: its decision and who made it, from the evidence."""
-    records = [a for a in evidence.approvals_of(plan["id"]) if a.decision != EXTEND]
+    records = [a for a in evidence.approvals_of(plan["id"]) if a.decision not in (EXTEND, SENT_BACK)]
     kind = records[-1].decision if records else str(plan.get("decision"))
     deciders = list(dict.fromkeys(a.reviewer for a in records if a.decision == kind))
     return {"tool_call_id": plan["id"], "name": plan["name"], "decision": kind, "decided_by": deciders}
@@ -160,6 +167,8 @@ def _description(
     ]
     if action.get("review_note"):
         lines.append(action["review_note"])
+    if action.get("sent_back"):
+        lines.append(f"Sent back to a person: {action['sent_back']}")
     if action["approvers"] is not None:
         lines.append(f"Approvers: one of the roles {', '.join(action['approvers'])}")
     else:

@@ -85,6 +85,9 @@ class GatedActionRequest(ActionRequest, LadderSteps):
     """The policy's note for reviewers (an MCP tool: its server, and whether it is destructive or idempotent)."""
     preview: NotRequired[str]
     """What approving will do, in one line, from the policy's `preview` of the arguments shown."""
+    sent_back: NotRequired[str]
+    """Why a call that was to run without a person is now asked: the standing grant that covered it lapsed, or a
+    limit across threads would be gone past (which, and by how much)."""
 
 
 class DecidedAction(TypedDict):

@@ -9,12 +9,14 @@ Two nodes admit, and for different reasons, so a call is admitted up to three ti
   the approvals recorded since may now let a call run (or its policy no longer accept them).
 
 Each run reads the ledger once for the whole turn (`TurnEvidence.read`); `TurnEvidence.admit` is then a pure
-function of that evidence, the registry and the plan (nodes/gate/admission.py).
+function of that evidence, the registry and the plan (nodes/gate/admission.py). `execute` also reads the open
+standing grants of the turn's grantable tools (a grant lets a call run; `approve` asks a person, who needs none).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -22,8 +24,9 @@ from typing import Any, Protocol
 from langchain_core.messages import ToolMessage
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
-from gatedloop.checkpoints.ledger import Audit, Evidence
-from gatedloop.nodes.gate.admission import Admission, admit, audit_refusal, edited_ids
+from gatedloop.checkpoints.grants import Grant
+from gatedloop.checkpoints.ledger import Audit, Evidence, Grants
+from gatedloop.nodes.gate.admission import SENT_BACK, Admission, admit, audit_refusal, edited_ids
 from gatedloop.nodes.gate.answers import error_message
 from gatedloop.nodes.state import CallPlan, Verdict
 from gatedloop.tools.registry import ToolRegistry
@@ -31,27 +34,43 @@ from gatedloop.tools.registry import ToolRegistry
 log = logging.getLogger("gatedloop.gate")
 
 
-class AdmissionLedger(Evidence, Audit, Protocol):
-    """What admitting a turn touches: the evidence it reads, and the audit trail a refusal worth noting goes to."""
+class AdmissionLedger(Evidence, Audit, Grants, Protocol):
+    """What admitting a turn touches: the evidence and grants it reads, and the audit trail a refusal worth noting
+    goes to."""
 
 
 @dataclass(frozen=True)
 class TurnEvidence:
     """The recorded facts about a turn's calls of one verdict: their registrations, every reviewer's decision on
-    them, and the latest recorded edit of each edited call."""
+    them, the latest recorded edit of each edited call, the grants open at `now` of `grant_tools`, and why each call
+    sent back to a person was (`SENT_BACK`: the audit row's reason, for the request)."""
 
     records: Mapping[str, CallRecord]
     approvals: Sequence[ApprovalRecord]
     edited_args: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    grants: Sequence[Grant] = ()
+    now: float = 0.0
+    sent_back: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, ledger: Evidence, thread_id: str, calls: Sequence[CallPlan], verdict: Verdict) -> TurnEvidence:
+    def read(
+        cls,
+        ledger: AdmissionLedger,
+        thread_id: str,
+        calls: Sequence[CallPlan],
+        verdict: Verdict,
+        grant_tools: Sequence[str] = (),
+    ) -> TurnEvidence:
         ids = [c["id"] for c in calls if c["verdict"] == verdict]
         edited = ledger.edited_args(thread_id, edited_ids(calls))
-        return cls(ledger.calls(thread_id, ids), ledger.approvals(thread_id, ids), edited)
+        approvals = ledger.approvals(thread_id, ids)
+        grants, now = open_grants(ledger, grant_tools)
+        sent_back = _sent_back(ledger, thread_id, approvals)
+        return cls(ledger.calls(thread_id, ids), approvals, edited, grants, now, sent_back)
 
     def admit(self, registry: ToolRegistry, plan: CallPlan) -> Admission:
-        return admit(registry, plan, self.records.get(plan["id"]), self.approvals, self.edited_args)
+        record = self.records.get(plan["id"])
+        return admit(registry, plan, record, self.approvals, self.edited_args, self.grants, self.now)
 
     def approvals_of(self, call_id: str) -> list[ApprovalRecord]:
         return [a for a in self.approvals if a.call_id == call_id]
@@ -67,12 +86,39 @@ class AdmittedTurn:
     refused: list[ToolMessage]
 
 
+def _sent_back(ledger: Audit, thread_id: str, approvals: Sequence[ApprovalRecord]) -> dict[str, str]:
+    """call id -> why it was sent back to a person (its latest `sent_back:*` audit row); the trail is read only for
+    a turn that has such a call."""
+    if not any(a.decision == SENT_BACK for a in approvals):
+        return {}
+    return {
+        row["call_id"]: str(row["detail"].get("reason", ""))
+        for row in ledger.audit(thread_id)
+        if str(row["event"]).startswith(SENT_BACK)
+    }
+
+
+def open_grants(ledger: Grants, tools: Sequence[str]) -> tuple[list[Grant], float]:
+    """The grants of `tools` open now (not revoked, expired or used up), and now: wall-clock time, as the claim
+    checks a grant's expiry by it. Nothing is read when no tool opts in to grants."""
+    now = time.time()
+    return (ledger.grants(tools, open_at=now) if tools else []), now
+
+
+def grantable_tools(registry: ToolRegistry, calls: Sequence[CallPlan]) -> list[str]:
+    """The tools of `calls` whose policy opts in to grants: only a turn with one reads the grants."""
+    names = {c["name"] for c in calls if c["name"] in registry}
+    return sorted(name for name in names if registry.policy(name).grantable)
+
+
 def admit_turn(
     registry: ToolRegistry, ledger: AdmissionLedger, thread_id: str, calls: Sequence[CallPlan], verdict: Verdict
 ) -> AdmittedTurn:
     """Admit every call the state gives `verdict`; a refused one (tampered, never validated, its tool changed
     since) is answered now and, where an operator should know, audited."""
-    evidence = TurnEvidence.read(ledger, thread_id, calls, verdict)
+    # Only `execute` (the calls it would run) weighs grants; `approve` asks a person, whom no grant replaces.
+    granted = grantable_tools(registry, [c for c in calls if c["verdict"] == "run"]) if verdict == "run" else []
+    evidence = TurnEvidence.read(ledger, thread_id, calls, verdict, granted)
     admissions: list[tuple[CallPlan, Admission | None]] = []
     refused: list[ToolMessage] = []
     for plan in calls:

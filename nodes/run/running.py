@@ -25,6 +25,7 @@ import httpx
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 
+from gatedloop.checkpoints.grants import ClaimRefused
 from gatedloop.checkpoints.ledger import Claims, Ledger, LedgerEntry, idempotency_key
 from gatedloop.nodes.gate.outcomes import (
     Outcome,
@@ -38,6 +39,7 @@ from gatedloop.nodes.gate.outcomes import (
 from gatedloop.nodes.gate.settling import CANNOT_TELL
 from gatedloop.nodes.run.decided_args import DecidedArgs
 from gatedloop.nodes.run.masked_trace import run_masked
+from gatedloop.nodes.run.terms import claim_refused, terms_of
 from gatedloop.nodes.run.tool_env import ToolEnv, tool_config, tool_input, tool_output
 from gatedloop.nodes.run.wrapped_run import run_wrapped
 from gatedloop.nodes.state import CallPlan
@@ -230,7 +232,10 @@ def run_write(
 def _claimed_run(
     registry: ToolRegistry, ledger: Ledger, thread_id: str, plan: CallPlan, max_chars: int, env: ToolEnv | None
 ) -> Outcome:
-    won, entry = ledger.claim(thread_id, plan["id"], plan["name"], plan["digest"])
+    try:  # a grant's use and the limits' charges are taken with the claim, or nothing is (nodes/run/terms.py)
+        won, entry = ledger.claim(thread_id, plan["id"], plan["name"], plan["digest"], terms_of(plan))
+    except ClaimRefused as refused:
+        return claim_refused(ledger, thread_id, plan, refused)
     if not won:
         if entry.state != "claimed":
             return stored_outcome(entry.state, entry.result)

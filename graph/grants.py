@@ -1,0 +1,204 @@
+"""Standing grants and limits across threads from Python (`runs.grant`, `runs.confirm_grant`, `runs.revoke`,
+`runs.grants`, `runs.limit_usage`), for a graph from `build_graph` over its database; the CLI's `gatedloop grant`
+and `gatedloop limits` call these.
+
+The rules are the gate's (nodes/gate/grants.py): a grant is judged under the tool's policy of this graph, as an
+approval of the calls it would cover, and is pending until as many distinct authorized granters as the policy's
+`approvals_required` confirmed it. Who acts is the `context` given (the CLI's `--user`/`--roles`), as for an answer.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from langchain_core.tools import BaseTool
+from langgraph.graph.state import CompiledStateGraph
+
+from gatedloop.checkpoints.grants import Grant, LimitUsage
+from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.graph.parts_of import parts_of
+from gatedloop.graph.thread_graph import ledger_of
+from gatedloop.nodes.gate.grants import (
+    GrantNotAllowed,
+    GrantRefused,
+    describe_bounds,
+    grant_status,
+    granter_refusal,
+    parse_where,
+)
+from gatedloop.tools.policy import CallContext, ToolPolicy
+from gatedloop.tools.registry import ToolRegistry
+
+
+@dataclass(frozen=True)
+class GrantView:
+    """A grant as `gatedloop grant list` shows it: its bounds in the `--where` forms, uses left, who granted it, and
+    what it is now under this graph's policy (live, pending, revoked, expired, used up)."""
+
+    grant_id: str
+    tool: str
+    bounds: str
+    requester: str | None
+    uses: int
+    uses_left: int
+    expires_at: float
+    granted_by: list[str]
+    status: str
+    note: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.grant_id,
+            "tool": self.tool,
+            "bounds": self.bounds,
+            "requester": self.requester,
+            "uses": self.uses,
+            "uses_left": self.uses_left,
+            "expires_at": self.expires_at,
+            "granted_by": self.granted_by,
+            "status": self.status,
+            "note": self.note,
+        }
+
+
+def _parts(graph: CompiledStateGraph[Any, Any, Any, Any]) -> tuple[ToolRegistry, Ledger]:
+    parts, ledger = parts_of(graph), ledger_of(graph)
+    if parts is None or ledger is None:
+        raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")
+    return parts.registry, ledger
+
+
+def _policy(registry: ToolRegistry, tool: str) -> ToolPolicy:
+    if tool not in registry:
+        raise GrantRefused(f"no tool named {tool!r} in this graph (its tools: {', '.join(sorted(registry.tools))})")
+    return registry.policy(tool)
+
+
+def grant(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    tool: str,
+    *,
+    context: CallContext,
+    uses: int,
+    expires_in_s: float,
+    where: Sequence[str] = (),
+    requester: str | None = None,
+    note: str | None = None,
+) -> str:
+    """Grant `context`'s approval, ahead of time, of `tool`'s calls within `where` (`name=value`, `name<=n`,
+    `name>=n`, `name in a,b`), by `requester` (None: anyone), `uses` times, for `expires_in_s` seconds; the new
+    grant's id. A tool whose policy needs several approvers gives a pending grant, which others confirm
+    (`confirm_grant`). `GrantRefused` (bad input) or `GrantNotAllowed` (not hers to grant), nothing written."""
+    registry, ledger = _parts(graph)
+    policy = _policy(registry, tool)
+    if isinstance(uses, bool) or not isinstance(uses, int) or uses < 1:
+        raise GrantRefused(f"uses must be a whole number of at least 1, not {uses!r}")
+    if isinstance(expires_in_s, bool) or not isinstance(expires_in_s, int | float) or not expires_in_s > 0:
+        raise GrantRefused(f"the expiry must be a positive duration, not {expires_in_s!r}")
+    refusal = granter_refusal(policy, tool, context, requester)
+    if refusal is not None:
+        raise GrantNotAllowed(refusal)
+    bounds = parse_where(where, _arguments(registry.tools[tool]), policy.secret_args)
+    now = time.time()
+    made = Grant(
+        grant_id=f"g-{uuid.uuid4().hex[:12]}",
+        tool=tool,
+        bounds=bounds,
+        requester=requester,
+        uses=uses,
+        expires_at=now + float(expires_in_s),
+        granted_by=str(context.user_id),
+        created_at=now,
+        note=note,
+    )
+    detail = {
+        "tool": tool,
+        "bounds": bounds,
+        "requester": requester,
+        "uses": uses,
+        "expires_at": made.expires_at,
+        "note": note,
+        "roles": sorted(context.roles),
+        "approvals_required": policy.approvals_required,
+    }
+    ledger.create_grant(made, context.roles, detail)
+    return made.grant_id
+
+
+def confirm_grant(graph: CompiledStateGraph[Any, Any, Any, Any], grant_id: str, *, context: CallContext) -> GrantView:
+    """Add `context` as a further granter of a pending grant (a tool with `approvals_required` > 1); the grant as
+    it is now. She must be a granter the tool's rule admits, and not one of its granters already."""
+    registry, ledger = _parts(graph)
+    found = _existing(ledger, grant_id)
+    policy = _policy(registry, found.tool)
+    now = time.time()
+    if not found.open_at(now):
+        raise GrantRefused(f"grant {grant_id} is {grant_status(policy, found, now)}: nothing to confirm")
+    refusal = granter_refusal(policy, found.tool, context, found.requester)
+    if refusal is not None:
+        raise GrantNotAllowed(refusal)
+    if not ledger.confirm_grant(grant_id, str(context.user_id), context.roles, now):
+        raise GrantNotAllowed(f"{context.user_id} is already a granter of {grant_id}; another granter must confirm it")
+    return _view(registry, _existing(ledger, grant_id), now)
+
+
+def revoke(graph: CompiledStateGraph[Any, Any, Any, Any], grant_id: str, *, context: CallContext) -> None:
+    """Revoke a grant: from the next claim on, it covers nothing. One of its granters may, or anyone the tool's rule
+    admits as a reviewer; revoking a revoked grant is refused (`GrantRefused`), so a typo is not silent."""
+    registry, ledger = _parts(graph)
+    found = _existing(ledger, grant_id)
+    granters = {c.granter for c in found.confirmations}
+    if context.user_id is None:
+        raise GrantNotAllowed("revoking a grant needs an identified user (a user id)")
+    if context.user_id not in granters and found.tool in registry:
+        refusal = registry.policy(found.tool).reviewer_refusal(context, None)
+        if refusal is not None:
+            raise GrantNotAllowed(refusal.replace("deciding this call", f"revoking a grant of {found.tool}"))
+    if not ledger.revoke_grant(grant_id, context.user_id, time.time()):
+        raise GrantRefused(f"grant {grant_id} was already revoked by {found.revoked_by}")
+
+
+def grants(graph: CompiledStateGraph[Any, Any, Any, Any]) -> list[GrantView]:
+    """Every grant on the graph's database, newest first, as this graph's policies judge it now."""
+    registry, ledger = _parts(graph)
+    now = time.time()
+    return [_view(registry, found, now) for found in ledger.grants()]
+
+
+def limit_usage(graph: CompiledStateGraph[Any, Any, Any, Any], since: float | None = None) -> list[LimitUsage]:
+    """The counters of limits across threads whose window ends after `since` (None: every window kept)."""
+    return _parts(graph)[1].limit_usage(since)
+
+
+def _arguments(tool: BaseTool) -> dict[str, Any]:
+    """The tool's arguments as the model is shown them (`tool_call_schema`: nothing gatedloop injects), by name."""
+    schema = tool.tool_call_schema
+    found = schema if isinstance(schema, dict) else cast(Any, schema).model_json_schema()
+    return dict(found.get("properties", {}))
+
+
+def _existing(ledger: Ledger, grant_id: str) -> Grant:
+    found = ledger.grant(grant_id)
+    if found is None:
+        raise GrantRefused(f"no grant {grant_id!r} (see: gatedloop grant list)")
+    return found
+
+
+def _view(registry: ToolRegistry, found: Grant, now: float) -> GrantView:
+    policy = registry.policy(found.tool) if found.tool in registry else None
+    return GrantView(
+        grant_id=found.grant_id,
+        tool=found.tool,
+        bounds=describe_bounds(found.bounds),
+        requester=found.requester,
+        uses=found.uses,
+        uses_left=found.uses_left,
+        expires_at=found.expires_at,
+        granted_by=[c.granter for c in found.confirmations],
+        status=grant_status(policy, found, now),
+        note=found.note,
+    )

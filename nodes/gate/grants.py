@@ -1,0 +1,275 @@
+"""Standing grants and limits across threads, decided: pure functions over a grant's rows, a call, its requester,
+the tool's policy in force and the time.
+
+A grant is a reviewer's approval given ahead of time, so it is judged as one: under the tool's rule as it is now
+(`grantable`, `approvers`, `approvals_required`, `self_approval`), each granter like a reviewer of the call it would
+cover. It covers a call only inside its bounds (each constrained argument equal to a value, one of values, or in a
+numeric range), for its requester (or anyone), while open (not revoked, expired or used up: the claim checks these
+again, atomically, checkpoints/grants.py), and never a call a reviewer edited. What a write is charged against
+each of its policy's limits is decided here too; the ledger only adds it up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gatedloop.checkpoints.grants import Charge, Grant
+from gatedloop.tools.policy import CallContext, ToolPolicy
+from gatedloop.tools.usage import UsageLimit
+
+Bounds = dict[str, dict[str, Any]]
+"""argument -> {"eq": value} | {"in": [values]} | {"min": n, "max": n} (either or both)."""
+
+WHERE_FORMS = "name=value, name<=n, name>=n or 'name in a,b'"
+_IN = re.compile(r"^\s*(\w+)\s+in\s+(.+?)\s*$")
+_COMPARED = re.compile(r"^\s*(\w+)\s*(<=|>=|=)\s*(.*?)\s*$")
+
+
+class GrantRefused(ValueError):
+    """A grant (or a confirmation, or a revocation) that cannot be made as given: why, in one line; nothing was
+    written."""
+
+
+class GrantNotAllowed(GrantRefused):
+    """The person may not make this grant, confirmation or revocation under the tool's rule; nothing was written."""
+
+
+def parse_where(texts: Sequence[str], properties: Mapping[str, Mapping[str, Any]], secret: frozenset[str]) -> Bounds:
+    """`--where` texts as bounds, each value read as the tool's argument schema (`properties`) types it, so
+    `to=123` is the text "123" for a string argument and the number for a numeric one. A name the tool does not
+    take, a secret argument (a grant's bounds are listed), a range on a non-number, or two rules for one argument
+    that cannot both hold is refused."""
+    bounds: Bounds = {}
+    for text in texts:
+        name, op, raw = _split(text)
+        if name not in properties:
+            known = ", ".join(sorted(properties)) or "none"
+            raise GrantRefused(f"--where {text!r}: the tool has no argument {name!r} (its arguments: {known})")
+        if name in secret:
+            raise GrantRefused(f"--where {text!r}: {name!r} is a secret argument; a grant's bounds are shown to anyone")
+        kind = _json_type(properties[name])
+        rule = bounds.setdefault(name, {})
+        if op == "in":
+            values = [_value(part.strip(), kind, text) for part in raw.split(",") if part.strip()]
+            if not values:
+                raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
+            _add(rule, "in", values, text)
+        elif op == "=":
+            _add(rule, "eq", _value(raw, kind, text), text)
+        else:
+            if kind not in ("number", "integer", None):
+                raise GrantRefused(f"--where {text!r}: {name!r} is a {kind}, not a number: a range cannot bound it")
+            _add(rule, "max" if op == "<=" else "min", _number(raw, text), text)
+        if "min" in rule and "max" in rule and rule["min"] > rule["max"]:
+            raise GrantRefused(f"--where: {name} >= {rule['min']:g} and <= {rule['max']:g} admit no value")
+    return bounds
+
+
+def _split(text: str) -> tuple[str, str, str]:
+    found = _IN.match(text)
+    if found:
+        return found.group(1), "in", found.group(2)
+    found = _COMPARED.match(text)
+    if found is None or not found.group(3):
+        raise GrantRefused(f"--where {text!r}: expected {WHERE_FORMS}")
+    return found.group(1), found.group(2), found.group(3)
+
+
+def _add(rule: dict[str, Any], key: str, value: Any, text: str) -> None:
+    """A value rule (=, in) stands alone; a range may have one lower and one upper bound."""
+    clash = bool(rule) if key in ("eq", "in") else bool({"eq", "in", key} & set(rule))
+    if clash:
+        raise GrantRefused(f"--where {text!r}: the argument already has a rule that this one contradicts or repeats")
+    rule[key] = value
+
+
+def _json_type(schema: Mapping[str, Any]) -> str | None:
+    kind = schema.get("type")
+    return kind if isinstance(kind, str) else None
+
+
+def _value(raw: str, kind: str | None, text: str) -> Any:
+    if kind == "string":
+        return raw
+    if kind in ("number", "integer"):
+        return _number(raw, text)
+    if kind == "boolean":
+        if raw.lower() not in ("true", "false"):
+            raise GrantRefused(f"--where {text!r}: expected true or false")
+        return raw.lower() == "true"
+    try:  # an argument whose schema gives no single type: a JSON scalar if the text is one, else the text
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, str | int | float | bool) else raw
+
+
+def _number(raw: str, text: str) -> int | float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise GrantRefused(f"--where {text!r}: {raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise GrantRefused(f"--where {text!r}: {raw!r} is not a finite number")
+    return int(value) if value.is_integer() else value
+
+
+def within_bounds(bounds: Mapping[str, Mapping[str, Any]], args: Mapping[str, Any]) -> bool:
+    """Every bounded argument present and inside its rule; an argument the bounds do not name may be anything."""
+    for name, rule in bounds.items():
+        if name not in args:
+            return False
+        value = args[name]
+        if "eq" in rule and not _same(value, rule["eq"]):
+            return False
+        if "in" in rule and not any(_same(value, allowed) for allowed in rule["in"]):
+            return False
+        if ("min" in rule or "max" in rule) and not _number_within(value, rule.get("min"), rule.get("max")):
+            return False
+    return True
+
+
+def _same(value: Any, expected: Any) -> bool:
+    """Equal and of the same kind: True is not 1, "5" is not 5 (a number equals a number: 100 is 100.0)."""
+    if isinstance(value, bool) or isinstance(expected, bool):
+        return isinstance(value, bool) and isinstance(expected, bool) and value == expected
+    if isinstance(value, int | float) and isinstance(expected, int | float):
+        return value == expected
+    return type(value) is type(expected) and value == expected
+
+
+def _number_within(value: Any, low: float | None, high: float | None) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def describe_bounds(bounds: Mapping[str, Mapping[str, Any]]) -> str:
+    """Bounds in the `--where` forms they were given in: "to=bo, amount<=100"."""
+    parts = []
+    for name, rule in sorted(bounds.items()):
+        if "eq" in rule:
+            parts.append(f"{name}={_shown(rule['eq'])}")
+        if "in" in rule:
+            parts.append(f"{name} in {','.join(_shown(v) for v in rule['in'])}")
+        if "min" in rule:
+            parts.append(f"{name}>={rule['min']:g}")
+        if "max" in rule:
+            parts.append(f"{name}<={rule['max']:g}")
+    return ", ".join(parts) or "any arguments"
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def granter_refusal(policy: ToolPolicy, tool: str, granter: CallContext, requester: str | None) -> str | None:
+    """Why this person may not grant (or confirm a grant of) calls of `tool` for `requester` (None: anyone), or None.
+    A grant is an approval given ahead of time: the granter must be a reviewer the tool's rule admits for the
+    requester's calls (never the requester herself unless the policy allows self-approval), and only a tool whose
+    policy opts in can be granted at all. Backup approvers decide late requests; a grant is none."""
+    if not policy.grantable:
+        return f"{tool} is not grantable (its ToolPolicy does not set grantable=True)"
+    if granter.user_id is None:
+        return "granting needs an identified reviewer (a user id)"
+    refusal = policy.reviewer_refusal(granter, requester)
+    if refusal is None:
+        return None
+    if granter.user_id == requester:
+        return f"{granter.user_id} may not grant her own calls of {tool} (its policy does not allow self-approval)"
+    return refusal.replace("deciding this call", f"granting calls of {tool}")
+
+
+def granters_for(policy: ToolPolicy, grant: Grant, requester: str | None) -> list[str]:
+    """The distinct granters of `grant` who may approve `requester`'s calls under the policy now (the quorum so far):
+    for a grant covering anyone, its granters other than the requester of the call at hand (unless self-approval)."""
+    counted: list[str] = []
+    for confirmation in grant.confirmations:
+        granter = CallContext(user_id=confirmation.granter, roles=confirmation.roles)
+        if granter_refusal(policy, grant.tool, granter, requester) is None and confirmation.granter not in counted:
+            counted.append(confirmation.granter)
+    return counted
+
+
+def grant_status(policy: ToolPolicy | None, grant: Grant, now: float) -> str:
+    """What a grant is now: revoked, expired, used up, pending (not enough authorized granters yet) or live."""
+    if grant.revoked_at is not None:
+        return "revoked"
+    if now >= grant.expires_at:
+        return "expired"
+    if grant.uses_left == 0:
+        return "used up"
+    if policy is None or not policy.grantable:
+        return "void (the tool is not grantable now)"
+    counted = len(granters_for(policy, grant, grant.requester))
+    if counted < policy.approvals_required:
+        return f"pending ({counted} of {policy.approvals_required} granters)"
+    return "live"
+
+
+def covering_grants(
+    grants: Sequence[Grant], policy: ToolPolicy, tool: str, args: Mapping[str, Any], requester: CallContext, now: float
+) -> tuple[str, ...]:
+    """The grants that approve this call in a person's place, in the order the claim tries them: the one ending
+    soonest first (then the one with fewest uses left), so short and small grants are spent before broad ones."""
+    if not policy.grantable:
+        return ()
+    fit = [
+        g
+        for g in grants
+        if g.tool == tool
+        and g.open_at(now)
+        and (g.requester is None or g.requester == requester.user_id)
+        and within_bounds(g.bounds, args)
+        and len(granters_for(policy, g, requester.user_id)) >= policy.approvals_required
+    ]
+    return tuple(g.grant_id for g in sorted(fit, key=lambda g: (g.expires_at, g.uses_left, g.grant_id)))
+
+
+def charges(policy: ToolPolicy, args: Mapping[str, Any], requester: CallContext) -> list[Charge] | str:
+    """What this write is charged against each of the policy's limits, or why it cannot be (a summed argument that
+    is not a number: the write is refused rather than charged nothing)."""
+    found: list[Charge] = []
+    for limit in policy.limits:
+        amount = _amount(limit, args)
+        if isinstance(amount, str):
+            return amount
+        found.append(
+            {
+                "limit": limit.key,
+                "described": limit.describe(),
+                "group": _group(limit, args, requester),
+                "window_s": float(limit.window_s),
+                "amount": amount,
+                "at_most": float(limit.at_most),
+                "over": limit.over,
+            }
+        )
+    return found
+
+
+def _amount(limit: UsageLimit, args: Mapping[str, Any]) -> float | str:
+    if limit.sums is None:
+        return 1.0
+    value = args.get(limit.sums)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return f"Not run: the limit {limit.describe()} sums {limit.sums!r}, which this call does not give as a number."
+    return float(value)
+
+
+def _group(limit: UsageLimit, args: Mapping[str, Any], requester: CallContext) -> str:
+    """The counter's group: the requester, a field of her context, an argument's value ("" when absent, so calls
+    without it share one counter), or "" for a limit kept for every call together."""
+    if limit.per is None:
+        return ""
+    if limit.per == "requester":
+        return requester.user_id or ""
+    kind, _, name = limit.per.partition(":")
+    value = requester.extra.get(name) if kind == "context" else args.get(name)
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
