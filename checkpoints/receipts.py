@@ -15,7 +15,8 @@ segment, so none can be changed without `verify_receipt` noticing.
 The rows are shown as they are stored, since their hashes are what the chain holds: epoch times, JSON text inside
 columns. The summary is where an auditor reads them (version 2: ISO-8601 UTC times, arguments as objects, who as
 `{"user_id", "roles"}`); an export of version 1, whose summary repeats the stored forms, still verifies against the
-summary of its own version.
+summary of its own version. A write a standing grant approved carries the grant's use row, and its summary the
+grant's id (`grant`; absent from every other receipt, so those of earlier exports read the same).
 """
 
 from __future__ import annotations
@@ -156,6 +157,9 @@ def summarize(kind: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         decider=_who(summary["decider"], detail.get("roles")) if decided else summary["decider"],
         message=(detail.get("message") or detail.get("error")) if kind == "decision" else None,
     )
+    granted = by_table.get("gatedloop_grant_uses", {}).get("values", {}).get("grant_id")
+    if granted is not None:
+        summary["grant"] = granted
     return summary
 
 
@@ -235,6 +239,9 @@ def _receipt(found: _Rows, kind: str, table: str, row: dict[str, Any], entry: Ch
     else:
         support.append(
             ("gatedloop_audit", found.find("gatedloop_audit", thread_id=thread_id, call_id=call_id, event="executed"))
+        )
+        support.append(
+            ("gatedloop_grant_uses", found.find("gatedloop_grant_uses", thread_id=thread_id, call_id=call_id))
         )
     shown = [_shown(table, row, entry)]
     for name, matches in support:

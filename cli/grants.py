@@ -17,6 +17,7 @@ from gatedloop.cli.output import Output
 from gatedloop.cli.stats import DURATION, UNIT_S, window_start
 from gatedloop.graph import runs
 from gatedloop.graph.display import day_and_clock
+from gatedloop.graph.parts_of import parts_of
 from gatedloop.nodes.gate.grants import WHERE_FORMS, GrantNotAllowed, GrantRefused
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.usage import window_words
@@ -60,7 +61,8 @@ def cmd_grant_create(args: argparse.Namespace) -> int:
         view = next(v for v in runs.grants(graph) if v.grant_id == grant_id)
     out.record("grant", id=grant_id, status=view.status)
     out.say(grant_id)
-    out.say(f"{view.tool} where {view.bounds}; {view.uses} uses; until {day_and_clock(view.expires_at)}; {view.status}")
+    uses = f"{view.uses} use" + ("s" if view.uses != 1 else "")
+    out.say(f"{view.tool} where {view.bounds}; {uses}; until {day_and_clock(view.expires_at)}; {view.status}")
     if view.status.startswith("pending"):
         out.say(f"another granter confirms it with: gatedloop grant confirm {grant_id}")
     return EXIT_COMPLETED
@@ -121,6 +123,7 @@ def cmd_limits(args: argparse.Namespace) -> int:
     since = window_start(args.since, time.time()) if args.since else None
     with open_app(args.db, named=named_graph(args.graph), with_model=False, read_only=True) as (graph, _saver):
         usage = runs.limit_usage(graph, since)
+        described = _described_limits(graph)
     for row in usage:
         out.record(
             "limit",
@@ -139,7 +142,7 @@ def cmd_limits(args: argparse.Namespace) -> int:
     rows = [
         [
             r.tool,
-            r.limit,
+            described.get((r.tool, r.limit), r.limit),
             r.group or "(all)",
             f"{day_and_clock(r.window_start)} + {window_words(r.window_s)}",
             f"{r.total:g} of {r.at_most:g}" + (" (over: a person let it)" if r.total > r.at_most else ""),
@@ -150,6 +153,13 @@ def cmd_limits(args: argparse.Namespace) -> int:
     for line in _table(["tool", "limit", "per", "window", "used", "calls"], rows):
         out.say(line)
     return EXIT_COMPLETED
+
+
+def _described_limits(graph: Any) -> dict[tuple[str, str], str]:
+    """(tool, counter key) -> the limit in words, for the limits the graph's policies declare now."""
+    parts = parts_of(graph)
+    policies = parts.registry.policies if parts is not None else {}
+    return {(tool, limit.key): limit.describe() for tool, policy in policies.items() for limit in policy.limits}
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

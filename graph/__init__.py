@@ -2,7 +2,8 @@
 needs (`from gatedloop.graph import build_graph, Limits, ToolPolicy, CallContext, ToolFailure, InvalidDecision,
 ThreadBusy, open_sqlite, open_async_sqlite, runs`, `PendingRequest` (a pending request read once, and its answer
 built; the decision builders are in `gatedloop.graph.pending`), `conditions` (what a policy asks on: egress,
-recipients, counterparties, own resources; `gatedloop.tools.conditions`), and `open_postgres`,
+recipients, counterparties, own resources; `gatedloop.tools.conditions`), `UsageLimit` (a limit across threads, for
+`ToolPolicy(limits=[...])`), and `open_postgres`,
 `open_async_postgres` with the `postgres` extra installed)."""
 
 from typing import Any
@@ -21,6 +22,7 @@ from gatedloop.nodes.state import STATUSES, GatedState
 from gatedloop.tools import conditions
 from gatedloop.tools.errors import ToolFailure
 from gatedloop.tools.policy import CallContext, ToolPolicy
+from gatedloop.tools.usage import UsageLimit
 
 __all__ = [
     "STATUSES",
@@ -35,6 +37,7 @@ __all__ = [
     "ToolFailure",
     "ToolPolicy",
     "UnknownThread",
+    "UsageLimit",
     "build_graph",
     "conditions",
     "describe_thread",

@@ -237,12 +237,20 @@ def test_the_grant_commands(tmp_path: Path):
 
 
 def test_audit_verify_passes_with_grants_and_fails_when_a_grant_row_is_edited(app: App, tmp_path: Path):
+    """The chain covers the grants: `audit verify` passes, the write's receipt names the grant it ran under (and
+    verifies offline), and an edited grant row is found."""
     grant_id = app.grant()
     assert app.ask("t", "pay bo 50")["status"] == "completed"
     runs.revoke(app.graph, grant_id, context=BO)
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
-    verify = ["--db", str(tmp_path / "runs.sqlite"), "audit", "verify"]
+    db = ["--db", str(tmp_path / "runs.sqlite")]
+    verify = [*db, "audit", "verify"]
     assert run_cli(verify, env).returncode == 0
+    exported = tmp_path / "receipts.jsonl"
+    assert run_cli([*db, "audit", "export", "--out", str(exported)], env).returncode == 0
+    [write] = [r for r in map(json.loads, exported.read_text().splitlines()) if r["kind"] == "write"]
+    assert write["summary"]["grant"] == grant_id and "gatedloop_grant_uses" in [r["table"] for r in write["rows"]]
+    assert run_cli(["audit", "verify", str(exported)], env).returncode == 0
     with sqlite3.connect(tmp_path / "runs.sqlite") as conn:
         conn.execute("UPDATE gatedloop_grants SET uses = 99 WHERE grant_id = ?", (grant_id,))
     failed = run_cli(verify, env)

@@ -110,7 +110,7 @@ def test_gatedloop_limits_shows_the_windows_counters(graph: Any, tmp_path: Path)
     argv = ["--db", str(tmp_path / "runs.sqlite"), "--graph", "grants_app:graph", "limits"]
     shown = run_cli(argv, env)
     assert shown.returncode == 0, shown.stderr
-    assert "calls/requester/3600s" in shown.stdout and "1 of 3" in shown.stdout
+    assert "at most 3 calls per requester per 1 h" in shown.stdout and "1 of 3" in shown.stdout
     [line] = [json.loads(text) for text in run_cli([*argv, "--json"], env).stdout.splitlines()]
     shown_json = (line["type"], line["tool"], line["group"], line["total"], line["at_most"])
     assert shown_json == ("limit", "email", "ana", 1, 3)
