@@ -167,6 +167,7 @@ def test_a_grant_is_refused_for_a_tool_that_does_not_opt_in_and_for_bounds_it_ca
     assert runs.grants(app.graph) == []
 
 
+@pytest.mark.slow
 def test_the_last_use_holds_under_eight_processes_racing_for_it(backend: Backend, tmp_path: Path, monkeypatch):
     """Eight processes, each with a thread of its own, propose a payment inside a grant with one use left: one
     write runs, the other seven ask a person (sent back at their claim, or asked at validation)."""

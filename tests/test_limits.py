@@ -36,6 +36,7 @@ def effects(tmp_path: Path, tool: str) -> list[dict[str, Any]]:
     return [args for _, args, _ in Effects(tmp_path / "effects.sqlite").rows(tool)]
 
 
+@pytest.mark.slow
 def test_a_limit_holds_under_concurrent_workers(backend: Backend, tmp_path: Path, monkeypatch):
     """Five processes each send one email as ana at the same moment, under at most 3 per requester per hour: three
     run, two go back to a person, and the counter stands at 3."""
