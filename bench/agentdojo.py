@@ -386,6 +386,8 @@ def machine() -> dict[str, Any]:
 
 
 def run(suite_names: Sequence[str], setups: Sequence[str], quick: bool) -> dict[str, Any]:
+    """Every case of every suite under every setup; the machine as it was when the run started (its load)."""
+    host, began = machine(), time.monotonic()
     suites = get_suites("v1")
     outcomes: list[Outcome] = []
     rows = []
@@ -398,7 +400,8 @@ def run(suite_names: Sequence[str], setups: Sequence[str], quick: bool) -> dict[
             outcomes += mine
             rows.append(summary(setup, name, mine))
             print(f"{name} {setup}: {len(mine)} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    return {"machine": machine(), "rows": rows + totals(rows, setups), "runs": [asdict(o) for o in outcomes]}
+    host["seconds"] = round(time.monotonic() - began)
+    return {"machine": host, "rows": rows + totals(rows, setups), "runs": [asdict(o) for o in outcomes]}
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
