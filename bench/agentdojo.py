@@ -385,6 +385,14 @@ def machine() -> dict[str, Any]:
     }
 
 
+def check_policies(suite: TaskSuite) -> None:
+    """Every tool of the suite has its rule: gatedloop would gate a tool without one, but LangChain's setups would
+    let it run, and the comparison would no longer be of the same policy."""
+    missing = {f.name for f in suite.tools} - set(POLICIES[suite.name])
+    if missing:
+        raise SystemExit(f"bench/agentdojo_policies.py has no rule for {suite.name}'s {', '.join(sorted(missing))}")
+
+
 def run(suite_names: Sequence[str], setups: Sequence[str], quick: bool) -> dict[str, Any]:
     """Every case of every suite under every setup; the machine as it was when the run started (its load)."""
     host, began = machine(), time.monotonic()
@@ -393,6 +401,7 @@ def run(suite_names: Sequence[str], setups: Sequence[str], quick: bool) -> dict[
     rows = []
     for name in suite_names:
         suite = suites[name]
+        check_policies(suite)
         attack = DirectAttack(suite, None)  # its pipeline is only read by attacks that name the model
         for setup in setups:
             started = time.monotonic()
