@@ -66,6 +66,7 @@ from gatedloop.graph import pending as decide
 from gatedloop.graph import runs, thread_graph
 from gatedloop.graph.contexts import context_for, field_problem
 from gatedloop.graph.display import STOP_WORDS, Display, day_and_clock, describe_thread
+from gatedloop.graph.late_answers import AlreadyDecided, too_late
 from gatedloop.graph.models import ModelConfigError
 from gatedloop.graph.pending import PendingRequest
 from gatedloop.nodes.gate.hitl import InvalidDecision
@@ -282,6 +283,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
             thread_graph.check_thread_graph(graph, thread_id)
         summary = describe_thread(graph, thread_id, saver.ledger)
         request = runs.pending_request(graph, thread_id)
+        if answering and request is None and args.request:
+            late = too_late(saver.ledger, thread_id, {"request_id": args.request}, None)
+            if late is not None:
+                raise late
         if answering and (summary.status == "cancelled" or request is None):
             _refuse_closed(summary, thread_id)
         if summary.status == "cancelled":
@@ -665,6 +670,8 @@ def explain(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
         return str(exc), EXIT_NOT_FOUND
     if isinstance(exc, ThreadBusy):
         return str(exc), EXIT_BUSY
+    if isinstance(exc, AlreadyDecided):
+        return f"answer not applied: {exc}", EXIT_REFUSED
     if isinstance(exc, InvalidDecision):
         return f"answer refused: {exc}", EXIT_REFUSED
     if isinstance(exc, thread_graph.GraphMismatch):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypedDict, Unpack, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -19,7 +19,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Interrupt, StateSnapshot, StreamMode
 
 from gatedloop.checkpoints.contract import GatedSaver
-from gatedloop.checkpoints.ledger import CancelFlags
+from gatedloop.checkpoints.ledger import Audit, CancelFlags
 from gatedloop.checkpoints.threads import UnknownThread, validate_thread_id
 from gatedloop.graph.grants import GrantView as GrantView
 from gatedloop.graph.grants import confirm_grant as confirm_grant
@@ -27,6 +27,8 @@ from gatedloop.graph.grants import grant as grant
 from gatedloop.graph.grants import grants as grants
 from gatedloop.graph.grants import limit_usage as limit_usage
 from gatedloop.graph.grants import revoke as revoke
+from gatedloop.graph.late_answers import AlreadyDecided as AlreadyDecided
+from gatedloop.graph.late_answers import bound_to, positional, too_late
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.thread_graph import claim_thread, ledger_of
 from gatedloop.nodes.gate.extension import extend_request
@@ -104,13 +106,21 @@ class _Run:
     def lease(self) -> AbstractContextManager[None]:
         return lease_for(self.graph, self.thread_id, self.options.get("wait_s", 0.0))
 
+    @property
+    def binds(self) -> bool:
+        """A positional answer that may wait for the thread: bound first to the request pending as it is sent."""
+        return self.resumes and self.options.get("wait_s", 0.0) > 0 and positional(self.answer)
+
+    def sent(self, snapshot: StateSnapshot) -> _Run:
+        return replace(self, answer=bound_to(self.answer, _request_of(snapshot.interrupts)))
+
     def prepared(self, snapshot: StateSnapshot | None) -> Any:
         """The graph's input; with `upgrade`, the thread claimed for this graph first (a ledger write: blocking).
         Without it the graph's own entry checks the thread's graph (graph/gated.py)."""
         if snapshot is None:
             payload: Any = {"messages": [("user", self.message)]}
         else:
-            payload = _resume_payload(self.thread_id, snapshot, self.answer)
+            payload = _resume_payload(self.thread_id, snapshot, self.answer, ledger_of(self.graph))
         if self.upgrade:
             claim_thread(self.graph, self.thread_id, upgrade=True, context=self.options.get("context"))
         return payload
@@ -121,6 +131,8 @@ class _Run:
 
 def _stream(run: _Run) -> Iterator[tuple[str, Any]]:
     """The sync driver of `_Run`."""
+    if run.binds:
+        run = run.sent(run.graph.get_state(run.config))
     with run.lease():
         snapshot = run.graph.get_state(run.config) if run.resumes else None  # one load: a long thread's costly part
         events = run.graph.stream(run.prepared(snapshot), run.config, **run.stream_options())
@@ -141,13 +153,17 @@ def stream_resume(
     return _stream(_Run(graph, thread_id, options, answer=answer))
 
 
-def _resume_payload(thread_id: str, snapshot: StateSnapshot, answer: Any) -> Command | None:
-    """The answer addressed to the pending interrupt, checked first (InvalidDecision, nothing changed). A thread
-    with no checkpoint is UnknownThread, not "not waiting": a typo in a thread id must not read as a finished one."""
+def _resume_payload(thread_id: str, snapshot: StateSnapshot, answer: Any, ledger: Audit | None) -> Command | None:
+    """The answer addressed to the pending interrupt, checked first (InvalidDecision, nothing changed; AlreadyDecided
+    when another answer decided what it names). A thread with no checkpoint is UnknownThread, not "not waiting": a
+    typo in a thread id must not read as a finished one."""
     if snapshot.created_at is None:
         raise UnknownThread(thread_id, "this graph's checkpointer")
     pending = snapshot.interrupts
     request = _request_of(pending)
+    late = too_late(ledger, thread_id, answer, request)
+    if late is not None:
+        raise late
     if request is not None:
         if answer is None:
             raise InvalidDecision("the thread is waiting for an answer; none was given")
@@ -172,6 +188,10 @@ def start(
 def resume(
     graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, answer: Any = None, **options: Unpack[RunOptions]
 ) -> dict[str, Any]:
+    """Answer a paused thread and run it until it pauses or ends; its values, as `start`. What became of the answer
+    is told every time: it decided (this returns), another answer had decided what it names (`AlreadyDecided`,
+    naming who), it was refused (`InvalidDecision`, why), or another process runs the thread (`ThreadBusy`, after
+    `wait_s`; nothing tried)."""
     for _ in stream_resume(graph, thread_id, answer, **options):
         pass
     return _raise_if_refused(output(graph, thread_id))
@@ -241,6 +261,8 @@ async def apending_request(graph: CompiledStateGraph[Any, Any, Any, Any], thread
 
 async def _astream(run: _Run) -> AsyncIterator[tuple[str, Any]]:
     """The async driver of `_Run`: the lease and an upgrade's claim, which block, off the event loop."""
+    if run.binds:
+        run = run.sent(await run.graph.aget_state(run.config))
     async with _alease(run.lease()):
         snapshot = await run.graph.aget_state(run.config) if run.resumes else None
         payload = await asyncio.to_thread(run.prepared, snapshot) if run.upgrade else run.prepared(snapshot)
