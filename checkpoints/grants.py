@@ -208,7 +208,7 @@ def lapse_reason(grants: Sequence[Grant], now: float) -> str:
         elif now >= grant.expires_at:
             why = "expired"
         else:
-            why = f"used up ({grant.uses} uses)"
+            why = "used up"
         reasons.append(f"{grant.grant_id} {why}")
     return "the standing grant that covered this call lapsed before it started: " + ("; ".join(reasons) or "gone")
 
