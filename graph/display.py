@@ -103,6 +103,8 @@ def audit_text(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
     if name == "validated":
         repair = f" (arguments repaired: {detail['repair']})" if detail.get("repair") else ""
         verdict = {"ask": "needs approval", "run": "runs without approval"}.get(str(detail.get("verdict")), "checked")
+        if detail.get("grants"):
+            verdict = f"runs under the standing grant {', '.join(detail['grants'])}"
         asker = f" (requested by {actor})" if actor else ""
         return f"validated{asker}: {verdict}{repair}"
     if name == "refused":
@@ -145,6 +147,12 @@ def audit_text(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
     if name == "unknown_outcome_decision":
         decided = UNKNOWN_WORDS.get(str(detail.get("decision")), detail.get("decision"))
         return f"outcome unknown; decided{by}: {decided}{_reason(detail)}"
+    if name == "grant_used":
+        return f"approved by the standing grant {detail.get('grant')} ({detail.get('uses_left')} uses left)"
+    if name.startswith("sent_back:"):
+        return f"sent back to a person: {detail.get('reason')}"
+    if name == "limit_refused":
+        return f"refused: {detail.get('reason')}"
     if name == "reconciled":
         return "settled: the tool's system reports it had happened (its result is used, not run again)"
     if name == "marked done":
