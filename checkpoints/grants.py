@@ -349,6 +349,18 @@ class GrantStore:
             entry[1].append(Confirmation(granter, frozenset(json.loads(granter_roles)), float(at)))
         return [Grant.from_row(values, confirmations) for values, confirmations in found.values()]
 
+    def grant_uses(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """call id -> (grant id, arguments' digest) of each call whose claim took a grant's use: its approval, for as
+        long as the write it claimed is settled (a crash between claim and outcome, a resume)."""
+        if not call_ids:
+            return {}
+        rows = self._run(
+            "SELECT call_id, grant_id, args_digest FROM gatedloop_grant_uses WHERE thread_id = ? AND call_id IN"
+            f" ({placeholders(len(call_ids))})",
+            (thread_id, *call_ids),
+        )
+        return {str(call_id): (str(grant_id), str(digest)) for call_id, grant_id, digest in rows}
+
     def limit_usage(self, since: float | None = None) -> list[LimitUsage]:
         """Every limit's window counters whose window ends after `since` (None: all), newest window first."""
         rows = self._run(

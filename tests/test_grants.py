@@ -113,6 +113,23 @@ def test_revoked_expired_and_used_up_grants_cover_nothing_even_between_admission
     assert out["status"] == "completed" and app.paid() == [("bo", 10.0), ("bo", 30.0)]  # a person decided it
 
 
+def test_a_write_claimed_under_a_grant_it_used_up_is_settled_after_a_stop_not_asked_again(app: App):
+    """The use its claim took is the call's approval: the run stops mid-write, the grant is used up (and then
+    revoked), and the resumed thread asks whether the write happened (invariant 3), not for a new approval."""
+    grant_id = app.grant(uses=1)
+
+    def stop() -> None:
+        raise KeyboardInterrupt
+
+    HOOKS["pay"] = stop
+    with pytest.raises(BaseException, match="raised KeyboardInterrupt"):
+        app.ask("stopped", "pay bo 10")
+    HOOKS.clear()
+    runs.revoke(app.graph, grant_id, context=BO)
+    out = runs.resume(app.graph, "stopped", None)
+    assert out["__interrupt__"][0].value["kind"] == "unknown_outcome" and app.paid() == []
+
+
 def test_a_grant_of_a_two_approver_tool_is_pending_until_a_second_granter_confirms_it(app: App):
     grant_id = app.grant("wire")
     assert app.view(grant_id).status == "pending (1 of 2 granters)"

@@ -63,11 +63,13 @@ def admit(
     edited_args: Mapping[str, dict[str, Any]],
     grants: Sequence[Grant] = (),
     now: float = 0.0,
+    used: tuple[str, str] | None = None,
 ) -> Admission:
     """`edited_args`: the ledger's latest recorded edit per call id (`Ledger.edited_args`). The record carries the
     tool definition the call was validated against (its pin). `grants`: the open grants of the call's tool at `now`
     (only where a grant may let it run: `execute`); a call they cover runs with them (`plan["grants"]`), to be
-    taken with its claim."""
+    taken with its claim. `used`: the (grant, digest) whose use the call's claim already took: its approval, so a
+    write claimed under a grant since used up, revoked or expired is settled, not asked again."""
     name = plan["name"]
     if record is None or record.tool != name or record.verdict not in ("run", "ask") or name not in registry:
         return _refuse(plan, NOT_VALIDATED)
@@ -100,10 +102,11 @@ def admit(
     if needs and len(approvers_so_far(policy, record, mine, digest)) < policy.approvals_required:
         # A grant stands in for reviewers of the call as proposed: never of an edit, never of a call sent back to one.
         proposed = not (changed or plan.get("edited") or sent_back)
-        granted = covering_grants(grants, policy, name, args, requester, now) if proposed else ()
-        if not granted:
-            return Admission("ask", admitted)
-        admitted["grants"] = list(granted)
+        if not (proposed and used is not None and used[1] == digest):
+            granted = covering_grants(grants, policy, name, args, requester, now) if proposed else ()
+            if not granted:
+                return Admission("ask", admitted)
+            admitted["grants"] = list(granted)
     charged = charges(policy, args, requester)
     if isinstance(charged, str):
         return _refuse(plan, charged)

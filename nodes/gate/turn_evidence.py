@@ -42,8 +42,9 @@ class AdmissionLedger(Evidence, Audit, Grants, Protocol):
 @dataclass(frozen=True)
 class TurnEvidence:
     """The recorded facts about a turn's calls of one verdict: their registrations, every reviewer's decision on
-    them, the latest recorded edit of each edited call, the grants open at `now` of `grant_tools`, and why each call
-    sent back to a person was (`SENT_BACK`: the audit row's reason, for the request)."""
+    them, the latest recorded edit of each edited call, the grants open at `now` of `grant_tools` and the grant uses
+    the calls' claims already took, and why each call sent back to a person was (`SENT_BACK`: the audit row's
+    reason, for the request)."""
 
     records: Mapping[str, CallRecord]
     approvals: Sequence[ApprovalRecord]
@@ -51,6 +52,7 @@ class TurnEvidence:
     grants: Sequence[Grant] = ()
     now: float = 0.0
     sent_back: Mapping[str, str] = field(default_factory=dict)
+    grant_uses: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @classmethod
     def read(
@@ -66,11 +68,12 @@ class TurnEvidence:
         approvals = ledger.approvals(thread_id, ids)
         grants, now = open_grants(ledger, grant_tools)
         sent_back = _sent_back(ledger, thread_id, approvals)
-        return cls(ledger.calls(thread_id, ids), approvals, edited, grants, now, sent_back)
+        uses = ledger.grant_uses(thread_id, ids) if grant_tools else {}
+        return cls(ledger.calls(thread_id, ids), approvals, edited, grants, now, sent_back, uses)
 
     def admit(self, registry: ToolRegistry, plan: CallPlan) -> Admission:
-        record = self.records.get(plan["id"])
-        return admit(registry, plan, record, self.approvals, self.edited_args, self.grants, self.now)
+        record, used = self.records.get(plan["id"]), self.grant_uses.get(plan["id"])
+        return admit(registry, plan, record, self.approvals, self.edited_args, self.grants, self.now, used)
 
     def approvals_of(self, call_id: str) -> list[ApprovalRecord]:
         return [a for a in self.approvals if a.call_id == call_id]

@@ -3,8 +3,9 @@
 Tools (every write's effect is a row in `effects.sqlite`, as in sample_app): `pay(to, amount)` (approvers finance,
 grantable, at most 500 paid per tenant per day, refused past it), `wire(to, amount)` (finance, two approvers,
 grantable), `mail(to, body)` (gated, not grantable), `email(to)` (no approval; at most 3 per requester per hour,
-asked past it) and `hook()` (an ungated write that runs `HOOKS`' callback: something happening between two writes
-of a turn). The scripted model turns each user message "pay bo 50; mail cy hi" into one turn of those calls.
+asked past it) and `hook()` (an ungated write that runs `HOOKS["hook"]`: something happening between two writes
+of a turn; `HOOKS["pay"]` runs as a payment starts). The scripted model turns each user message "pay bo 50; mail
+cy hi" into one turn of those calls.
 
 `graph` (no checkpointer; effects to `$GRANTS_EFFECTS`, or a throwaway file) is what `--graph grants_app:graph`
 loads. Run as a script (`python grants_app.py race --db DB --thread T --barrier DIR [--say TEXT]`, tests/ on
@@ -60,6 +61,7 @@ def make_tools(effects: Effects) -> list[BaseTool]:
     @tool
     def pay(to: str, amount: float) -> str:
         """Pay someone (write)."""
+        HOOKS.get("pay", lambda: None)()
         effects.add("pay", {"to": to, "amount": amount}, None)
         return "paid"
 
