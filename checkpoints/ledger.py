@@ -234,8 +234,9 @@ def idempotency_key(thread_id: str, call_id: str) -> str:
 #   in the source is reported in the copy and never run again (calls the copy starts get keys of its own id);
 # - the call evidence (validation verdicts, the digest of each answer given), so the copied history is
 #   gatedloop's own and not "foreign";
-# - the approvals of writes started before the copy only: an approval authorizes one write, so a gated call
-#   not started yet is asked again in the copy (it would run there under a new key);
+# - the approvals of writes started before the copy only (a person's, or the grant use a claim took): an approval
+#   authorizes one write, so a gated call not started yet is asked again in the copy (it would run there under a
+#   new key);
 # - the graph that made it, its policies included (`gatedloop_thread_graphs`, `gatedloop_thread_policies`);
 # - the audit trail. Cancel requests stay with the source.
 LEDGER_COLUMNS_COPIED = (
@@ -246,6 +247,7 @@ CALL_COLUMNS_COPIED = (
 )
 AUDIT_COLUMNS_COPIED = "call_id, event, actor, at, detail"
 EDITED_COLUMNS_COPIED = "call_id, args_digest, args"
+GRANT_USE_COLUMNS_COPIED = "call_id, grant_id, args_digest, at"
 
 
 def refuse_taken_copy_target(source: str, target: str, placeholder: str) -> Statements[None]:
@@ -276,6 +278,9 @@ def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[N
         f"INSERT INTO gatedloop_approvals (thread_id, {APPROVAL_COLUMNS}) "
         f"SELECT {p}, {APPROVAL_COLUMNS} FROM gatedloop_approvals a WHERE a.thread_id = {p} AND EXISTS "
         "(SELECT 1 FROM gatedloop_ledger l WHERE l.thread_id = a.thread_id AND l.call_id = a.call_id) ORDER BY seq",
+        f"INSERT INTO gatedloop_grant_uses (thread_id, {GRANT_USE_COLUMNS_COPIED}) "
+        f"SELECT {p}, {GRANT_USE_COLUMNS_COPIED} FROM gatedloop_grant_uses u WHERE u.thread_id = {p} AND EXISTS "
+        "(SELECT 1 FROM gatedloop_ledger l WHERE l.thread_id = u.thread_id AND l.call_id = u.call_id)",
         f"INSERT INTO gatedloop_edited_args (thread_id, {EDITED_COLUMNS_COPIED}) "
         f"SELECT {p}, {EDITED_COLUMNS_COPIED} FROM gatedloop_edited_args e WHERE e.thread_id = {p} AND EXISTS "
         "(SELECT 1 FROM gatedloop_ledger l WHERE l.thread_id = e.thread_id AND l.call_id = e.call_id) ORDER BY seq",

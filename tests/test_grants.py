@@ -82,6 +82,10 @@ def test_a_call_inside_a_grant_runs_with_no_request_and_one_outside_it_asks(app:
         assert asked(app.ask(thread, text, who))["name"] == "pay", thread
     assert app.paid() == [("bo", 50.0)] and app.view(grant_id).uses_left == 2
 
+    app.saver.copy_thread("inside", "copied")  # a copy keeps the started write's approval: the grant's use
+    assert app.saver.ledger.grant_uses("copied", [use["call_id"]]) == {use["call_id"]: (grant_id, use["args_digest"])}
+    assert app.saver.ledger.verify_chain().ok
+
 
 def test_revoked_expired_and_used_up_grants_cover_nothing_even_between_admission_and_claim(app: App):
     revoked = app.grant()
