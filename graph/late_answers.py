@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gatedloop.checkpoints.ledger import Audit
+from gatedloop.graph.pending import PendingRequest
 from gatedloop.nodes.gate.hitl import InvalidDecision
 
 
@@ -69,8 +70,9 @@ def too_late(
     if ledger is None or not isinstance(answer, dict):
         return None
     named_request, named_calls = answer.get("request_id"), _named_calls(answer)
-    pending_id = pending.get("request_id") if pending else None
-    open_calls = {a.get("tool_call_id") for a in (pending or {}).get("action_requests", [])}
+    asked = PendingRequest.parse(pending) if pending else None
+    pending_id = asked.request_id if asked is not None and asked.named else None
+    open_calls = {c.tool_call_id for c in asked.calls} if asked is not None else set()
     closed = [call_id for call_id in named_calls if call_id not in open_calls]
     if named_request is not None and named_request != pending_id:
         where = f"request {named_request!r}"
