@@ -102,11 +102,11 @@ def admit(
     if needs and len(approvers_so_far(policy, record, mine, digest)) < policy.approvals_required:
         # A grant stands in for reviewers of the call as proposed: never of an edit, never of a call sent back to one.
         proposed = not (changed or plan.get("edited") or sent_back)
-        if not (proposed and used is not None and used[1] == digest):
-            granted = covering_grants(grants, policy, name, args, requester, now) if proposed else ()
-            if not granted:
-                return Admission("ask", admitted)
-            admitted["grants"] = list(granted)
+        granted = _granted(policy, admitted, requester, grants, now, used) if proposed else None
+        if granted is None:
+            return Admission("ask", admitted)
+        if granted:
+            admitted["grants"] = granted
     charged = charges(policy, args, requester)
     if isinstance(charged, str):
         return _refuse(plan, charged)
@@ -114,6 +114,21 @@ def admit(
         admitted["charges"] = charged
         admitted["past_limit"] = any(a.reviewer.startswith(LIMIT_SENDER) for a in sent_back)
     return Admission("run", admitted)
+
+
+def _granted(
+    policy: ToolPolicy,
+    plan: CallPlan,
+    requester: CallContext,
+    grants: Sequence[Grant],
+    now: float,
+    used: tuple[str, str] | None,
+) -> list[str] | None:
+    """What approves a call as proposed in its reviewers' place: the grant use its claim already took (`[]`: nothing
+    more to take), else the grants that cover it now, for its claim to take a use of; None: nothing does, ask."""
+    if used is not None and used[1] == plan["digest"]:
+        return []
+    return list(covering_grants(grants, policy, plan["name"], plan["args"], requester, now)) or None
 
 
 def _actual_args(policy: ToolPolicy, plan: CallPlan, stored: dict[str, Any] | None) -> Any:
