@@ -164,9 +164,6 @@ class ClaimTerms:
     charges: tuple[Charge, ...] = ()
     past_limit: bool = False
 
-    def __bool__(self) -> bool:
-        return bool(self.grants or self.charges)
-
 
 class ClaimRefused(Exception):
     """The claim was rolled back: what it needed besides the claim could not be had. `over` says what the gate does
