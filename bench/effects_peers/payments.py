@@ -100,9 +100,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def write_json(path: str, value: Any) -> None:
-    """Replace a stored JSON file whole (a crash leaves the old one or the new one)."""
+    """Replace a stored JSON file whole (a crash leaves the old one or the new one; two writers at once, the last)."""
     import json
 
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    scratch = f"{path}.{os.getpid()}.tmp"
+    with open(scratch, "w", encoding="utf-8") as f:
         json.dump(value, f)
-    os.replace(path + ".tmp", path)
+    os.replace(scratch, path)

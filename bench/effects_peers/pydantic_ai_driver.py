@@ -58,9 +58,10 @@ def pay(ctx: RunContext[None], amount: float, to: str) -> dict[str, Any]:
 
 def store(result: Any) -> None:
     if isinstance(result.output, DeferredToolRequests):
-        with open(HISTORY + ".tmp", "wb") as f:
+        scratch = f"{HISTORY}.{os.getpid()}.tmp"
+        with open(scratch, "wb") as f:
             f.write(ModelMessagesTypeAdapter.dump_json(result.all_messages()))
-        os.replace(HISTORY + ".tmp", HISTORY)
+        os.replace(scratch, HISTORY)
         P.write_json(PENDING, [call.tool_call_id for call in result.output.approvals])
         P.mark("paused", "approval")
     else:
