@@ -174,7 +174,14 @@ class PendingRequest:
         answered in its calls' order."""
         answered = self.calls if calls is None or self.kind != "approval" else tuple(calls)
         if len(decisions) != len(answered):
-            raise ValueError(f"{len(answered)} decision(s) needed, one per call, got {len(decisions)}")
+            raise ValueError(
+                f"{len(answered)} decision(s) needed, one per call, got {len(decisions)}"
+                + (
+                    "; to decide some of the calls, name them: calls=[...]"
+                    if calls is None and len(self.calls) > 1
+                    else ""
+                )
+            )
         reason = {"justification": justification} if justification else {}
         bound = [
             {**d, **reason, **({"tool_call_id": call.tool_call_id} if self.kind == "approval" else {})}
