@@ -108,6 +108,7 @@ def make_approve_node(parts: LoopParts):
                     answers.append(answer_now)
             else:
                 plans[plan["id"]] = plan  # not named by this answer: still waits for its own reviewers
+        plans.update({p["id"]: p for p in held})  # their verdicts from the evidence, not the state's hold
         plans.update(held_until_all_decided(plans, [*live, *held]))
         live_decisions = {p["id"]: applied[p["id"]] for p in live if p["id"] in applied}
         record_decisions(parts.ledger, registry, thread_id, request, live_decisions, decisions, evidence)
