@@ -15,10 +15,12 @@ since each shows that she read the call. The flag is a prompt to look, not a ver
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 RUBBER_STAMP_MIN_DECISIONS = 20
@@ -29,6 +31,10 @@ RUBBER_STAMP_MAX_MEDIAN_S = 5.0
 """A median time to decision under this many seconds is too short to have read the call."""
 
 DECISION_KINDS = ("approve", "edit", "reject", "respond")
+
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+SINCE_FORMS = "a duration back from now (90m, 24h, 7d), an ISO 8601 time (2026-01-31T12:00Z) or epoch seconds"
 
 ASKED_SQL = "SELECT thread_id, call_id, tool FROM gatedloop_calls WHERE verdict = 'ask' AND requested_at >= ?"
 DECIDED_SQL = (
@@ -65,6 +71,24 @@ class ReviewHistory:
     asked: list[tuple[str, str, str]]
     decided: list[Decided]
     expired: list[tuple[str, str, str]]
+
+
+def since_moment(text: str, now: float) -> float:
+    """The start of a window as `gatedloop stats --since` and the inbox's Stats page take it (`SINCE_FORMS`); an
+    ISO time without a zone is UTC. `ValueError` naming the forms for anything else."""
+    text = text.strip()
+    found = DURATION.fullmatch(text)
+    if found:
+        return now - float(found.group(1)) * UNIT_S[found.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"expected {SINCE_FORMS}") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def review_history(run: Query, since: float | None = None) -> ReviewHistory:

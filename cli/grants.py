@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gatedloop.checkpoints.review_stats import DURATION, UNIT_S
 from gatedloop.cli.app import EXIT_COMPLETED, EXIT_REFUSED, EXIT_USAGE, CliError, named_graph, open_app, shown_db
 from gatedloop.cli.output import Output
-from gatedloop.cli.stats import DURATION, UNIT_S, window_start
+from gatedloop.cli.stats import window_start
 from gatedloop.graph import runs
 from gatedloop.graph.display import day_and_clock
 from gatedloop.graph.parts_of import parts_of

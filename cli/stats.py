@@ -7,7 +7,6 @@ The numbers come from `checkpoints/review_stats.py`; this module only chooses th
 from __future__ import annotations
 
 import argparse
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,16 +16,14 @@ from gatedloop.checkpoints.review_stats import (
     RUBBER_STAMP_MIN_APPROVAL_RATE,
     RUBBER_STAMP_MIN_DECISIONS,
     reviewer_stats,
+    since_moment,
     thresholds,
     tool_stats,
 )
-from gatedloop.cli.app import EXIT_COMPLETED, open_saver, shown_db
-from gatedloop.cli.evidence import since_time
+from gatedloop.cli.app import EXIT_COMPLETED, EXIT_USAGE, CliError, open_saver, shown_db
 from gatedloop.cli.output import Output
 from gatedloop.graph.display import day_and_clock
 
-DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 FLAG = (
     f"rubber stamp? ({RUBBER_STAMP_MIN_DECISIONS}+ decisions, >= {RUBBER_STAMP_MIN_APPROVAL_RATE:.0%} approved, "
     f"median under {RUBBER_STAMP_MAX_MEDIAN_S:g} s)"
@@ -35,10 +32,12 @@ FLAG = (
 
 def window_start(text: str | None, now: float) -> float | None:
     """--since: a duration back from now (`90m`, `24h`, `7d`), or a time as `audit export` takes it."""
-    found = DURATION.fullmatch(text.strip()) if text else None
-    if found:
-        return now - float(found.group(1)) * UNIT_S[found.group(2)]
-    return since_time(text)
+    if text is None:
+        return None
+    try:
+        return since_moment(text, now)
+    except ValueError as exc:
+        raise CliError(f"--since {text!r}: {exc}", EXIT_USAGE) from None
 
 
 def _seconds(value: float | None) -> str:

@@ -1,6 +1,6 @@
-"""Standing grants and limits across threads from Python (`runs.grant`, `runs.confirm_grant`, `runs.revoke`,
-`runs.grants`, `runs.limit_usage`), for a graph from `build_graph` over its database; the CLI's `gatedloop grant`
-and `gatedloop limits` call these.
+"""Standing grants and limits across threads from Python (`runs.grant`, `runs.check_grant`, `runs.confirm_grant`,
+`runs.revoke`, `runs.grants`, `runs.limit_usage`), for a graph from `build_graph` over its database; the CLI's
+`gatedloop grant` and `gatedloop limits`, and the inbox's grant forms, call these.
 
 The rules are the gate's (nodes/gate/grants.py): a grant is judged under the tool's policy of this graph, as an
 approval of the calls it would cover, and is pending until as many distinct authorized granters as the policy's
@@ -23,6 +23,7 @@ from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.thread_graph import ledger_of
 from gatedloop.nodes.gate.grants import (
+    Bounds,
     GrantNotAllowed,
     GrantRefused,
     describe_bounds,
@@ -32,6 +33,9 @@ from gatedloop.nodes.gate.grants import (
 )
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import ToolRegistry
+
+PENDING = "pending"
+"""How the status of a grant that waits for more granters begins (`grant_status`: "pending (1 of 2 granters)")."""
 
 
 @dataclass(frozen=True)
@@ -94,15 +98,7 @@ def grant(
     grant's id. A tool whose policy needs several approvers gives a pending grant, which others confirm
     (`confirm_grant`). `GrantRefused` (bad input) or `GrantNotAllowed` (not hers to grant), nothing written."""
     registry, ledger = _parts(graph)
-    policy = _policy(registry, tool)
-    if isinstance(uses, bool) or not isinstance(uses, int) or uses < 1:
-        raise GrantRefused(f"uses must be a whole number of at least 1, not {uses!r}")
-    if isinstance(expires_in_s, bool) or not isinstance(expires_in_s, int | float) or not expires_in_s > 0:
-        raise GrantRefused(f"the expiry must be a positive duration, not {expires_in_s!r}")
-    refusal = granter_refusal(policy, tool, context, requester)
-    if refusal is not None:
-        raise GrantNotAllowed(refusal)
-    bounds = parse_where(where, _arguments(registry.tools[tool]), policy.secret_args)
+    policy, bounds = _judged(registry, tool, context, uses, expires_in_s, where, requester)
     now = time.time()
     made = Grant(
         grant_id=f"g-{uuid.uuid4().hex[:12]}",
@@ -129,6 +125,44 @@ def grant(
     return made.grant_id
 
 
+def check_grant(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    tool: str,
+    *,
+    context: CallContext,
+    uses: int,
+    expires_in_s: float,
+    where: Sequence[str] = (),
+    requester: str | None = None,
+) -> None:
+    """Whether `grant` with these arguments would be made, without making it: the same `GrantRefused` or
+    `GrantNotAllowed`, or None. For a caller that must know before doing something else first (the inbox approves
+    the call at hand, then grants similar ones)."""
+    registry, _ledger = _parts(graph)
+    _judged(registry, tool, context, uses, expires_in_s, where, requester)
+
+
+def _judged(
+    registry: ToolRegistry,
+    tool: str,
+    context: CallContext,
+    uses: int,
+    expires_in_s: float,
+    where: Sequence[str],
+    requester: str | None,
+) -> tuple[ToolPolicy, Bounds]:
+    """The tool's policy and the grant's bounds, once every rule admits the grant."""
+    policy = _policy(registry, tool)
+    if isinstance(uses, bool) or not isinstance(uses, int) or uses < 1:
+        raise GrantRefused(f"uses must be a whole number of at least 1, not {uses!r}")
+    if isinstance(expires_in_s, bool) or not isinstance(expires_in_s, int | float) or not expires_in_s > 0:
+        raise GrantRefused(f"the expiry must be a positive duration, not {expires_in_s!r}")
+    refusal = granter_refusal(policy, tool, context, requester)
+    if refusal is not None:
+        raise GrantNotAllowed(refusal)
+    return policy, parse_where(where, _arguments(registry.tools[tool]), policy.secret_args)
+
+
 def confirm_grant(graph: CompiledStateGraph[Any, Any, Any, Any], grant_id: str, *, context: CallContext) -> GrantView:
     """Add `context` as a further granter of a pending grant (a tool with `approvals_required` > 1); the grant as
     it is now. She must be a granter the tool's rule admits, and not one of its granters already."""
@@ -151,15 +185,39 @@ def revoke(graph: CompiledStateGraph[Any, Any, Any, Any], grant_id: str, *, cont
     admits as a reviewer; revoking a revoked grant is refused (`GrantRefused`), so a typo is not silent."""
     registry, ledger = _parts(graph)
     found = _existing(ledger, grant_id)
-    granters = {c.granter for c in found.confirmations}
-    if context.user_id is None:
-        raise GrantNotAllowed("revoking a grant needs an identified user (a user id)")
-    if context.user_id not in granters and found.tool in registry:
-        refusal = registry.policy(found.tool).reviewer_refusal(context, None)
-        if refusal is not None:
-            raise GrantNotAllowed(refusal.replace("deciding this call", f"revoking a grant of {found.tool}"))
+    refusal = _revoke_refusal(registry, found.tool, [c.granter for c in found.confirmations], context)
+    if refusal is not None:
+        raise GrantNotAllowed(refusal)
     if not ledger.revoke_grant(grant_id, context.user_id, time.time()):
         raise GrantRefused(f"grant {grant_id} was already revoked by {found.revoked_by}")
+
+
+def revoke_refusal(graph: CompiledStateGraph[Any, Any, Any, Any], view: GrantView, context: CallContext) -> str | None:
+    """Why `context` may not revoke the grant `view` shows (None: she may), by `revoke`'s own rule."""
+    return _revoke_refusal(_parts(graph)[0], view.tool, view.granted_by, context)
+
+
+def _revoke_refusal(registry: ToolRegistry, tool: str, granters: Sequence[str], context: CallContext) -> str | None:
+    if context.user_id is None:
+        return "revoking a grant needs an identified user (a user id)"
+    if context.user_id in granters or tool not in registry:
+        return None
+    refusal = registry.policy(tool).reviewer_refusal(context, None)
+    return refusal.replace("deciding this call", f"revoking a grant of {tool}") if refusal is not None else None
+
+
+def confirm_refusal(graph: CompiledStateGraph[Any, Any, Any, Any], view: GrantView, context: CallContext) -> str | None:
+    """Why `context` may not confirm the grant `view` shows (None: she may), by `confirm_grant`'s rules: it waits
+    for granters, she is one the tool's rule admits, and not one of its granters already."""
+    registry, _ledger = _parts(graph)
+    if not view.status.startswith(PENDING):
+        return f"grant {view.grant_id} is {view.status}: nothing to confirm"
+    refusal = granter_refusal(_policy(registry, view.tool), view.tool, context, view.requester)
+    if refusal is not None:
+        return refusal
+    if context.user_id in view.granted_by:
+        return f"{context.user_id} is already a granter of {view.grant_id}; another granter must confirm it"
+    return None
 
 
 def grants(graph: CompiledStateGraph[Any, Any, Any, Any]) -> list[GrantView]:

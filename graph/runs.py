@@ -22,6 +22,7 @@ from gatedloop.checkpoints.contract import GatedSaver
 from gatedloop.checkpoints.ledger import Audit, CancelFlags
 from gatedloop.checkpoints.threads import UnknownThread, validate_thread_id
 from gatedloop.graph.grants import GrantView as GrantView
+from gatedloop.graph.grants import check_grant as check_grant
 from gatedloop.graph.grants import confirm_grant as confirm_grant
 from gatedloop.graph.grants import grant as grant
 from gatedloop.graph.grants import grants as grants
