@@ -231,6 +231,10 @@ def placeholders(count: int) -> str:
     return ", ".join("?" for _ in range(count))
 
 
+class DeferredWriteError(RuntimeError):
+    """A write whose result is read was made on a `one_commit` view, whose writes wait for its commit."""
+
+
 class EvidenceStore:
     """The evidence queries, over a backend's `_run(query, params) -> rows` (one read) and `_run_batch`."""
 
@@ -240,6 +244,11 @@ class EvidenceStore:
     def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Several writes in one transaction (one commit per node, not one per call)."""
         raise NotImplementedError
+
+    @property
+    def _defers_writes(self) -> bool:
+        """Whether this is a `one_commit` view, whose writes wait for its commit."""
+        return False
 
     def record_proposals(self, thread_id: str, proposals: Iterable[Proposal]) -> None:
         """The calls a model response proposed. A `model` node run again after a crash (its response never reached
@@ -273,6 +282,8 @@ class EvidenceStore:
         """Record calls as validated, with the definition of their tool (pinned), and the audit `events` of their
         validation, in one transaction; a call id registered before keeps its first record and pin (returned as
         is)."""
+        if self._defers_writes:
+            raise DeferredWriteError("register_calls reads back what it wrote: call it outside one_commit")
         now = time.time()
         calls = list(calls)
         pins: list[tuple[str, Sequence[Any]]] = [

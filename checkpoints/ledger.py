@@ -17,6 +17,7 @@ Hand-written because no LangGraph or LangChain component records side-effect cla
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -26,10 +27,10 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, Self, TypeVar
 
 from gatedloop.checkpoints.chain import (
     CHAIN_COLUMNS,
@@ -54,6 +55,7 @@ from gatedloop.checkpoints.evidence import (
     ApprovalRecord,
     AuditEvent,
     CallRecord,
+    DeferredWriteError,
     EvidenceStore,
     GraphIdentity,
     NewCall,
@@ -412,9 +414,11 @@ class Grants(Protocol):
     """Standing grants and the counters of limits across threads (checkpoints/grants.py); a claim takes a grant's
     use and charges limits itself (`Claims.claim`'s `terms`)."""
 
-    def create_grant(self, grant: Grant, roles: frozenset[str], detail: Mapping[str, Any]) -> None: ...
+    def create_grant(
+        self, grant: Grant, roles: frozenset[str], detail: Mapping[str, Any], shown: Mapping[str, Any] | None = None
+    ) -> None: ...
     def confirm_grant(self, grant_id: str, granter: str, roles: frozenset[str], at: float) -> bool: ...
-    def revoke_grant(self, grant_id: str, by: str, at: float) -> bool: ...
+    def revoke_grant(self, grant_id: str, by: str, at: float, shown: Mapping[str, Any] | None = None) -> bool: ...
     def grants(self, tools: Sequence[str] | None = None, *, open_at: float | None = None) -> list[Grant]: ...
     def grant(self, grant_id: str) -> Grant | None: ...
     def grant_uses(self, thread_id: str, call_ids: Sequence[str]) -> dict[str, tuple[str, str]]: ...
@@ -425,6 +429,10 @@ class Ledger(Claims, Audit, CancelFlags, Evidence, ThreadGraphs, Outbox, Grants,
     """What the graph needs from a ledger, every part of it; `SqliteLedger` here, `PostgresLedger` for Postgres.
     A function that needs one part names that part (`Claims`, `Evidence`, ...), so what it may touch is in its
     signature; docs/development.md says how to add a backend."""
+
+    def one_commit(self) -> AbstractContextManager[Ledger]:
+        """A view whose writes are committed together when the block ends (`SqlLedger.one_commit`)."""
+        ...
 
 
 class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
@@ -449,6 +457,8 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
     _signer_loaded = False
     _witness: str | None = None
     _witness_loaded = False
+    _pending: list[tuple[str, Sequence[Any]]] | None = None
+    """On a view from `one_commit`: the writes waiting for its commit (None: each write commits at once)."""
 
     @property
     def signer(self) -> Signer | None:
@@ -479,14 +489,47 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
         raise NotImplementedError
 
     def _write(self, query: str, params: Sequence[Any]) -> int:
-        """One atomic write; the number of rows it changed (an evidence write is chained with its row)."""
+        """One atomic write; the number of rows it changed (an evidence write is chained with its row). On a view
+        from `one_commit`, a write whose count matters cannot wait for the commit: use `_write_or_defer`."""
+        if self._pending is not None:
+            raise DeferredWriteError("a write whose row count is read cannot wait for one_commit's commit")
         if chained_table(query) is None:
             return self._write_plain(query, params)
         return self._chained([(query, params)])
 
+    @property
+    def _defers_writes(self) -> bool:
+        return self._pending is not None
+
+    def _write_or_defer(self, query: str, params: Sequence[Any]) -> bool:
+        """One write whose count nobody reads: now, or with the commit of a `one_commit` view (True: deferred)."""
+        if self._pending is not None:
+            self._pending.append((query, params))
+            return True
+        self._write(query, params)
+        return False
+
     def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        if statements:
+        if self._pending is not None:
+            self._pending.extend(statements)
+        elif statements:
             self._chained(statements)
+
+    @contextmanager
+    def one_commit(self) -> Iterator[Self]:
+        """A view of this ledger for one decision: every write made through it (evidence, audit rows, notices) is
+        committed once, in one transaction, when the block ends without an exception, and none if it raises; a
+        crash lands between decisions, never inside one (issue 52). Its reads see what is committed, not its own
+        pending writes, so a decision reads first and writes last; a write whose result is read (a claim, a
+        registration) refuses to wait (`DeferredWriteError`). Taken on a view, it is that view: one commit."""
+        if self._pending is not None:  # already a view: its writes join the commit it waits for
+            yield self
+            return
+        view = copy.copy(self)
+        view._pending = []
+        yield view
+        if view._pending:
+            self._chained(view._pending)
 
     def _chained(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
         done = self._transaction(
@@ -499,6 +542,8 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
     def _steps(self, body: Statements[T]) -> T:
         """`body` in one transaction, each evidence row it writes chained (`chain.chaining`); what it returned. An
         exception from `body` rolls the whole transaction back and is raised here."""
+        if self._pending is not None:
+            raise DeferredWriteError("a transaction whose result is read cannot wait for one_commit's commit")
         result, done = self._transaction(chaining("?", self.postgres, body, self.signer, started=self._chain_started))
         self._chain_started = True
         publish(self.witness, done.signed)
@@ -559,7 +604,7 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
 
     def finish(self, thread_id: str, call_id: str, state: FinishedState, result: Any) -> None:
         """Record how the claimed call finished, once; a second finish of the same call is ignored."""
-        self._write(
+        self._write_or_defer(
             "UPDATE gatedloop_ledger SET state=?, result=?, finished_at=? "
             "WHERE thread_id=? AND call_id=? AND state='claimed'",
             (state, json.dumps(result, ensure_ascii=False, default=str), time.time(), thread_id, call_id),
@@ -581,7 +626,7 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
         self, thread_id: str, call_id: str, event: str, detail: dict[str, Any], actor: str | None = None
     ) -> None:
         """Append an audit event; the same (call, event) is kept once, so re-run nodes do not duplicate it."""
-        self._write(*audit_statements(thread_id, [AuditEvent(call_id, event, detail, actor)])[0])
+        self._write_or_defer(*audit_statements(thread_id, [AuditEvent(call_id, event, detail, actor)])[0])
 
     def audit(self, thread_id: str) -> list[dict[str, Any]]:
         rows = self._run(

@@ -4,7 +4,9 @@ The graph never talks to the network. The gate inserts one row per request a per
 outbox pattern: the row is in the same database as the evidence the request is built from, written before the
 interrupt, and re-inserting it when the node re-runs on resume changes nothing): `request` for an approval request,
 `unknown` for a question about a write of unknown outcome, `reminder` and `escalated` queued with a request and
-due later, `decided` and `finished` when it is decided and when it ends (nodes/run/notices.py); the deliverer adds
+due later, `decided` and `finished` when it is decided and when it ends (nodes/run/notices.py), and
+`grant_created`, `grant_revoked` and `grant_used` in the transaction that makes, revokes or uses a standing grant
+(checkpoints/grants.py, with `notification_insert`); the deliverer adds
 `expiring` for an approval request close to its expiry, one per deadline: an approver's extension moves the
 `request` row's `expires_at` (`extend_notification`, the one update of a notice), and the request is warned again
 before the new deadline. A deliverer
@@ -28,7 +30,18 @@ from typing import Any, Literal
 
 from gatedloop.checkpoints.evidence import placeholders
 
-NotificationKind = Literal["request", "expiring", "unknown", "decided", "finished", "reminder", "escalated"]
+NotificationKind = Literal[
+    "request",
+    "expiring",
+    "unknown",
+    "decided",
+    "finished",
+    "reminder",
+    "escalated",
+    "grant_created",
+    "grant_revoked",
+    "grant_used",
+]
 KINDS: tuple[str, ...] = NotificationKind.__args__  # type: ignore[attr-defined]
 DeliveryState = Literal["pending", "delivered", "failed", "skipped"]
 
@@ -79,12 +92,12 @@ POSTGRES_KIND_UPGRADE = (
     "ALTER TABLE gatedloop_outbox DROP CONSTRAINT IF EXISTS gatedloop_outbox_kind_check",
     f"ALTER TABLE gatedloop_outbox ADD CONSTRAINT gatedloop_outbox_kind_check {KIND_CHECK}",
 )
-"""A database made before the `decided` and `finished` notices takes them (Postgres names a column's CHECK
+"""A database made before the `decided`, `finished` or grant notices takes them (Postgres names a column's CHECK
 `<table>_<column>_check`); run under `prepare_database`'s lock, only when `POSTGRES_KIND_CHECK` lacks a kind."""
 
 
 def sqlite_kind_upgrade(conn: sqlite3.Connection) -> None:
-    """A file made before the `decided` and `finished` notices takes them: SQLite cannot alter a CHECK, so the
+    """A file made before the `decided`, `finished` or grant notices takes them: SQLite cannot alter a CHECK, so the
     table is copied into one with the new CHECK, in one transaction (the rows keep their ids)."""
     row = conn.execute("SELECT sql FROM sqlite_master WHERE type='table' AND name='gatedloop_outbox'").fetchone()
     if row is None or all(f"'{k}'" in row[0] for k in KINDS):
@@ -109,6 +122,33 @@ def notification_id(thread_id: str, request_id: str, kind: NotificationKind, par
     `part` tells apart notices of one kind about one request (each reviewer's decision, each deadline warned of)."""
     key = f"{thread_id}\0{request_id}\0{kind}" + (f"\0{part}" if part else "")
     return "ntf-" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def notification_insert(
+    thread_id: str,
+    request_id: str,
+    kind: NotificationKind,
+    payload: dict[str, Any],
+    *,
+    created_at: float,
+    expires_at: float | None,
+    part: str = "",
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement that queues a notice once (`ON CONFLICT DO NOTHING`), for a transaction that writes the evidence
+    the notice tells of in the same commit (a grant made, revoked or used: checkpoints/grants.py)."""
+    return (
+        f"INSERT INTO gatedloop_outbox ({NOTIFICATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (id) DO NOTHING",
+        (
+            notification_id(thread_id, request_id, kind, part),
+            kind,
+            thread_id,
+            request_id,
+            json.dumps(payload, ensure_ascii=False, sort_keys=True),
+            created_at,
+            expires_at,
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -153,6 +193,11 @@ class OutboxStore:
     def _run_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         raise NotImplementedError
 
+    @property
+    def _defers_writes(self) -> bool:
+        """Whether this is a `one_commit` view, whose writes wait for its commit."""
+        return False
+
     def record_notification(
         self,
         thread_id: str,
@@ -165,23 +210,16 @@ class OutboxStore:
         part: str = "",
     ) -> bool:
         """Queue a notice once per (thread, request, kind, part); False if it was queued before (kept as first
-        written)."""
-        return (
-            self._write(
-                f"INSERT INTO gatedloop_outbox ({NOTIFICATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (id) DO NOTHING",
-                (
-                    notification_id(thread_id, request_id, kind, part),
-                    kind,
-                    thread_id,
-                    request_id,
-                    json.dumps(payload, ensure_ascii=False, sort_keys=True),
-                    created_at,
-                    expires_at,
-                ),
-            )
-            == 1
+        written). On a `one_commit` view it is queued with the view's commit, and "before" means committed
+        before."""
+        row = notification_insert(
+            thread_id, request_id, kind, payload, created_at=created_at, expires_at=expires_at, part=part
         )
+        if self._defers_writes:
+            queued_before = bool(self._run("SELECT 1 FROM gatedloop_outbox WHERE id=?", (row[1][0],)))
+            self._run_batch([row])
+            return not queued_before
+        return self._write(*row) == 1
 
     def notification(self, notice_id: str) -> Notification | None:
         rows = self._run(f"SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox WHERE id=?", (notice_id,))

@@ -14,6 +14,7 @@ caller's identity). Nothing before `interrupt()` has a side effect beyond idempo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -73,10 +74,12 @@ def make_approve_node(parts: LoopParts):
                 gated.append({**admission.plan, "verdict": "ask"} if admission.action != "answered" else admission.plan)
         live = [p for p in gated if not expired_call(registry, evidence, p, now)]
         if not live:
-            for plan in gated:
-                plans[plan["id"]] = _expired(parts, thread_id, plan, answers)
-            plans.update({p["id"]: p for p in held})
-            return _update(parts, state, thread_id, list(plans.values()), answers, error=None)
+            with parts.ledger.one_commit() as ledger:
+                expiring = replace(parts, ledger=ledger)
+                for plan in gated:
+                    plans[plan["id"]] = _expired(expiring, thread_id, plan, answers)
+                plans.update({p["id"]: p for p in held})
+                return _update(expiring, state, thread_id, list(plans.values()), answers, error=None)
         request = approval_request(registry, gated, evidence, state.get("review_error"), held, calls)
         replaced = replaced_request(parts.ledger, request, evidence, thread_id)
         if replaced:
@@ -84,38 +87,43 @@ def make_approve_node(parts: LoopParts):
         try:
             answer, reviewer, _ = received(interrupt(request))
         except GraphInterrupt:  # the request is put to a person now (on resume `interrupt` returns instead)
-            queue_approval_notice(parts, thread_id, request, state["messages"])
+            with parts.ledger.one_commit() as ledger:  # its notice and the later steps' (the ladder): one commit
+                queue_approval_notice(replace(parts, ledger=ledger), thread_id, request, state["messages"])
             raise
-        try:
-            if replaced and not shown_to(parts.ledger, thread_id, request, reviewer):
-                check_addressed(answer, request)
-            decisions = check_decisions(request, answer)
-            applied: dict[str, Applied] = {
-                plan["id"]: apply_decision(registry, plan, evidence, decisions[plan["id"]], reviewer, parts.clock())
-                for plan in gated
-                if plan["id"] in decisions
-            }
-        except InvalidDecision as exc:
-            refuse_answer(parts.ledger, thread_id, request, reviewer, answer, str(exc))
-            return _update(parts, state, thread_id, list(plans.values()), answers, error=str(exc))
-        for plan in gated:
-            if plan not in live:
-                plans[plan["id"]] = _expired(parts, thread_id, plan, answers)
-            elif plan["id"] in applied:
-                new_plan, answer_now, _ = applied[plan["id"]]
-                plans[plan["id"]] = new_plan
-                if answer_now is not None:
-                    answers.append(answer_now)
-            else:
-                plans[plan["id"]] = plan  # not named by this answer: still waits for its own reviewers
-        plans.update({p["id"]: p for p in held})  # their verdicts from the evidence, not the state's hold
-        plans.update(held_until_all_decided(plans, [*live, *held]))
-        live_decisions = {p["id"]: applied[p["id"]] for p in live if p["id"] in applied}
-        record_decisions(parts.ledger, registry, thread_id, request, live_decisions, decisions, evidence)
-        decided = [plans[p["id"]] for p in live if p["id"] in applied]
-        queue_decided_notice(parts, thread_id, request, reviewer, decided)
-        report_decisions(parts, thread_id, request, reviewer, decided)
-        return _update(parts, state, thread_id, list(plans.values()), answers, error=None, decided=request)
+        with parts.ledger.one_commit() as ledger:  # the answer's evidence, audit rows and notice: one commit
+            answering = replace(parts, ledger=ledger)
+            try:
+                if replaced and not shown_to(answering.ledger, thread_id, request, reviewer):
+                    check_addressed(answer, request)
+                decisions = check_decisions(request, answer)
+                applied: dict[str, Applied] = {
+                    plan["id"]: apply_decision(
+                        registry, plan, evidence, decisions[plan["id"]], reviewer, answering.clock()
+                    )
+                    for plan in gated
+                    if plan["id"] in decisions
+                }
+            except InvalidDecision as exc:
+                refuse_answer(answering.ledger, thread_id, request, reviewer, answer, str(exc))
+                return _update(answering, state, thread_id, list(plans.values()), answers, error=str(exc))
+            for plan in gated:
+                if plan not in live:
+                    plans[plan["id"]] = _expired(answering, thread_id, plan, answers)
+                elif plan["id"] in applied:
+                    new_plan, answer_now, _ = applied[plan["id"]]
+                    plans[plan["id"]] = new_plan
+                    if answer_now is not None:
+                        answers.append(answer_now)
+                else:
+                    plans[plan["id"]] = plan  # not named by this answer: still waits for its own reviewers
+            plans.update({p["id"]: p for p in held})  # their verdicts from the evidence, not the state's hold
+            plans.update(held_until_all_decided(plans, [*live, *held]))
+            live_decisions = {p["id"]: applied[p["id"]] for p in live if p["id"] in applied}
+            record_decisions(answering.ledger, registry, thread_id, request, live_decisions, decisions, evidence)
+            decided = [plans[p["id"]] for p in live if p["id"] in applied]
+            queue_decided_notice(answering, thread_id, request, reviewer, decided)
+            report_decisions(answering, thread_id, request, reviewer, decided)
+            return _update(answering, state, thread_id, list(plans.values()), answers, error=None, decided=request)
 
     return approve
 

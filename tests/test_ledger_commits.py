@@ -103,8 +103,9 @@ def transactions(statements: list[str]) -> list[list[str]]:
 
 
 def test_a_decision_is_audited_in_the_transaction_that_records_it(db):
-    """The reviewer's decision and its audit row are one commit (a crash keeps both or neither), and a new request
-    takes no write lock just to clear a cancel flag that is not there."""
+    """An answer is one commit (issue 52): the reviewer's decision, its audit row, the `decided` notice and the
+    chain's entries (invariant 14); a crash keeps all or none. Then the write's claim, its finish and its answer.
+    And a new request takes no write lock just to clear a cancel flag that is not there."""
     config = {"configurable": {"thread_id": "approved"}}
     with open_sqlite(db) as saver:
         graph = build_graph(
@@ -118,14 +119,55 @@ def test_a_decision_is_audited_in_the_transaction_that_records_it(db):
             asked = len(statements)
             out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync")
     assert out["status"] == "completed"
-    decided = [tx for tx in transactions(statements[asked:]) if "INSERT INTO GATEDLOOP_APPROVALS" in tx]
-    # ... with their evidence-chain entries after the head, one statement (invariant 14), in the same commit
-    assert decided == [
-        [
-            "INSERT INTO GATEDLOOP_AUDIT",
-            "INSERT INTO GATEDLOOP_APPROVALS",
-            "SELECT SEQ, CHAIN_HASH",
-            "INSERT INTO GATEDLOOP_CHAIN",
-        ]
+    answered = transactions(statements[asked:])
+    assert answered[0] == [
+        "INSERT INTO GATEDLOOP_AUDIT",
+        "INSERT INTO GATEDLOOP_APPROVALS",
+        "INSERT INTO GATEDLOOP_OUTBOX",
+        "SELECT SEQ, CHAIN_HASH",
+        "INSERT INTO GATEDLOOP_CHAIN",
     ]
+    assert [tx[0] for tx in answered[1:3]] == ["INSERT INTO GATEDLOOP_LEDGER", "UPDATE GATEDLOOP_LEDGER SET"]
     assert not any("DELETE FROM GATEDLOOP_CANCEL" in tx for tx in transactions(statements))
+
+
+def test_a_rejection_and_its_answer_to_the_model_are_one_commit(db):
+    """A rejection is a decision and an answer to the model at once: its approval record, audit row, recorded
+    answer and notice in one transaction, and nothing else is written for it."""
+    config = {"configurable": {"thread_id": "rejected"}}
+    with open_sqlite(db) as saver:
+        graph = build_graph(
+            ScriptedChatModel(responder=one_refund),
+            [refund],
+            policies={"refund": ToolPolicy(effect="write", approval="always")},
+            checkpointer=saver,
+        )
+        with traced_writes(saver) as statements:
+            graph.invoke({"messages": [("user", "refund A-1")]}, config, durability="sync")
+            asked = len(statements)
+            decision = {"type": "reject", "message": "not this one"}
+            out = graph.invoke(Command(resume={"decisions": [decision]}), config, durability="sync")
+    assert out["status"] == "completed"
+    answered = transactions(statements[asked:])
+    assert len(answered) == 2, answered  # the decision; then the `finished` notice when the request ends
+    assert {"INSERT INTO GATEDLOOP_APPROVALS", "INSERT INTO GATEDLOOP_CALLS", "INSERT INTO GATEDLOOP_OUTBOX"} <= set(
+        answered[0]
+    ), answered[0]
+    assert not any("INSERT INTO GATEDLOOP_LEDGER" in tx for tx in answered)
+
+
+def test_a_view_that_raises_writes_nothing(db):
+    """`one_commit`: a decision that fails half-way leaves no trace of its first half."""
+    with open_sqlite(db) as saver:
+        ledger = saver.ledger
+        try:
+            with ledger.one_commit() as view:
+                view.record("t", "c-1", "decision", {"n": 1})
+                raise RuntimeError("crash between two writes of one decision")
+        except RuntimeError:
+            pass
+        assert ledger.audit("t") == []
+        with ledger.one_commit() as view:
+            view.record("t", "c-1", "decision", {"n": 1})
+            assert ledger.audit("t") == []  # pending until the block ends
+        assert [row["event"] for row in ledger.audit("t")] == ["decision"]

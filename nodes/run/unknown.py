@@ -17,6 +17,7 @@ event. The question is reminded and escalated as an approval request is (the too
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, NamedTuple, cast
 
 from langgraph.errors import GraphInterrupt
@@ -155,8 +156,9 @@ def settle_unknown(
 def _superseded(parts: LoopParts, thread_id: str, plan: CallPlan, how: str, who: str | None = None) -> Outcome:
     """A write known not to have happened, that nobody will run now: closed in the ledger as not run."""
     outcome = error_outcome(errors.ToolFailure(errors.SUPERSEDED, error_type="superseded"))
-    parts.ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
-    parts.ledger.record(thread_id, plan["id"], "superseded", {"how": how}, who)
+    with parts.ledger.one_commit() as ledger:
+        ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
+        ledger.record(thread_id, plan["id"], "superseded", {"how": how}, who)
     return outcome
 
 
@@ -226,12 +228,9 @@ def _ask_person(
     detail = {"decision": decision["type"], **({"note": decision["note"]} if decision.get("note") else {})}
     if decision.get("justification"):
         detail["justification"] = decision["justification"]
-    parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
-    report_settlement(parts, thread_id, request, requester, reviewer, decision["type"], first)
-    if decision["type"] == "done":
-        settled = _settle(parts, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who)
-        return Settlement(settled, False, waited)
     if decision["type"] == "not_done":
+        parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
+        report_settlement(parts, thread_id, request, requester, reviewer, decision["type"], first)
         entry = parts.ledger.get(thread_id, plan["id"])
         if entry is not None and entry.state != "claimed":
             return Settlement(stored_outcome(entry.state, entry.result), False, waited)
@@ -239,8 +238,18 @@ def _ask_person(
             return Settlement(_superseded(parts, thread_id, plan, "marked not done", who), False, waited)
         again = _rerun(parts, thread_id, plan, entry.attempts if entry else 1, env)
         return Settlement(again, False, waited) if again is not None else Settlement(outcome, True, waited)
-    parts.ledger.finish(thread_id, plan["id"], "abandoned", outcome)
-    return Settlement({**outcome, "status": "error"}, True, waited)
+    with parts.ledger.one_commit() as ledger:  # the decision and the outcome it records: one commit
+        deciding = replace(parts, ledger=ledger)
+        deciding.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
+        if decision["type"] == "done":
+            settled = _settle(
+                deciding, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who
+            )
+        else:
+            deciding.ledger.finish(thread_id, plan["id"], "abandoned", outcome)
+            settled = {**outcome, "status": "error"}
+    report_settlement(parts, thread_id, request, requester, reviewer, decision["type"], first)
+    return Settlement(settled, decision["type"] == "abandon", waited)
 
 
 def _requester(parts: LoopParts, thread_id: str, plan: CallPlan) -> str | None:
@@ -306,6 +315,7 @@ def _claimant(parts: LoopParts, thread_id: str, plan: CallPlan) -> str:
 def _settle(
     parts: LoopParts, thread_id: str, plan: CallPlan, outcome: Outcome, how: str, who: str | None = None
 ) -> Outcome:
-    parts.ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
-    parts.ledger.record(thread_id, plan["id"], how, {"result_chars": len(outcome["content"])}, who)
+    with parts.ledger.one_commit() as ledger:  # a no-op view inside another's: its writes join that commit
+        ledger.finish(thread_id, plan["id"], finished_state(outcome), outcome)
+        ledger.record(thread_id, plan["id"], how, {"result_chars": len(outcome["content"])}, who)
     return outcome
