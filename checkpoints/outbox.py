@@ -252,14 +252,15 @@ class OutboxStore:
     def extend_notification(self, thread_id: str, request_id: str, until: float) -> bool:
         """An approver extended the request to `until`: its `request` notice's `expires_at` moves there (never
         back), so `unwarned` selects it again for a warning before the new deadline. Its payload stays as queued
-        (the deliverer derives the deadline from the evidence); False if it had no such notice or a later one."""
-        return (
-            self._write(
-                "UPDATE gatedloop_outbox SET expires_at=? WHERE id=? AND expires_at < ?",
-                (until, notification_id(thread_id, request_id, "request"), until),
-            )
-            == 1
-        )
+        (the deliverer derives the deadline from the evidence); False if it had no such notice or a later one (on
+        a `one_commit` view: as committed before)."""
+        notice_id = notification_id(thread_id, request_id, "request")
+        update = ("UPDATE gatedloop_outbox SET expires_at=? WHERE id=? AND expires_at < ?", (until, notice_id, until))
+        if self._defers_writes:
+            moves = bool(self._run("SELECT 1 FROM gatedloop_outbox WHERE id=? AND expires_at < ?", (notice_id, until)))
+            self._run_batch([update])
+            return moves
+        return self._write(*update) == 1
 
     def dispatch(self, rows: Sequence[tuple[str, str, str, DeliveryState, str | None]], now: float) -> None:
         """Delivery rows (notification id, endpoint, shown URL, state, note), once each, in one transaction."""

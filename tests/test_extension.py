@@ -118,3 +118,21 @@ def test_the_cli_and_the_inbox_extend_and_the_deliverer_and_the_card_see_the_new
     assert main([*argv, "extend", "t1", "--request", request_id]) == 0
     [line] = [json.loads(x) for x in capsys.readouterr().out.splitlines() if '"extend"' in x]
     assert line["until"] > first and line["request_id"] == request_id
+
+
+def test_an_extension_and_its_notice_move_are_one_commit(db):
+    """Issue 52: the extension's record, its audit row and the request notice's new deadline in one transaction."""
+    with open_sqlite(db) as saver:
+        graph = graph_of(saver)
+        request = pause(graph, "t-commit")
+        statements: list[str] = []
+        saver.ledger._writer.set_trace_callback(statements.append)
+        try:
+            until = runs.extend(graph, "t-commit", context=BO, request_id=request["request_id"])
+        finally:
+            saver.ledger._writer.set_trace_callback(None)
+        begun = [s.split()[0].upper() for s in statements].count("BEGIN")
+        assert begun == 1, statements
+        assert any(s.upper().startswith("UPDATE GATEDLOOP_OUTBOX") for s in statements)
+        [notice] = [n for n in saver.ledger.unwarned(time.time()) if n.thread_id == "t-commit"]
+        assert notice.expires_at == until
