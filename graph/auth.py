@@ -62,6 +62,8 @@ WORKSPACE_KEY = "workspace"
 DEFAULT_WORKSPACE = "default"
 """The workspace of every user of a file that names none."""
 LOCAL_USER_ID = "local"
+DEFAULT_STATS_ROLE = "supervisor"
+"""Who sees the inbox's reviewer telemetry when the configuration names no `stats_roles`."""
 MIN_TOKEN_CHARS = 16
 OLD_SUPERVISOR_KEY = "approver_roles"
 log = logging.getLogger("gatedloop.auth")
@@ -93,6 +95,9 @@ class AuthConfig(BaseModel):
     supervisor_roles: frozenset[Name] = frozenset()
     """Roles whose users see and may resume every thread of their workspace (a tool's `approvers` still decide who
     may approve it)."""
+    stats_roles: frozenset[Name] = frozenset({DEFAULT_STATS_ROLE})
+    """Roles whose users see the inbox's Stats page (reviewer telemetry over the whole database: every reviewer's
+    decisions and times, every workspace's); default the role `supervisor`."""
     _by_digest: dict[str, TokenUser] = PrivateAttr(default_factory=dict)
     _supervisors: frozenset[str] = PrivateAttr(default=frozenset())
     _workspaces: dict[str, str] = PrivateAttr(default_factory=dict)

@@ -32,9 +32,11 @@ from gatedloop.graph import pending as decide
 from gatedloop.graph import runs
 from gatedloop.graph.contexts import context_for
 from gatedloop.graph.display import DECISION_WORDS, STOP_WORDS, day_and_clock, describe_thread
+from gatedloop.graph.grants import PENDING
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.inbox.filters import ORDERS, Filters, choices
 from gatedloop.inbox.forms import FormError, parse_edit
+from gatedloop.inbox.grants import EXPIRY_UNITS, OPS, GrantAsk, GrantForm, grant_forms, grant_from_form, grants_page
 from gatedloop.inbox.identity import SESSION_COOKIE, Reviewer, Sessions
 from gatedloop.inbox.pending import (
     PendingRequests,
@@ -46,6 +48,8 @@ from gatedloop.inbox.pending import (
 )
 from gatedloop.inbox.review import answers_by_call, call_story, find_request, thread_story
 from gatedloop.inbox.slack_actions import SlackActions
+from gatedloop.inbox.stats import ReviewHistories, stats_context
+from gatedloop.nodes.gate.grants import GrantRefused
 from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.nodes.gate.masking import thread_redactor
 from gatedloop.tools.policy import MASK, CallContext, ToolPolicy
@@ -59,6 +63,14 @@ MOVED = (
     " decide yours"
 )
 SLACK_PATHS = ("/slack/actions", "/inbox/slack/actions")
+GRANTS_ELSEWHERE = (
+    "Standing grants of a served graph are managed with the CLI on the server's database: gatedloop --db URL"
+    " --graph MODULE:ATTR grant create | list | confirm | revoke, and gatedloop limits."
+)
+"""What the Grants page says for a backend whose `grants_graph` is None."""
+STATS_FOR_SUPERVISORS = (
+    "The Stats page is for supervisors: reviewers holding a role of the auth configuration's stats_roles."
+)
 """Slack's interactivity URL: the first standalone, the second under a server (which serves the inbox's paths)."""
 
 
@@ -106,6 +118,11 @@ class InboxBackend:
     def extend(self, reviewer: Reviewer, origin: str, view: PendingView) -> float:
         """Give the waiting request its time to live again, as this reviewer (`runs.extend`); the new deadline."""
         return runs.extend(self.graph, view.thread_id, context=reviewer.context, request_id=view.request_id)
+
+    def grants_graph(self) -> CompiledStateGraph | None:
+        """The graph whose policies judge standing grants on this database (`runs.grant`, `runs.grants`); None where
+        the inbox cannot make them (`GRANTS_ELSEWHERE` says where they are made instead)."""
+        return self.graph
 
 
 @dataclass(frozen=True)
@@ -155,6 +172,8 @@ TEMPLATES.env.globals.update(
     orders=ORDERS,
     choice_words=CHOICE_WORDS,
     decision_words=DECISION_WORDS,
+    expiry_units=EXPIRY_UNITS,
+    bound_ops=OPS,
 )
 
 
@@ -195,12 +214,14 @@ def create_app(
 
     def render(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
         session_id = session_of(request) or sessions.new_id()
-        response = TEMPLATES.TemplateResponse(
-            request,
-            template,
-            {"title": title, "csrf": sessions.csrf_token(session_id), "poll_ms": POLL_MS, **context},
-            status_code=status,
-        )
+        reviewer = reviewer_of(request)
+        shared = {
+            "title": title,
+            "csrf": sessions.csrf_token(session_id),
+            "poll_ms": POLL_MS,
+            "sees_stats": reviewer is not None and sessions.may_see_stats(reviewer),
+        }
+        response = TEMPLATES.TemplateResponse(request, template, {**shared, **context}, status_code=status)
         if (SESSION_COOKIE, session_id) not in _cookies(request):
             set_session(request, response, session_id)
         return response
@@ -228,6 +249,7 @@ def create_app(
         return {
             "reviewer": reviewer,
             "views": views,
+            "grant_forms": _grant_forms(backend_of(request), reviewer, origin(request), views),
             "total": len(everything),
             "filters": filters,
             "now": now,
@@ -261,11 +283,11 @@ def create_app(
             return render(request, "message.html", {"message": "This form has expired; reload the inbox."}, 403)
         reviewer = reviewer_of(request)
         if reviewer is None or session_id is None:
-            return sign_in_page(request, f"Sign in to {doing} requests.", 401)
+            return sign_in_page(request, f"Sign in to {doing}.", 401)
         return form, session_id, reviewer
 
     async def answer(request: Request) -> Response:
-        signed = await signed_form(request, "answer")
+        signed = await signed_form(request, "answer requests")
         if isinstance(signed, Response):
             return signed
         form, session_id, reviewer = signed
@@ -283,7 +305,7 @@ def create_app(
         return RedirectResponse("/inbox" + (f"?{back}" if back else ""), status_code=303)
 
     async def extend(request: Request) -> Response:
-        signed = await signed_form(request, "extend")
+        signed = await signed_form(request, "extend requests")
         if isinstance(signed, Response):
             return signed
         form, session_id, reviewer = signed
@@ -334,6 +356,45 @@ def create_app(
         context = {"reviewer": reviewer, "flashes": notes, "drafts": kept, "now": time.time(), **shown}
         return render(request, "request.html", context)
 
+    async def grants(request: Request) -> Response:
+        reviewer = reviewer_of(request)
+        if reviewer is None:
+            return sign_in_page(request)
+        graph = backend_of(request).grants_graph()
+        shown = await run_in_threadpool(grants_page, graph, reviewer.context) if graph is not None else {}
+        notes = flashes.pop(session_of(request) or "", [])
+        context = {"reviewer": reviewer, "flashes": notes, "elsewhere": GRANTS_ELSEWHERE if graph is None else None}
+        return render(request, "grants.html", {**context, **shown})
+
+    async def grant_action(request: Request) -> Response:
+        signed = await signed_form(request, "manage grants")
+        if isinstance(signed, Response):
+            return signed
+        form, session_id, reviewer = signed
+        doing, grant_id = request.path_params["doing"], _field(form, "grant_id") or ""
+        note = await run_in_threadpool(_grant_action, backend_of(request), reviewer, doing, grant_id)
+        flashes.setdefault(session_id, []).append(note)
+        return RedirectResponse("/inbox/grants", status_code=303)
+
+    async def stats(request: Request) -> Response:
+        reviewer = reviewer_of(request)
+        if reviewer is None:
+            return sign_in_page(request)
+        if not sessions.may_see_stats(reviewer):
+            message = (
+                "The Stats page is for supervisors: reviewers holding a role of the auth configuration's stats_roles."
+            )
+            return render(request, "message.html", {"message": message}, 403)
+        ledger = backend_of(request).ledger
+        if not isinstance(ledger, ReviewHistories):
+            return render(request, "message.html", {"message": "This ledger keeps no review history."}, 404)
+        since = request.query_params.get("since") or ""
+        try:
+            shown = await run_in_threadpool(stats_context, ledger, since, time.time())
+        except ValueError as exc:
+            return render(request, "message.html", {"message": str(exc)}, 400)
+        return render(request, "stats.html", {"reviewer": reviewer, **shown})
+
     async def short_request_link(request: Request) -> Response:
         # The short link notifications carry, redirected to the inbox's page under the cookie's path. (A comment, not
         # a docstring: LangGraph Server parses route docstrings as OpenAPI YAML and warns on this one.)
@@ -352,6 +413,9 @@ def create_app(
             Route("/inbox/logout", logout, methods=["POST"]),
             Route("/inbox/thread/{thread_id}", thread, methods=["GET"]),
             Route("/inbox/requests/{request_id}", request_page, methods=["GET"]),
+            Route("/inbox/grants", grants, methods=["GET"]),
+            Route("/inbox/grants/{doing:str}", grant_action, methods=["POST"]),
+            Route("/inbox/stats", stats, methods=["GET"]),
             Route("/requests/{request_id}", short_request_link, methods=["GET"]),
         ],
         lifespan=lifespan,
@@ -394,20 +458,102 @@ def _answer(
         return Flash("error", f"Thread {thread_id}: you may not decide this request: {refusal}.", thread_id), None
     if _moved_since_shown(view, form):
         return Flash("error", f"Thread {thread_id}: {MOVED}", thread_id), None
+    seen = _seen_by(source, reviewer, view)
     try:
-        answer = answer_from_form(_seen_by(source, reviewer, view), form, reviewer)
+        granting = _grant_asked(backend, source, reviewer, seen, form)
+        answer = answer_from_form(seen, granting[2] if granting else form, reviewer)
+        if granting is not None:
+            _approves_as_shown(answer, granting[1])
         result = backend.send(reviewer, origin, view, answer)
-    except FormError as exc:
+    except (FormError, GrantRefused) as exc:
         return _refused(view, form, f"Thread {thread_id}: not sent: {exc}")
     except InvalidDecision as exc:
         return _refused(view, form, f"Thread {thread_id}: not accepted: {exc}")
     except ThreadBusy:
         return _refused(view, form, f"Thread {thread_id}: another answer is being applied; look again in a moment.")
+    granted = _grant(backend, reviewer, granting[0]) if granting is not None else ""
     if result.get("__interrupt__"):
-        return Flash("ok", f"Thread {thread_id}: recorded; {_still_waiting(source, view)}.", thread_id), None
+        text = f"Thread {thread_id}: recorded; {_still_waiting(source, view)}.{granted}"
+        return Flash("ok", text, thread_id), None
     status = result.get("status") or "unknown"
     words = STOP_WORDS.get(status, status)
-    return Flash("ok", f"Thread {thread_id}: decided; the thread ended: {words}.", thread_id), None
+    return Flash("ok", f"Thread {thread_id}: decided; the thread ended: {words}.{granted}", thread_id), None
+
+
+def _grant_action(backend: InboxBackend, reviewer: Reviewer, doing: str, grant_id: str) -> Flash:
+    """Revoke or confirm a grant as this reviewer, under graph/grants.py's rules; a note for the Grants page."""
+    graph = backend.grants_graph()
+    if graph is None:
+        return Flash("error", GRANTS_ELSEWHERE)
+    try:
+        if doing == "revoke":
+            runs.revoke(graph, grant_id, context=reviewer.context)
+            return Flash("ok", f"{grant_id}: revoked; it covers no call from now on.")
+        if doing == "confirm":
+            view = runs.confirm_grant(graph, grant_id, context=reviewer.context)
+            return Flash("ok", f"{grant_id}: {view.status} (granted by {', '.join(view.granted_by)}).")
+    except GrantRefused as exc:
+        return Flash("error", f"{grant_id}: not {doing}d: {exc}")
+    return Flash("error", f"no such action on a grant: {doing!r} (revoke or confirm)")
+
+
+def _grant_forms(
+    backend: InboxBackend, reviewer: Reviewer, origin: str, views: list[PendingView]
+) -> dict[tuple[str, str], GrantForm]:
+    """The grant forms of the calls shown (none where the backend cannot make grants)."""
+    if backend.grants_graph() is None:
+        return {}
+    source = backend.requests(reviewer, origin)
+    return grant_forms(views, lambda view: source.tools_and_policy(view.graph)[1], reviewer.context)
+
+
+def _grant_asked(
+    backend: InboxBackend, source: RequestSource, reviewer: Reviewer, view: PendingView, form: FormData
+) -> tuple[GrantAsk, str, FormData] | None:
+    """With "Approve and grant similar calls": the grant asked for, its call, and the form with that call approved;
+    the grant checked by its rules (`runs.check_grant`) before anything is sent. None for a plain answer."""
+    index = _field(form, "grant")
+    graph = backend.grants_graph()
+    if index is None:
+        return None
+    action = next((a for a in view.actions if str(a.index) == index), None)
+    offered = (
+        grant_forms([view], lambda v: source.tools_and_policy(v.graph)[1], reviewer.context).get(
+            (view.thread_id, action.tool_call_id)
+        )
+        if action is not None and graph is not None
+        else None
+    )
+    if action is None or graph is None or offered is None:
+        raise FormError("you may not grant similar calls of this call here")
+    asked = grant_from_form(offered, form, action.index)
+    runs.check_grant(graph, asked.tool, context=reviewer.context, **asked.arguments())
+    approving = [(k, v) for k, v in form.multi_items() if k != f"decision-{action.index}"]
+    return asked, action.tool_call_id, FormData([*approving, (f"decision-{action.index}", "approve")])
+
+
+def _approves_as_shown(answer: dict[str, Any], call_id: str) -> None:
+    decided = next(d for d in answer["decisions"] if d.get("tool_call_id") == call_id)
+    if decided["type"] != "approve":
+        raise FormError(
+            "approve and grant approves the call as shown: undo your changes to its arguments, or approve your"
+            " edits without a grant"
+        )
+
+
+def _grant(backend: InboxBackend, reviewer: Reviewer, asked: GrantAsk) -> str:
+    """Make the grant asked for with an approval that was accepted; the words the reviewer's note ends with."""
+    graph = backend.grants_graph()
+    assert graph is not None  # checked before the answer was sent
+    try:
+        grant_id = runs.grant(graph, asked.tool, context=reviewer.context, note=asked.note, **asked.arguments())
+    except GrantRefused as exc:
+        return f" The grant was not made: {exc}"
+    made = next(v for v in runs.grants(graph) if v.grant_id == grant_id)
+    uses = f"{made.uses} use" + ("s" if made.uses != 1 else "")
+    until = day_and_clock(made.expires_at)
+    text = f" Granted {made.grant_id}: {made.tool} where {made.bounds}; {uses}; until {until}; {made.status}."
+    return text + (" Another granter confirms it on the Grants page." if made.status.startswith(PENDING) else "")
 
 
 def _moved_since_shown(view: PendingView, form: FormData) -> bool:
@@ -584,6 +730,7 @@ def _request_card(
     ]
     return {
         "view": view,
+        "grant_forms": _grant_forms(backend, reviewer, origin, [view]) if pending else {},
         "next": waiting[0] if waiting else None,
         "pending": pending,
         "stories": stories,

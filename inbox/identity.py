@@ -20,7 +20,9 @@ In order, the reviewer is:
    unrestricted local user as the API's fallback (`local`, no roles).
 
 As on the API, a user who holds none of `supervisor_roles` sees only the requests of threads she asked for;
-which calls anyone may decide is up to each tool's `ToolPolicy` (`reviewer_refusal`).
+which calls anyone may decide is up to each tool's `ToolPolicy` (`reviewer_refusal`). The Stats page (reviewer
+telemetry: every reviewer's decisions and times) is for users holding a role of `stats_roles` (default: the role
+`supervisor`; `gatedloop inbox --as U --roles supervisor` standalone).
 
 CSRF: every form carries a token that is an HMAC of the session id under a per-process secret, checked on every
 POST, besides the SameSite=Strict cookie (hand-written: no well-kept Starlette CSRF library is in our dependencies).
@@ -37,7 +39,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gatedloop.graph.auth import LOCAL_USER_ID, AuthConfig
+from gatedloop.graph.auth import DEFAULT_STATS_ROLE, LOCAL_USER_ID, AuthConfig
 from gatedloop.nodes.gate.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK
 from gatedloop.tools.policy import CallContext
 
@@ -141,6 +143,12 @@ class Sessions:
             if signed_in is not None:
                 return signed_in
         return self.fixed
+
+    def may_see_stats(self, reviewer: Reviewer) -> bool:
+        """Whether the reviewer holds a role of the configuration's `stats_roles` (none configured: the role
+        `supervisor`), who see the Stats page: every reviewer's decisions and times."""
+        roles = self.config.stats_roles if self.config is not None else frozenset({DEFAULT_STATS_ROLE})
+        return bool(reviewer.roles & roles)
 
     @property
     def can_sign_in(self) -> bool:

@@ -159,6 +159,11 @@ class ServedBackend(InboxBackend):
     def requests(self, reviewer: Reviewer, origin: str) -> ServedRequests:
         return ServedRequests(self.client(reviewer, origin), self.graphs, self.ledger)
 
+    def grants_graph(self) -> None:
+        """None: a grant is judged under one graph's policies, and the server serves several (its `graph` here only
+        reads histories), so grants of a served graph are made with the CLI (`GRANTS_ELSEWHERE`)."""
+        return None
+
     def extend(self, reviewer: Reviewer, origin: str, view: PendingView) -> float:
         """The extension is the ledger's record (the server's database): no run is needed, none is made."""
         assert view.request is not None
