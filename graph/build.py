@@ -54,7 +54,7 @@ def build_graph(
     middleware: Sequence[Any] = (),
     tracer_provider: Any = None,
     meter_provider: Any = None,
-) -> CompiledStateGraph:
+) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile the gated loop.
 
     The ledger (approvals, claims, audit) must be as durable as the checkpoints: by default it is the one inside
@@ -124,7 +124,7 @@ def _middlewares(middleware: Sequence[Any]) -> Any:
 
 def _compile(
     parts: LoopParts, checkpointer: BaseCheckpointSaver | None, store: BaseStore | None, name: str
-) -> CompiledStateGraph:
+) -> CompiledStateGraph[Any, Any, Any, Any]:
     schema = parts.middleware.state_schema(GatedState) if parts.middleware else GatedState
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(
         schema, context_schema=parts.context_schema, input_schema=InputState, output_schema=OutputState
@@ -152,7 +152,9 @@ def _compile(
     )
 
 
-def with_saver(graph: CompiledStateGraph, checkpointer: BaseCheckpointSaver) -> CompiledStateGraph:
+def with_saver(
+    graph: CompiledStateGraph[Any, Any, Any, Any], checkpointer: BaseCheckpointSaver
+) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The same graph (model, tools, policies, limits, prompt, store, name) over `checkpointer`, with the ledger
     that saver's database holds: how the CLI and the inbox run a user's graph on `--db`."""
     parts = parts_of(graph)

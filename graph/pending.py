@@ -106,8 +106,12 @@ class PendingRequest:
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, value: Mapping[str, Any], interrupt_id: str = "") -> PendingRequest:
-        """Either kind of request, as the interrupt carries it (`GatedHITLRequest`, `UnknownOutcomeRequest`)."""
+    def parse(cls, value: Mapping[str, Any] | None, interrupt_id: str = "") -> PendingRequest:
+        """Either kind of request, as the interrupt carries it (`GatedHITLRequest`, `UnknownOutcomeRequest`).
+        None (what `runs.pending_request` returns for a thread that waits for nothing) is refused with that reason,
+        so the docs' `PendingRequest.parse(runs.pending_request(graph, thread_id))` type-checks and fails clearly."""
+        if value is None:
+            raise ValueError("no pending request: the thread is not waiting for an answer")
         if value.get("kind") == "unknown_outcome":
             allowed = tuple(value.get("allowed_decisions") or ())
             calls = tuple(

@@ -6,7 +6,7 @@ A tool with no policy is treated as a write that always needs approval (fail clo
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -19,13 +19,23 @@ DecisionType = Literal["approve", "edit", "reject", "respond"]
 ALL_DECISIONS: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class CallContext:
     """Who is asking, handed to approval predicates and validators (from the graph's runtime context)."""
 
     user_id: str | None = None
     roles: frozenset[str] = frozenset()
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self, user_id: str | None = None, roles: Iterable[str] = frozenset(), extra: Mapping[str, Any] | None = None
+    ) -> None:
+        """`roles` as any collection of names (`{"finance"}`, a list from JSON), kept a frozenset: a type checker
+        takes a dataclass's field types for its parameters, which would refuse the set the docs write."""
+        object.__setattr__(self, "user_id", user_id)
+        object.__setattr__(self, "roles", roles)
+        object.__setattr__(self, "extra", {} if extra is None else extra)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         """Roles may arrive as a list (from JSON: the SDK, Studio); keep them a frozenset."""
@@ -44,7 +54,7 @@ RAW_ARGS = "__raw__"
 plans in checkpoints written before plans carried `unread` hold it (nodes/gate/call_arguments.py reads them)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolPolicy:
     """How gatedloop treats one tool.
 
@@ -82,28 +92,62 @@ class ToolPolicy:
       write's claim; a write over one asks a person or is refused, as the limit says. Writes only.
     """
 
-    effect: Effect = "write"
-    approval: Literal["never", "always"] | ApprovalPredicate = "always"
-    allowed_decisions: tuple[DecisionType, ...] = ALL_DECISIONS
-    timeout_s: float = 30.0
-    validator: Validator | None = None
-    roles: frozenset[str] | None = None
-    reconcile: Reconciler | None = None
-    max_calls: int | None = None
-    strict_json: bool | None = None
-    approvers: frozenset[str] | None = None
-    self_approval: bool | None = None
-    approvals_required: int = 1
-    approval_ttl_s: float | None = None
-    secret_args: frozenset[str] = frozenset()
-    review_note: str | None = None
-    justification: tuple[DecisionType, ...] | DecisionType | bool = ()
-    preview: Callable[[dict[str, Any]], str] | None = None
-    remind_after_s: float | None = None
-    escalate_after_s: float | None = None
-    backup_approvers: frozenset[str] | None = None
-    grantable: bool = False
-    limits: tuple[UsageLimit, ...] = ()
+    effect: Effect
+    approval: Literal["never", "always"] | ApprovalPredicate
+    allowed_decisions: tuple[DecisionType, ...]
+    timeout_s: float
+    validator: Validator | None
+    roles: frozenset[str] | None
+    reconcile: Reconciler | None
+    max_calls: int | None
+    strict_json: bool | None
+    approvers: frozenset[str] | None
+    self_approval: bool | None
+    approvals_required: int
+    approval_ttl_s: float | None
+    secret_args: frozenset[str]
+    review_note: str | None
+    justification: tuple[DecisionType, ...] | DecisionType | bool
+    preview: Callable[[dict[str, Any]], str] | None
+    remind_after_s: float | None
+    escalate_after_s: float | None
+    backup_approvers: frozenset[str] | None
+    grantable: bool
+    limits: tuple[UsageLimit, ...]
+
+    def __init__(
+        self,
+        effect: Effect = "write",
+        approval: Literal["never", "always"] | ApprovalPredicate = "always",
+        allowed_decisions: Iterable[DecisionType] = ALL_DECISIONS,
+        timeout_s: float = 30.0,
+        validator: Validator | None = None,
+        roles: Iterable[str] | None = None,
+        reconcile: Reconciler | None = None,
+        max_calls: int | None = None,
+        strict_json: bool | None = None,
+        approvers: Iterable[str] | None = None,
+        self_approval: bool | None = None,
+        approvals_required: int = 1,
+        approval_ttl_s: float | None = None,
+        secret_args: Iterable[str] = frozenset(),
+        review_note: str | None = None,
+        justification: Iterable[DecisionType] | DecisionType | bool = (),
+        preview: Callable[[dict[str, Any]], str] | None = None,
+        remind_after_s: float | None = None,
+        escalate_after_s: float | None = None,
+        backup_approvers: Iterable[str] | None = None,
+        grantable: bool = False,
+        limits: Iterable[UsageLimit] = (),
+    ) -> None:
+        """Collections as the docs write them (`approvers={"finance"}`, `limits=[UsageLimit(...)]`), kept as
+        frozensets and tuples: a type checker takes a dataclass's field types for its parameters, which would
+        refuse them. The checks are `__post_init__`'s."""
+        given = {name: value for name, value in locals().items() if name != "self"}
+        for name, value in given.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "allowed_decisions", tuple(allowed_decisions))
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if self.effect not in ("read", "write"):
