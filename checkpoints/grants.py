@@ -15,6 +15,11 @@ When either cannot be had, the claim raises (`GrantLapsed`, `OverLimit`) and the
 rolled back: the write never started, and the gate asks a person or refuses (nodes/run/running.py). Whether a grant
 covers a call, and what a call is charged, is decided by the gate (nodes/gate/grants.py); this module only keeps
 the rows. Every table here is evidence, chained like the rest (checkpoints/chain.py).
+
+A grant's creation, revocation and each use queue their notice (`grant_created`, `grant_revoked`, `grant_used`) in
+the transaction that writes them (checkpoints/outbox.py): no grant is made, revoked or used without its notice, and
+no notice tells of one that was rolled back. Bounds hold argument values, which only the caller's policy can mask:
+the caller passes them shown (`shown`); the rest of a notice is read from the row written.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing_extensions import TypedDict  # a plan field: pydantic (Studio's sche
 
 from gatedloop.checkpoints.chain import CHAINED, row_values
 from gatedloop.checkpoints.evidence import AuditEvent, audit_statements, placeholders
+from gatedloop.checkpoints.outbox import notification_insert
 from gatedloop.checkpoints.pruning import Statements
 from gatedloop.tools.usage import window_start, window_words
 
@@ -76,7 +82,8 @@ CREATE TABLE IF NOT EXISTS gatedloop_limit_usage (
 
 GRANT_EVENTS_THREAD = ""
 """The audit trail's thread of a grant's own events (created, confirmed, revoked): a grant belongs to no thread, and
-no thread id is empty. Its uses are audited in the thread of the call that used it."""
+no thread id is empty. Its uses are audited in the thread of the call that used it. Its notices are queued under
+the same thread (created, revoked) or the call's (used), named by the grant's id."""
 
 GRANT_COLUMNS = ", ".join(f"g.{column}" for column in CHAINED["gatedloop_grants"].columns)
 USAGE_COLUMNS = ", ".join(CHAINED["gatedloop_limit_usage"].columns)
@@ -233,6 +240,19 @@ def take_grant_use(
             detail = {"grant": grant_id, "tool": grant.tool, "uses_left": grant.uses_left}
             for statement in audit_statements(thread_id, [AuditEvent(call_id, "grant_used", detail)]):
                 yield (*statement, False)
+            notice = {
+                "grant_id": grant_id,
+                "tool": grant.tool,
+                "thread_id": thread_id,
+                "tool_call_id": call_id,
+                "uses": grant.uses,
+                "uses_left": grant.uses_left,
+                "used_at": now,
+            }
+            query, params = notification_insert(
+                thread_id, grant_id, "grant_used", notice, created_at=now, expires_at=None, part=call_id
+            )
+            yield query, params, False
             return grant_id
     rows = yield (
         f"SELECT {GRANT_COLUMNS} FROM gatedloop_grants g WHERE g.grant_id IN ({placeholders(len(grant_ids))})",
@@ -299,17 +319,21 @@ class GrantStore:
     def _steps(self, body: Statements[Any]) -> Any:
         raise NotImplementedError
 
-    def create_grant(self, grant: Grant, roles: frozenset[str], detail: Mapping[str, Any]) -> None:
-        """A new grant, its creator's confirmation and its `grant_created` audit row (`detail`), in one transaction."""
-        self._steps(_statements(_create(grant, roles, detail)))
+    def create_grant(
+        self, grant: Grant, roles: frozenset[str], detail: Mapping[str, Any], shown: Mapping[str, Any] | None = None
+    ) -> None:
+        """A new grant, its creator's confirmation, its `grant_created` audit row (`detail`) and its notice (with
+        `shown`: its bounds masked, its status), in one transaction."""
+        self._steps(_statements(_create(grant, roles, detail, shown or {})))
 
     def confirm_grant(self, grant_id: str, granter: str, roles: frozenset[str], at: float) -> bool:
         """A further granter's confirmation (False: she had confirmed it already), with its audit row."""
         return bool(self._steps(_confirm(grant_id, granter, roles, at)))
 
-    def revoke_grant(self, grant_id: str, by: str, at: float) -> bool:
-        """Revoke a grant (False: it was revoked already); from the next claim on it covers nothing."""
-        return bool(self._steps(_revoke(grant_id, by, at)))
+    def revoke_grant(self, grant_id: str, by: str, at: float, shown: Mapping[str, Any] | None = None) -> bool:
+        """Revoke a grant (False: it was revoked already), with its audit row and its notice (with `shown`: its bounds
+        masked); from the next claim on it covers nothing."""
+        return bool(self._steps(_revoke(grant_id, by, at, shown or {})))
 
     def grants(self, tools: Sequence[str] | None = None, *, open_at: float | None = None) -> list[Grant]:
         """Every grant (of `tools`; with `open_at`, only those not revoked, expired or used up then), newest first,
@@ -377,8 +401,11 @@ def _statements(statements: Sequence[tuple[str, Sequence[Any]]]) -> Statements[N
         yield query, params, False
 
 
-def _create(grant: Grant, roles: frozenset[str], detail: Mapping[str, Any]) -> list[tuple[str, Sequence[Any]]]:
+def _create(
+    grant: Grant, roles: frozenset[str], detail: Mapping[str, Any], shown: Mapping[str, Any]
+) -> list[tuple[str, Sequence[Any]]]:
     bounds = json.dumps(grant.bounds, sort_keys=True, ensure_ascii=False)
+    notice = {**shown, **_told(grant), "granted_by": grant.granted_by, "created_at": grant.created_at}
     return [
         (
             "INSERT INTO gatedloop_grants (grant_id, tool, bounds, requester, uses, uses_taken, expires_at, note,"
@@ -402,7 +429,28 @@ def _create(grant: Grant, roles: frozenset[str], detail: Mapping[str, Any]) -> l
         *audit_statements(
             GRANT_EVENTS_THREAD, [AuditEvent(grant.grant_id, "grant_created", dict(detail), grant.granted_by)]
         ),
+        notification_insert(
+            GRANT_EVENTS_THREAD,
+            grant.grant_id,
+            "grant_created",
+            notice,
+            created_at=grant.created_at,
+            expires_at=grant.expires_at,
+        ),
     ]
+
+
+def _told(grant: Grant) -> dict[str, Any]:
+    """What a grant's notice says of it from its row (its bounds only as the caller shows them, masked)."""
+    return {
+        "grant_id": grant.grant_id,
+        "tool": grant.tool,
+        "requester": grant.requester,
+        "uses": grant.uses,
+        "uses_left": grant.uses_left,
+        "expires_at": grant.expires_at,
+        "note": grant.note,
+    }
 
 
 def _confirm(grant_id: str, granter: str, roles: frozenset[str], at: float) -> Statements[bool]:
@@ -418,7 +466,7 @@ def _confirm(grant_id: str, granter: str, roles: frozenset[str], at: float) -> S
     return bool(added)
 
 
-def _revoke(grant_id: str, by: str, at: float) -> Statements[bool]:
+def _revoke(grant_id: str, by: str, at: float, shown: Mapping[str, Any]) -> Statements[bool]:
     revoked = yield (
         "UPDATE gatedloop_grants SET revoked_at = ?, revoked_by = ? WHERE grant_id = ? AND revoked_at IS NULL",
         (at, by, grant_id),
@@ -427,7 +475,13 @@ def _revoke(grant_id: str, by: str, at: float) -> Statements[bool]:
     if revoked:
         grant = Grant.from_row(row_values(revoked[0]))
         detail = {"tool": grant.tool, "uses_left": grant.uses_left}
+        notice = {**shown, **_told(grant), "revoked_by": by, "revoked_at": at}
         yield from _statements(
-            audit_statements(GRANT_EVENTS_THREAD, [AuditEvent(grant_id, "grant_revoked", detail, by)])
+            [
+                *audit_statements(GRANT_EVENTS_THREAD, [AuditEvent(grant_id, "grant_revoked", detail, by)]),
+                notification_insert(
+                    GRANT_EVENTS_THREAD, grant_id, "grant_revoked", notice, created_at=at, expires_at=None
+                ),
+            ]
         )
     return bool(revoked)

@@ -5,20 +5,22 @@
 The rules are the gate's (nodes/gate/grants.py): a grant is judged under the tool's policy of this graph, as an
 approval of the calls it would cover, and is pending until as many distinct authorized granters as the policy's
 `approvals_required` confirmed it. Who acts is the `context` given (the CLI's `--user`/`--roles`), as for an answer.
+Making and revoking a grant queue its notice (`grant_created`, `grant_revoked`) in the same transaction, its bounds
+masked by the tool's `secret_args` (checkpoints/grants.py).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 
-from gatedloop.checkpoints.grants import Grant, LimitUsage
+from gatedloop.checkpoints.grants import Confirmation, Grant, LimitUsage
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.thread_graph import ledger_of
@@ -27,9 +29,11 @@ from gatedloop.nodes.gate.grants import (
     GrantNotAllowed,
     GrantRefused,
     describe_bounds,
+    exact_bounds,
     grant_status,
     granter_refusal,
     parse_where,
+    shown_bounds,
 )
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import ToolRegistry
@@ -92,13 +96,45 @@ def grant(
     where: Sequence[str] = (),
     requester: str | None = None,
     note: str | None = None,
+    exactly: Mapping[str, Any] | None = None,
 ) -> str:
     """Grant `context`'s approval, ahead of time, of `tool`'s calls within `where` (`name=value`, `name<=n`,
-    `name>=n`, `name in a,b`), by `requester` (None: anyone), `uses` times, for `expires_in_s` seconds; the new
-    grant's id. A tool whose policy needs several approvers gives a pending grant, which others confirm
-    (`confirm_grant`). `GrantRefused` (bad input) or `GrantNotAllowed` (not hers to grant), nothing written."""
+    `name>=n`, `name in a,b`), or of calls with `exactly` these arguments, by `requester` (None: anyone), `uses`
+    times, for `expires_in_s` seconds; the new grant's id. A tool whose policy needs several approvers gives a
+    pending grant, which others confirm (`confirm_grant`). `GrantRefused` (bad input) or `GrantNotAllowed` (not hers
+    to grant), nothing written."""
     registry, ledger = _parts(graph)
-    policy, bounds = _judged(registry, tool, context, uses, expires_in_s, where, requester)
+    made = grant_in(
+        registry,
+        ledger,
+        tool,
+        context=context,
+        uses=uses,
+        expires_in_s=expires_in_s,
+        where=where,
+        requester=requester,
+        note=note,
+        exactly=exactly,
+    )
+    return made.grant_id
+
+
+def grant_in(
+    registry: ToolRegistry,
+    ledger: Ledger,
+    tool: str,
+    *,
+    context: CallContext,
+    uses: int,
+    expires_in_s: float,
+    where: Sequence[str] = (),
+    requester: str | None = None,
+    note: str | None = None,
+    exactly: Mapping[str, Any] | None = None,
+) -> GrantView:
+    """`grant` over a registry and a ledger (an inbox under a server has these, not the served graph); the grant as
+    made. Its `grant_created` notice is queued in the transaction that writes it, bounds masked."""
+    policy, bounds = _judged(registry, tool, context, uses, expires_in_s, where, requester, exactly)
     now = time.time()
     made = Grant(
         grant_id=f"g-{uuid.uuid4().hex[:12]}",
@@ -121,8 +157,10 @@ def grant(
         "roles": sorted(context.roles),
         "approvals_required": policy.approvals_required,
     }
-    ledger.create_grant(made, context.roles, detail)
-    return made.grant_id
+    first = replace(made, confirmations=(Confirmation(made.granted_by, context.roles, now),))
+    shown = {**_shown(policy, bounds), "status": grant_status(policy, first, now)}
+    ledger.create_grant(made, context.roles, detail, {**shown, "approvals_required": policy.approvals_required})
+    return _view(registry, first, now)
 
 
 def check_grant(
@@ -134,12 +172,28 @@ def check_grant(
     expires_in_s: float,
     where: Sequence[str] = (),
     requester: str | None = None,
+    exactly: Mapping[str, Any] | None = None,
 ) -> None:
     """Whether `grant` with these arguments would be made, without making it: the same `GrantRefused` or
     `GrantNotAllowed`, or None. For a caller that must know before doing something else first (the inbox approves
     the call at hand, then grants similar ones)."""
     registry, _ledger = _parts(graph)
-    _judged(registry, tool, context, uses, expires_in_s, where, requester)
+    _judged(registry, tool, context, uses, expires_in_s, where, requester, exactly)
+
+
+def check_grant_in(
+    registry: ToolRegistry,
+    tool: str,
+    *,
+    context: CallContext,
+    uses: int,
+    expires_in_s: float,
+    where: Sequence[str] = (),
+    requester: str | None = None,
+    exactly: Mapping[str, Any] | None = None,
+) -> None:
+    """`check_grant` over a registry (see `grant_in`)."""
+    _judged(registry, tool, context, uses, expires_in_s, where, requester, exactly)
 
 
 def _judged(
@@ -150,8 +204,10 @@ def _judged(
     expires_in_s: float,
     where: Sequence[str],
     requester: str | None,
+    exactly: Mapping[str, Any] | None = None,
 ) -> tuple[ToolPolicy, Bounds]:
-    """The tool's policy and the grant's bounds, once every rule admits the grant."""
+    """The tool's policy and the grant's bounds (`where`'s, or `exactly` these arguments), once every rule admits
+    the grant."""
     policy = _policy(registry, tool)
     if isinstance(uses, bool) or not isinstance(uses, int) or uses < 1:
         raise GrantRefused(f"uses must be a whole number of at least 1, not {uses!r}")
@@ -160,7 +216,12 @@ def _judged(
     refusal = granter_refusal(policy, tool, context, requester)
     if refusal is not None:
         raise GrantNotAllowed(refusal)
-    return policy, parse_where(where, _arguments(registry.tools[tool]), policy.secret_args)
+    properties = _arguments(registry.tools[tool])
+    if exactly is None:
+        return policy, parse_where(where, properties, policy.secret_args)
+    if where:
+        raise GrantRefused("a grant is bounded by its where rules or by exact arguments, not both")
+    return policy, exact_bounds(exactly, properties, policy.secret_args)
 
 
 def confirm_grant(graph: CompiledStateGraph[Any, Any, Any, Any], grant_id: str, *, context: CallContext) -> GrantView:
@@ -188,7 +249,8 @@ def revoke(graph: CompiledStateGraph[Any, Any, Any, Any], grant_id: str, *, cont
     refusal = _revoke_refusal(registry, found.tool, [c.granter for c in found.confirmations], context)
     if refusal is not None:
         raise GrantNotAllowed(refusal)
-    if not ledger.revoke_grant(grant_id, context.user_id, time.time()):
+    secret = registry.policy(found.tool).secret_args if found.tool in registry else frozenset()
+    if not ledger.revoke_grant(grant_id, str(context.user_id), time.time(), _shown_of(found.bounds, secret)):
         raise GrantRefused(f"grant {grant_id} was already revoked by {found.revoked_by}")
 
 
@@ -237,6 +299,16 @@ def _arguments(tool: BaseTool) -> dict[str, Any]:
     schema = tool.tool_call_schema
     found = schema if isinstance(schema, dict) else cast(Any, schema).model_json_schema()
     return dict(found.get("properties", {}))
+
+
+def _shown(policy: ToolPolicy, bounds: Bounds) -> dict[str, Any]:
+    return _shown_of(bounds, policy.secret_args)
+
+
+def _shown_of(bounds: Mapping[str, Mapping[str, Any]], secret: frozenset[str]) -> dict[str, Any]:
+    """A grant's bounds as its notices show them (`bounds`, and `bounds_text` in the `--where` forms), masked."""
+    masked = shown_bounds(bounds, secret)
+    return {"bounds": masked, "bounds_text": describe_bounds(masked)}
 
 
 def _existing(ledger: Ledger, grant_id: str) -> Grant:

@@ -9,11 +9,15 @@ configured. Each pass:
    request an approver extended is warned again before its new deadline, the notice naming it;
 2. gives each configured endpoint a delivery row for every notice it has not seen: `pending` if the request is
    still open, else `skipped` (a webhook configured today is not flooded with requests decided last week; an
-   unknown outcome's question is closed once each call it asks about is finished in the ledger). A reminder or an
+   unknown outcome's question is closed once each call it asks about is finished in the ledger; a request a limit
+   sent back to a person after its approval is open again, approvals counted as the gate counts them: only those
+   after it). A reminder or an
    escalation (queued with an approval request, or with an unknown outcome's question, due at its time) is seen
    once due, like the request it belongs to, and recorded in the audit trail when it is sent. A notice that
    tells what happened (`approval_decided`: who decided what; `request_finished`: how a request a reviewer
-   decided ended, and each tool answer) is always `pending`, unless older than `history_s` when first seen;
+   decided ended, and each tool answer) is always `pending`, unless older than `history_s` when first seen; so is
+   a standing grant's notice (`grant_created`, `grant_revoked`, and `grant_used` where the deliverer opts in with
+   `grant_uses`, else `skipped`);
 3. sends every due delivery it can claim (a lease, taken by a conditional UPDATE; the lease of a deliverer that
    died passes on at once, an expired one too), and records the outcome: `delivered` on a 2xx, else another
    attempt after an exponential backoff, `failed` after `max_attempts`. An expiry notice, a reminder or an
@@ -27,7 +31,8 @@ and receivers verify with a library in their language. The old `X-Gatedloop-*` h
 signature) are still sent in this release only, for receivers moving over. httpx (already installed with
 langgraph-sdk) makes the requests; the queue is hand-written because the outbox must live in gatedloop's own
 database, in the transaction the graph writes. A Slack channel (`--slack-channel`) is an endpoint like the others,
-posted to with `chat.postMessage` (`gatedloop.inbox.slack`: an approval request gets its Approve / Reject buttons).
+posted to with `chat.postMessage` (`gatedloop.inbox.slack`: an approval request gets its Approve / Reject buttons;
+a grant's notice is one line, asking nobody).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -53,10 +59,10 @@ from standardwebhooks import Webhook as Webhook_
 
 from gatedloop.checkpoints.evidence import ApprovalRecord
 from gatedloop.checkpoints.ledger import SqlLedger
-from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification
+from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification, notification_id
 from gatedloop.graph.pending import by_decider, deciders_of
 from gatedloop.inbox.slack import TOKEN_ENV, approval_message, web_client
-from gatedloop.nodes.gate.admission import shown_deadline
+from gatedloop.nodes.gate.admission import SENT_BACK, shown_deadline
 from gatedloop.nodes.run.notices import UNKNOWN_PREFIX
 
 log = logging.getLogger("gatedloop.notify")
@@ -83,6 +89,9 @@ EVENT_TYPES = {
     "escalated": "approval_escalated",
     "unknown_reminder": "outcome_unknown_reminder",
     "unknown_escalated": "outcome_unknown_escalated",
+    "grant_created": "grant_created",
+    "grant_revoked": "grant_revoked",
+    "grant_used": "grant_used",
 }
 """By `shown_kind`, as are the tables below."""
 HEADLINES = {
@@ -95,6 +104,9 @@ HEADLINES = {
     "escalated": "Escalated to backup approvers",
     "unknown_reminder": "Outcome unknown, still waiting for an answer",
     "unknown_escalated": "Outcome unknown, escalated to backup approvers",
+    "grant_created": "Grant created",
+    "grant_revoked": "Grant revoked",
+    "grant_used": "Grant used",
 }
 AUDIT_STEPS = {
     "reminder": "approval_reminded",
@@ -108,6 +120,44 @@ LADDER = frozenset({"reminder", "escalated"})
 unknown outcome's question, unsettled)."""
 TELLS = frozenset({"decided", "finished"})
 """Notices that tell what happened (nobody is asked anything): never closed, only too old for a new endpoint."""
+GRANTS = frozenset({"grant_created", "grant_revoked", "grant_used"})
+"""A standing grant's notices: about no request (`request_id` is the grant's id; `thread_id` is "" but for a use,
+the thread of the call it approved). They tell, like `TELLS`; `grant_used` only to a deliverer that opts in."""
+GRANT_KEYS = {
+    "grant_created": (
+        "grant_id",
+        "tool",
+        "bounds",
+        "bounds_text",
+        "requester",
+        "uses",
+        "uses_left",
+        "expires_at",
+        "granted_by",
+        "created_at",
+        "status",
+        "approvals_required",
+        "note",
+    ),
+    "grant_revoked": (
+        "grant_id",
+        "tool",
+        "bounds",
+        "bounds_text",
+        "requester",
+        "uses",
+        "uses_left",
+        "expires_at",
+        "revoked_by",
+        "revoked_at",
+        "note",
+    ),
+    "grant_used": ("grant_id", "tool", "thread_id", "tool_call_id", "uses", "uses_left", "used_at"),
+}
+"""The generic body's keys of a grant's notices, beside id, type and url. Bounds are masked by the tool's
+`secret_args` when queued (graph/grants.py)."""
+GRANT_USES_ENV = "GATEDLOOP_NOTIFY_GRANT_USES"
+GRANT_USES_SKIPPED = "grant uses are not sent (opt in: --grant-uses or GATEDLOOP_NOTIFY_GRANT_USES=1)"
 TOLD_KEYS = {
     "decided": ("requested_by", "decided_by", "decided_at", "waiting", "actions"),
     "finished": ("request_ids", "status", "detail", "ran"),
@@ -170,6 +220,9 @@ class NotifyConfig:
     configured today is not told of last week's decisions)."""
     slack_token: str = field(default="", repr=False)
     """`SLACK_BOT_TOKEN`, for the Slack channels among `webhooks`."""
+    grant_uses: bool = False
+    """Send `grant_used` (one notice per write a standing grant approved); off unless asked for, since a busy grant
+    would fill a channel. Grants made and revoked are always sent."""
 
 
 def parse_webhook(text: str, *, slack: bool = False) -> Webhook:
@@ -193,11 +246,13 @@ def notify_config(
     inbox_url: str | None = None,
     default_inbox_url: str = DEFAULT_INBOX_URL,
     env: Mapping[str, str] = os.environ,
+    grant_uses: bool | None = None,
     **tuning: Any,
 ) -> NotifyConfig | None:
     """The configuration from options, else `GATEDLOOP_NOTIFY_URLS` (comma or space separated); None when no
     webhook is configured. The secret is `GATEDLOOP_NOTIFY_SECRET`, never an option (a command line is public); a
-    Slack channel is posted to with `SLACK_BOT_TOKEN`."""
+    Slack channel is posted to with `SLACK_BOT_TOKEN`. `grant_uses` (None: `GATEDLOOP_NOTIFY_GRANT_USES`, `1`,
+    `true` or `yes`) sends `grant_used` notices too."""
     given = [parse_webhook(u) for u in webhooks] + [parse_webhook(u, slack=True) for u in slack_webhooks]
     if not given:
         given = [parse_webhook(u) for u in re.split(r"[\s,]+", env.get(URLS_ENV, "")) if u]
@@ -218,8 +273,12 @@ def notify_config(
     inbox = inbox_url or env.get(INBOX_URL_ENV) or default_inbox_url
     if urlsplit(inbox).scheme not in ("http", "https") or not urlsplit(inbox).hostname:
         raise NotifyConfigError(f"inbox URL {inbox!r} is not an http(s) URL with a host")
+    if grant_uses is None:
+        grant_uses = env.get(GRANT_USES_ENV, "").strip().lower() in ("1", "true", "yes")
     webhooks_ = tuple(dict.fromkeys([*given, *channels]))
-    return NotifyConfig(webhooks_, secret.encode(), inbox.rstrip("/"), slack_token=token, **tuning)
+    return NotifyConfig(
+        webhooks_, secret.encode(), inbox.rstrip("/"), slack_token=token, grant_uses=grant_uses, **tuning
+    )
 
 
 def signer(secret: bytes) -> Webhook_:
@@ -269,7 +328,9 @@ def request_link(config: NotifyConfig, notice: Notification) -> str:
     about an unknown outcome links its thread's page, which shows the thread's pending request: the inbox names
     that question by its interrupt id, which LangGraph makes only once the question is put, after its notice."""
     thread = quote(notice.thread_id, safe="")
-    if notice.kind == "finished" or about_unknown(notice):
+    if notice.kind in GRANTS and not notice.thread_id:  # made or revoked: the grants the inbox lists
+        return f"{config.inbox_url}/grants"
+    if notice.kind in ("finished", "grant_used") or about_unknown(notice):
         return f"{config.inbox_url}/thread/{thread}"
     return f"{config.inbox_url}/requests/{quote(notice.request_id, safe='')}?thread={thread}"
 
@@ -278,6 +339,13 @@ def generic_body(notice: Notification, link: str) -> dict[str, Any]:
     """The generic JSON body: what was asked, by whom, until when, and where to answer. Arguments are masked. An
     unknown outcome's actions say why it is unknown (`reason`) and the key its write was started with."""
     p = notice.payload
+    if notice.kind in GRANTS:
+        return {
+            "id": notice.id,
+            "type": event_type(notice),
+            **{k: p.get(k) for k in GRANT_KEYS[notice.kind]},
+            "url": link,
+        }
     head = {"id": notice.id, "type": event_type(notice), "request_id": notice.request_id}
     if notice.kind in TELLS:
         told = {k: p[k] for k in TOLD_KEYS[notice.kind]}
@@ -338,9 +406,31 @@ def told_lines(notice: Notification) -> list[str]:
     return [f"The request ended: {p['status']}{detail}", f"Tool answers: {ran}"]
 
 
-def slack_body(notice: Notification, link: str) -> dict[str, Any]:
-    """Slack's incoming-webhook body: `text` (the notification's fallback) and Block Kit blocks."""
+def grant_line(notice: Notification) -> str:
+    """A grant's notice in one line: what was granted (bounds masked), revoked, or used, and what is left."""
     p = notice.payload
+    left = f"{p['uses_left']} of {p['uses']} uses left"
+    if notice.kind == "grant_used":
+        return f"Grant {p['grant_id']} approved {p['tool']} ({p['tool_call_id']}) in thread {p['thread_id']}; {left}"
+    what = f"{p['tool']} where {p.get('bounds_text') or 'any arguments'}"
+    whose = f", {p['requester']}'s calls" if p.get("requester") else ""
+    if notice.kind == "grant_revoked":
+        return f"Grant {p['grant_id']} revoked by {p['revoked_by']}: {what}{whose}; {left}"
+    note = f" ({p['note']})" if p.get("note") else ""
+    return (
+        f"Grant {p['grant_id']} created by {p['granted_by']}: {what}{whose}; {p['uses']} uses; until"
+        f" {_utc(p['expires_at'])}; {p.get('status') or 'live'}{note}"
+    )
+
+
+def slack_body(notice: Notification, link: str) -> dict[str, Any]:
+    """Slack's incoming-webhook body: `text` (the notification's fallback) and Block Kit blocks. A grant's notice is
+    one line with its link (it asks nobody)."""
+    p = notice.payload
+    if notice.kind in GRANTS:
+        told = grant_line(notice)
+        section = {"type": "mrkdwn", "text": f"{_slack_escape(told)} <{link}|Open in inbox>"}
+        return {"text": told, "blocks": [{"type": "section", "text": section}]}
     if notice.kind in TELLS:
         lines = told_lines(notice)
         text = f"{HEADLINES[notice.kind]} (thread {notice.thread_id}): {lines[0]}"
@@ -392,7 +482,7 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
     expired, its thread was cancelled, or every call in it was decided (answered, started, edited, or approved
     by as many reviewers as it needs; for an unknown outcome's question, settled). An expiry notice is closed too
     once an extension moved the deadline it warns of."""
-    if notice.kind in TELLS:
+    if notice.kind in TELLS or notice.kind in GRANTS:
         return None
     if about_unknown(notice):
         return "thread cancelled" if ledger.cancel_requested(notice.thread_id) else _settled_reason(ledger, notice)
@@ -407,10 +497,15 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
     if ledger.cancel_requested(notice.thread_id):
         return "thread cancelled"
     records = ledger.calls(notice.thread_id, ids)
+    asked_at = _asked_at(ledger, notice)
     for action in actions:
         call_id = action["tool_call_id"]
         record = records.get(call_id)
         mine = [a for a in approvals if a.call_id == call_id]
+        sent_back = [a.at for a in mine if a.decision == SENT_BACK]
+        if any(at > asked_at for at in sent_back):
+            continue  # let run after this request, then sent back to a person: a newer request asks her again
+        mine = [a for a in mine if a.at > max(sent_back, default=-math.inf)]  # as the gate counts: after it only
         approvers = {a.reviewer for a in mine if a.decision == "approve" and a.args_digest == action["args_digest"]}
         decided = (
             record is None
@@ -422,6 +517,15 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
         if not decided:
             return None
     return "decided before delivery"
+
+
+def _asked_at(ledger: SqlLedger, notice: Notification) -> float:
+    """When the request was put to a person: its `request` notice's time (an expiry notice, a reminder or an
+    escalation is queued later, or ahead, under the same request id)."""
+    if notice.kind == "request":
+        return notice.created_at
+    asked = ledger.notification(notification_id(notice.thread_id, notice.request_id, "request"))
+    return asked.created_at if asked is not None else notice.created_at
 
 
 def request_deadline(notice: Notification, approvals: Sequence[ApprovalRecord]) -> float | None:
@@ -517,15 +621,21 @@ class Deliverer:
             rows: list[tuple[str, str, str, DeliveryState, str | None]] = []
             for notice in self.ledger.undispatched(webhook.endpoint, now):
                 if notice.id not in reasons:
-                    stale = notice.kind in TELLS and now - notice.created_at > self.config.history_s
-                    reasons[notice.id] = (
-                        "older than the history window" if stale else closed_reason(self.ledger, notice, now)
-                    )
+                    reasons[notice.id] = self._skip_reason(notice, now)
                     if notice.kind in LADDER and reasons[notice.id] is None:
                         self._audit_step(notice, now)
                 reason = reasons[notice.id]
                 rows.append((notice.id, webhook.endpoint, webhook.shown, "skipped" if reason else "pending", reason))
             self.ledger.dispatch(rows, now)
+
+    def _skip_reason(self, notice: Notification, now: float) -> str | None:
+        """Why this notice is not sent to an endpoint that sees it now (None: it is sent)."""
+        if notice.kind == "grant_used" and not self.config.grant_uses:
+            return GRANT_USES_SKIPPED
+        tells = notice.kind in TELLS or notice.kind in GRANTS
+        if tells and now - notice.created_at > self.config.history_s:
+            return "older than the history window"
+        return closed_reason(self.ledger, notice, now)
 
     def _audit_step(self, notice: Notification, now: float) -> None:
         """A reminder or an escalation is evidence too: the request's (or question's) step, with when it was due,

@@ -1,8 +1,8 @@
 """Slack as a place to decide: the approval message (Block Kit) and what its buttons carry.
 
 `gatedloop notify --slack-channel C` posts one message per pending request with `chat.postMessage`
-(`SLACK_BOT_TOKEN`); its buttons (Approve / Reject, and a choice per call when there are several) carry the
-thread, the request id and each call's argument digest,
+(`SLACK_BOT_TOKEN`); its buttons (Approve / Reject, and a choice per call when there are several; "Approve +
+grant" where the call's tool is `grantable`) carry the thread, the request id and each call's argument digest,
 so a click decides exactly the request and arguments that were shown (`gatedloop.inbox.slack_actions` refuses
 anything else). Edits need the form, so the message links the request's inbox card. `GATEDLOOP_SLACK_API_URL`
 replaces Slack's API address (a local fake in tests).
@@ -26,7 +26,10 @@ ACTION_PREFIX = "gatedloop_"
 DECISIONS = ("approve", "reject")
 SUBMIT = "submit"
 """The button that sends each call's own choice (a request of several calls)."""
-BUTTON_WORDS = {"approve": "Approve", "reject": "Reject"}
+GRANT = "grant"
+"""Approve the call and grant calls with exactly its arguments ahead of time (gatedloop.inbox.slack_grants): a
+button of a one-call message, a call's choice in a message of several; only where the call's tool is grantable."""
+BUTTON_WORDS = {"approve": "Approve", "grant": "Approve + grant", "reject": "Reject"}
 MAX_VALUE = 2000
 """Slack's limit on a button's value: a request too large for it gets only the link to its card."""
 MAX_ARGS_TEXT = 2500
@@ -88,7 +91,8 @@ def approval_message(payload: Mapping[str, Any], link: str, headline: str = "App
     reviewers, each clicking for her own calls). One call: Approve / Reject.
     Several: each call's section has its own Approve / Reject choice, and "Submit choices" sends them in one answer
     (the gate takes one decision per call, in one answer; Slack returns the clicker's choices with the click, so
-    no half-made answer is kept anywhere), beside Approve all / Reject all."""
+    no half-made answer is kept anywhere), beside Approve all / Reject all. A call whose tool is grantable (the
+    notice's `grantable`) gets "Approve + grant" too: its button, or one of its choices; never another call."""
     actions: Sequence[Mapping[str, Any]] = payload["actions"]
     tools = ", ".join(a["tool"] for a in actions)
     head = [f"*{escape(headline)}: {escape(tools)}*"]
@@ -125,10 +129,11 @@ def approval_message(payload: Mapping[str, Any], link: str, headline: str = "App
             "text": {"type": "mrkdwn", "text": text},
         }
         if several:
+            choices = ("approve", GRANT, "reject") if action.get("grantable") else DECISIONS
             section["accessory"] = {
                 "type": "radio_buttons",
                 "action_id": choice_action(index),
-                "options": [{"text": {"type": "plain_text", "text": BUTTON_WORDS[d]}, "value": d} for d in DECISIONS],
+                "options": [{"text": {"type": "plain_text", "text": BUTTON_WORDS[d]}, "value": d} for d in choices],
             }
         blocks.append(section)
     buttons: list[dict[str, Any]] = []
@@ -136,15 +141,17 @@ def approval_message(payload: Mapping[str, Any], link: str, headline: str = "App
         submit = {"type": "plain_text", "text": "Submit choices"}
         buttons.append({"type": "button", "action_id": ACTION_PREFIX + SUBMIT, "text": submit, "value": value})
     every = " all" if len(actions) > 1 else ""
+    grantable = decidable and len(actions) == 1 and bool(actions[0].get("grantable"))
+    shown = ("approve", GRANT, "reject") if grantable else DECISIONS
     buttons += [
         {
             "type": "button",
             "action_id": ACTION_PREFIX + decision,
             "text": {"type": "plain_text", "text": BUTTON_WORDS[decision] + every},
             "value": value,
-            **({"style": "primary"} if decision == "approve" else {"style": "danger"}),
+            **({"style": "danger"} if decision == "reject" else {"style": "primary"} if decision == "approve" else {}),
         }
-        for decision in DECISIONS
+        for decision in shown
         if decidable
     ]
     buttons.append(

@@ -11,7 +11,9 @@ one). Then the answer takes the inbox's own path (`InboxBackend.send`: `runs.res
 or a run through the server), so the gate judges roles, self-approval, quorum, expiry and replaced requests as for
 any answer. Slack wants an answer within three seconds: the click is acknowledged at once and decided right after,
 and the message is then updated with who answered when and what the gate did with each call, read from its record
-(`gatedloop.inbox.slack_outcome`); a click that came after the deadline is also told so, privately.
+(`gatedloop.inbox.slack_outcome`); a click that came after the deadline is also told so, privately. "Approve +
+grant" approves the call and then grants its exact arguments ahead of time (`gatedloop.inbox.slack_grants`): every
+grant rule is checked before the approval is sent, so a clicker who may not grant decides nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from gatedloop.inbox.identity import Reviewer
 from gatedloop.inbox.slack import (
     ACTION_PREFIX,
     DECISIONS,
+    GRANT,
     SUBMIT,
     TOKEN_ENV,
     Click,
@@ -48,6 +51,7 @@ from gatedloop.inbox.slack import (
     utc,
     web_client,
 )
+from gatedloop.inbox.slack_grants import GrantDefaults, grant_call, grant_refusal, registry_of
 from gatedloop.inbox.slack_outcome import CallOutcome, call_outcomes, too_late_notice
 from gatedloop.nodes.gate.hitl import InvalidDecision
 
@@ -116,6 +120,7 @@ class SlackActions:
     users: Mapping[str, Reviewer]
     client: Any  # slack_sdk.WebClient
     inbox_url: str | None = None
+    grants: GrantDefaults = field(default_factory=GrantDefaults)
     clock: Any = time.time
     _seen: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -132,7 +137,11 @@ class SlackActions:
         if not token:
             raise SlackConfigError(f"{SIGNING_SECRET_ENV} is set but {TOKEN_ENV} is not: messages are updated with it")
         users = parse_users(env.get(USERS_ENV, ""), auth, served=served)
-        return cls(secret, users, web_client(token, env), env.get(INBOX_URL_ENV))
+        try:
+            grants = GrantDefaults.from_env(env)
+        except ValueError as exc:
+            raise SlackConfigError(str(exc)) from None
+        return cls(secret, users, web_client(token, env), env.get(INBOX_URL_ENV), grants)
 
     def first_time(self, trigger: str) -> bool:
         """Whether this trigger id is new (and now seen); ids older than the window are forgotten."""
@@ -185,7 +194,7 @@ class SlackActions:
         action = (payload.get("actions") or [{}])[0]
         decision = str(action.get("action_id") or "").removeprefix(ACTION_PREFIX)
         click = Click.parse(str(action.get("value") or ""))
-        if (decision not in DECISIONS and decision != SUBMIT) or click is None:
+        if decision not in (*DECISIONS, GRANT, SUBMIT) or click is None:
             return  # a call's choice being set (radio buttons report each change), or not gatedloop's button
         reviewer = self.users.get(slack_user)
         if reviewer is None:
@@ -202,6 +211,16 @@ class SlackActions:
         if unchosen:
             self._tell(channel, slack_user, f"Choose Approve or Reject for {', '.join(unchosen)}: nothing was decided.")
             return
+        granting = [call for call, chosen in zip(mine, choices, strict=True) if chosen == GRANT]
+        registry = registry_of(*backend.requests(reviewer, origin).tools_and_policy(view.graph)) if granting else None
+        requester = view.request.requested_by
+        for call in granting:
+            assert registry is not None
+            refusal = grant_refusal(registry, reviewer, call, requester, self.grants)
+            if refusal is not None:
+                told = f"Not accepted: {refusal}. Nothing was decided (Approve decides the call without a grant)."
+                self._tell(channel, slack_user, told)
+                return
         answer = _answer(view, mine, [str(c) for c in choices], reviewer)
         try:
             result = backend.send(reviewer, origin, view, answer)
@@ -217,7 +236,14 @@ class SlackActions:
         answered = {c.tool_call_id for c in mine}
         for late in [o for o in outcomes if o.too_late and o.call_id in answered]:
             self._tell(channel, slack_user, too_late_notice(late))
-        line = self._report(reviewer, outcomes, result, still_this)
+        late_ids = {o.call_id for o in outcomes if o.too_late}
+        granted = [
+            f"No grant for {c.name} ({c.tool_call_id}): the approval was not counted"
+            if c.tool_call_id in late_ids or registry is None
+            else grant_call(registry, backend.ledger, reviewer, c, requester, self.grants, view.thread_id)
+            for c in granting
+        ]
+        line = " ".join([self._report(reviewer, outcomes, result, still_this), *(f"{g}." for g in granted)])
         message = payload.get("message") or {}
         ts = str((payload.get("container") or {}).get("message_ts") or message.get("ts") or "")
         blocks = decided_message(message.get("blocks") or [], line, keep_buttons=still_this)
@@ -276,16 +302,16 @@ def _choices(payload: Mapping[str, Any], positions: list[str], calls: Sequence[P
         index = positions.index(call.tool_call_id)
         element = (values.get(call_block(index)) or {}).get(choice_action(index)) or {}
         value = (element.get("selected_option") or {}).get("value")
-        chosen.append(value if value in DECISIONS else None)
+        chosen.append(value if value in (*DECISIONS, GRANT) else None)
     return chosen
 
 
 def _answer(view: Any, calls: Sequence[PendingCall], chosen: list[str], reviewer: Reviewer) -> dict[str, Any]:
-    """The inbox's answer deciding each of the clicker's calls as chosen, bound to each call's id and argument
-    digest; the request's other calls are left to their own reviewers."""
+    """The inbox's answer deciding each of the clicker's calls as chosen (Approve + grant approves), bound to each
+    call's id and argument digest; the request's other calls are left to their own reviewers."""
     rejected = f"Rejected in Slack by {reviewer.user_id}."
     decisions = [
-        decide.approve(call) if choice == "approve" else decide.reject(call, rejected)
+        decide.approve(call) if choice in ("approve", GRANT) else decide.reject(call, rejected)
         for call, choice in zip(calls, chosen, strict=True)
     ]
     return view.request.answer(decisions, reviewer.user_id, calls=calls)

@@ -115,3 +115,46 @@ def test_gatedloop_limits_shows_the_windows_counters(graph: Any, tmp_path: Path)
     [line] = [json.loads(text) for text in run_cli([*argv, "--json"], env).stdout.splitlines()]
     shown_json = (line["type"], line["tool"], line["group"], line["total"], line["at_most"])
     assert shown_json == ("limit", "email", "ana", 1, 3)
+
+
+def test_a_request_a_limit_sent_back_after_its_approval_is_still_told_to_reviewers(tmp_path: Path):
+    """bo approved ana's second email, but the limit (1 per hour, ask past it) sent it back at the claim: the new
+    request is open for the deliverer (the approval before it no longer counts, as the gate counts it), while the
+    notices of the request bo decided, its reminder included, stay closed; cy's approval of the new one closes it."""
+    from grants_app import CY, FINANCE, POLICIES, make_tools, responder
+
+    from gatedloop.checkpoints.outbox import notification_id
+    from gatedloop.graph import build_graph
+    from gatedloop.graph.scripted import ScriptedChatModel
+    from gatedloop.inbox.notify import closed_reason
+    from gatedloop.tools.usage import HOUR
+
+    email = ToolPolicy(
+        effect="write",
+        approvers=FINANCE,
+        remind_after_s=600,
+        limits=[UsageLimit(at_most=1, window_s=HOUR, per="requester")],
+    )
+    approve = {"decisions": [{"type": "approve"}]}
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        tools = make_tools(Effects(tmp_path / "effects.sqlite"))
+        graph = build_graph(
+            ScriptedChatModel(responder=responder), tools, policies={**POLICIES, "email": email}, checkpointer=saver
+        )
+        runs.start(graph, "first", "email x", context=ANA)
+        assert runs.resume(graph, "first", approve, context=BO)["status"] == "completed"
+        decided = runs.start(graph, "second", "email x", context=ANA)["__interrupt__"][0].value["request_id"]
+        out = runs.resume(graph, "second", approve, context=BO)
+        again = out["__interrupt__"][0].value
+        assert again["request_id"] != decided and again["action_requests"][0]["sent_back"].startswith("limit at most 1")
+
+        def reason(request_id: str, kind: Any = "request") -> str | None:
+            notice = saver.ledger.notification(notification_id("second", request_id, kind))
+            assert notice is not None
+            return closed_reason(saver.ledger, notice, notice.created_at)
+
+        assert reason(again["request_id"]) is None and reason(again["request_id"], "reminder") is None
+        assert reason(decided) == reason(decided, "reminder") == "decided before delivery"
+        assert runs.resume(graph, "second", approve, context=CY)["status"] == "completed"
+        assert reason(again["request_id"]) == "decided before delivery"
+    assert len(effects(tmp_path, "email")) == 2

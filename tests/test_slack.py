@@ -602,3 +602,115 @@ def test_a_request_too_large_for_slacks_limits_keeps_its_link_and_cuts_its_argum
     assert [b["text"]["text"] for b in buttons] == ["Edit in inbox"]  # the buttons' value would pass MAX_VALUE
     assert all(len(b["text"]["text"]) <= 3000 for b in message["blocks"] if b["type"] == "section")
     assert len(json.dumps([[c["tool_call_id"], c["args_digest"]] for c in calls])) > MAX_VALUE
+
+
+# --- Approve + grant (issue 53) ------------------------------------------------------------------------------------
+
+
+def buttons_of(message: dict[str, Any]) -> list[str]:
+    return [e["action_id"] for b in message["blocks"] if b["type"] == "actions" for e in b["elements"]]
+
+
+def test_approve_and_grant_is_offered_only_where_the_tools_policy_is_grantable(db, slack):
+    with open_sqlite(db) as saver:
+        start(saver, "plain")
+        plain = post_request(saver, slack)
+        start(saver, "granting", grantable=True)
+        granting = post_request(saver, slack)
+        start(saver, "several", "pay 250 to bo as c1, 300 to cy as c2", grantable=True)
+        several = post_request(saver, slack)
+    assert "gatedloop_grant" not in buttons_of(plain)
+    assert buttons_of(granting) == ["gatedloop_approve", "gatedloop_grant", "gatedloop_reject", "gatedloop_open"]
+    [grant] = [
+        e for b in granting["blocks"] if b["type"] == "actions" for e in b["elements"] if "grant" in e["action_id"]
+    ]
+    assert grant["text"]["text"] == "Approve + grant"
+    radios = [b["accessory"] for b in several["blocks"] if b.get("block_id", "").startswith("gatedloop_call_")]
+    assert [[o["value"] for o in r["options"]] for r in radios] == [["approve", "grant", "reject"]] * 2
+    assert "gatedloop_grant" not in buttons_of(several)  # a grant is a call's choice, never "all"
+
+
+def test_approve_and_grant_approves_the_call_and_the_next_identical_call_runs_with_no_request(db, slack):
+    """bo's click approves ana's payment and grants ana's calls with exactly its arguments (uses and expiry as the
+    Slack app is configured): her next identical payment runs with no request, another amount still asks, and the
+    channel is told of the grant in one line."""
+    settings = {"GATEDLOOP_SLACK_GRANT_USES": "2", "GATEDLOOP_SLACK_GRANT_EXPIRES": "30m"}
+    with open_sqlite(db) as saver:
+        graph, _ = start(saver, grantable=True)
+        posted = post_request(saver, slack)
+        with inbox(graph, saver, **settings) as client:
+            assert click(client, click_body(posted, "1.2", "UBO", "grant")) == 200
+        assert payments(saver) == [{"amount": 250.0, "to": "bo"}]
+        [made] = runs.grants(graph)
+        assert (made.bounds, made.requester, made.uses, made.granted_by, made.status) == (
+            "amount=250.0, to=bo",
+            "ana",
+            2,
+            ["bo"],
+            "live",
+        )
+        assert 1790 < made.expires_at - time.time() <= 1800
+        again = runs.start(graph, "t2", "pay 250 to bo as c2", context=ANA)
+        assert again["status"] == "completed" and "__interrupt__" not in again
+        assert payments(saver) == [{"amount": 250.0, "to": "bo"}] * 2 and runs.grants(graph)[0].uses_left == 1
+        assert runs.start(graph, "t3", "pay 251 to bo as c3", context=ANA).get("__interrupt__")
+        assert main(["--db", saver.path, "notify", "--once", "--slack-channel", CHANNEL]) == 0
+    [update] = slack.of("chat.update")
+    assert "pay (c1): approved and ran (approved by bo)" in update["text"]
+    assert f"Granted {made.grant_id}: pay calls by ana where amount=250.0, to=bo, 2 uses, until " in update["text"]
+    [line] = [p["text"] for p in slack.of("chat.postMessage") if p["text"].startswith("Grant ")]
+    assert line.startswith(f"Grant {made.grant_id} created by bo: pay where amount=250.0, to=bo, ana's calls; 2 uses")
+    assert line.endswith("; live (Approve + grant in Slack (thread t1, call c1))")
+    assert slack.of("chat.postEphemeral") == []
+
+
+def test_approve_and_grant_by_a_clicker_who_may_not_grant_decides_nothing_and_records_nothing(db, slack):
+    """cy has no approver role, and ana may not grant her own calls: each is told why, privately, and nothing is
+    recorded (no approval, no refusal row, no grant); bo's plain Approve still decides it."""
+    users = {**USERS, "UANA": {"user_id": "ana", "roles": ["finance"]}}
+    with open_sqlite(db) as saver:
+        graph, request = start(saver, grantable=True)
+        posted = post_request(saver, slack)
+        audit_before = saver.ledger.audit("t1")
+        with inbox(graph, saver, GATEDLOOP_SLACK_USERS=json.dumps(users)) as client:
+            assert click(client, click_body(posted, "1.2", "UCY", "grant")) == 200
+            assert click(client, click_body(posted, "1.2", "UANA", "grant")) == 200
+            assert saver.ledger.audit("t1") == audit_before and saver.ledger.approvals("t1", ["c1"]) == []
+            assert runs.grants(graph) == [] and payments(saver) == []
+            assert (runs.pending_request(graph, "t1") or {})["request_id"] == request["request_id"]
+            assert click(client, click_body(posted, "1.2", "UBO")) == 200
+        assert payments(saver) == [{"amount": 250.0, "to": "bo"}] and runs.grants(graph) == []
+    no_role, own = slack.of("chat.postEphemeral")
+    assert no_role["user"] == "UCY" and no_role["text"].startswith("Not accepted: pay (c1): granting calls of pay")
+    assert "finance" in no_role["text"] and no_role["text"].endswith(
+        "Nothing was decided (Approve decides the call without a grant)."
+    )
+    assert own["user"] == "UANA" and "ana may not grant her own calls of pay" in own["text"]
+    [update] = slack.of("chat.update")
+    assert update["text"].startswith("bo answered at ") and "Grant" not in update["text"]
+    with pytest.raises(Exception, match="GATEDLOOP_SLACK_GRANT_USES='0'"):
+        SlackActions.from_env(
+            {"SLACK_SIGNING_SECRET": "s", "SLACK_BOT_TOKEN": TOKEN, "GATEDLOOP_SLACK_GRANT_USES": "0"}
+        )
+
+
+def test_approve_and_grant_of_a_quorum_tool_gives_a_pending_grant_a_second_granter_confirms(db, slack):
+    with open_sqlite(db) as saver:
+        graph, _ = start(saver, grantable=True, approvals_required=2)
+        posted = post_request(saver, slack)
+        with inbox(graph, saver) as client:
+            assert click(client, click_body(posted, "1.2", "UBO", "grant")) == 200
+            first = slack.of("chat.update")[-1]
+            assert click(client, click_body({**posted, "blocks": first["blocks"]}, "1.2", "UDEE")) == 200
+        assert payments(saver) == [{"amount": 250.0, "to": "bo"}]
+        [pending] = runs.grants(graph)
+        assert pending.status == "pending (1 of 2 granters)"
+        assert runs.start(graph, "t2", "pay 250 to bo as c2", context=ANA).get("__interrupt__")  # covers nothing yet
+        runs.confirm_grant(graph, pending.grant_id, context=CallContext(user_id="dee", roles={"finance"}))
+        assert runs.start(graph, "t3", "pay 250 to bo as c3", context=ANA)["status"] == "completed"
+    assert "pay (c1): approved, waiting for 1 more approval (so far: bo; 2 needed)" in first["text"]
+    assert f"Granted {pending.grant_id}: " in first["text"]
+    assert (
+        f"; pending (1 of 2 granters): it covers nothing until another granter confirms it (gatedloop grant confirm"
+        f" {pending.grant_id})." in first["text"]
+    )

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gatedloop.checkpoints.grants import Charge, Grant
-from gatedloop.tools.policy import CallContext, ToolPolicy
+from gatedloop.tools.policy import MASK, CallContext, ToolPolicy
 from gatedloop.tools.usage import UsageLimit
 
 Bounds = dict[str, dict[str, Any]]
@@ -67,6 +67,33 @@ def parse_where(texts: Sequence[str], properties: Mapping[str, Mapping[str, Any]
         if "min" in rule and "max" in rule and rule["min"] > rule["max"]:
             raise GrantRefused(f"--where: {name} >= {rule['min']:g} and <= {rule['max']:g} admit no value")
     return bounds
+
+
+def exact_bounds(
+    args: Mapping[str, Any], properties: Mapping[str, Mapping[str, Any]], secret: frozenset[str]
+) -> Bounds:
+    """Bounds that admit only these arguments ("Approve + grant" in Slack): each argument the tool takes, equal to
+    this call's value. Refused when no grant can be that exact: the call leaves out an argument the tool takes (bounds
+    cannot require an argument to be absent, so the grant would cover any value of it), gives one the tool does not
+    take, or gives a secret one (a grant's bounds are shown to anyone)."""
+    hidden = sorted(set(args) & secret)
+    if hidden:
+        raise GrantRefused(f"{', '.join(hidden)}: a secret argument cannot bound a grant (its bounds are shown)")
+    unknown = sorted(set(args) - set(properties))
+    if unknown:
+        raise GrantRefused(f"the call gives {', '.join(unknown)}, which the tool does not take")
+    missing = sorted(set(properties) - set(args))
+    if missing:
+        raise GrantRefused(
+            f"the call leaves out {', '.join(missing)}: a grant of its exact arguments would cover any value of it"
+        )
+    return {name: {"eq": value} for name, value in args.items()}
+
+
+def shown_bounds(bounds: Mapping[str, Mapping[str, Any]], secret: frozenset[str]) -> Bounds:
+    """Bounds as a notice shows them: a secret argument's rule masked whole, as `name=***` (no grant can bound a
+    secret argument, but an argument may have become secret since the grant was made)."""
+    return {name: {"eq": MASK} if name in secret else dict(rule) for name, rule in bounds.items()}
 
 
 def _split(text: str) -> tuple[str, str, str]:

@@ -13,16 +13,15 @@ Each row is one `INSERT ... ON CONFLICT DO NOTHING` keyed by (thread, request id
 a refused answer writes nothing new. It is committed before the interrupt is
 checkpointed; a crash in between re-runs the asking code, which builds the same request. Arguments are the
 request's own, with `secret_args` masked; an approval request's notice also carries the thread's title as the
-inbox's card shows it (`thread_title`, redacted of the thread's secrets). With telemetry on, a notice that asks
-keeps the asking run's trace context (`trace`, W3C `traceparent`; nodes/run/observed.py reads it back when the
-answer comes). Nothing here touches the network: a
-deliverer (`gatedloop notify`) sends the rows. The one change to a row is an approver's extension, which moves a
-`request` row's deadline (nodes/gate/extension.py).
+inbox's card shows it (`thread_title`, redacted of the thread's secrets), and each call whether its tool's policy
+lets a reviewer grant its calls ahead of time (`grantable`: Slack's "Approve + grant"). With telemetry on, a
+notice that asks keeps the asking run's trace context (`trace`, W3C `traceparent`; nodes/run/observed.py reads it
+back when the answer comes). Nothing here touches the network: a deliverer (`gatedloop notify`) sends the rows.
+The one change to a row is an approver's extension, which moves a `request` row's deadline (nodes/gate/extension.py).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,6 +74,7 @@ def queue_approval_notice(
                 "requested_at": a["requested_at"],
                 "note": a.get("review_note"),
                 "approving": approving_text(a, parts.registry.policy(a["name"]).effect),
+                "grantable": parts.registry.policy(a["name"]).grantable,
             }
             for a in actions
         ],
@@ -94,7 +94,7 @@ def _queue_question(
         payload["trace"] = telemetry.trace_context()
     kind: NotificationKind = "request" if question == "approval" else "unknown"
     new = parts.ledger.record_notification(
-        thread_id, payload["request_id"], kind, payload, created_at=time.time(), expires_at=payload["expires_at"]
+        thread_id, payload["request_id"], kind, payload, created_at=parts.clock(), expires_at=payload["expires_at"]
     )
     if new and telemetry is not None:
         telemetry.asked(question, tools)
@@ -196,7 +196,7 @@ def queue_decided_notice(
         ],
     }
     parts.ledger.record_notification(
-        thread_id, request["request_id"], "decided", payload, created_at=time.time(), expires_at=None, part=who
+        thread_id, request["request_id"], "decided", payload, created_at=parts.clock(), expires_at=None, part=who
     )
 
 
@@ -214,7 +214,7 @@ def queue_finished_notice(
         "ran": [{"tool": m.name, "tool_call_id": m.tool_call_id, "status": m.status} for m in _answers(messages)],
     }
     parts.ledger.record_notification(
-        thread_id, reviewed[-1], "finished", payload, created_at=time.time(), expires_at=None
+        thread_id, reviewed[-1], "finished", payload, created_at=parts.clock(), expires_at=None
     )
 
 
