@@ -14,14 +14,13 @@ caller's identity). Nothing before `interrupt()` has a side effect beyond idempo
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphInterrupt
+from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.admission import for_state
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.approvals import (
@@ -40,6 +39,7 @@ from gatedloop.nodes.gate.hitl import GatedHITLRequest, InvalidDecision, check_a
 from gatedloop.nodes.gate.senders import received
 from gatedloop.nodes.gate.turn_evidence import admit_turn
 from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.notices import queue_approval_notice, queue_decided_notice
 from gatedloop.nodes.run.observed import report_decisions
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
@@ -48,8 +48,8 @@ from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
 def make_approve_node(parts: LoopParts):
     registry = parts.registry
 
-    def approve(state: GatedState) -> dict[str, Any]:
-        thread_id = current_thread_id()
+    def approve(state: GatedState, runtime: Runtime) -> dict[str, Any]:
+        thread_id = RunFacts.of(runtime).thread_id
         calls = state.get("calls") or []
         turn = admit_turn(registry, parts.ledger, thread_id, calls, "ask")
         evidence = turn.evidence
@@ -74,8 +74,7 @@ def make_approve_node(parts: LoopParts):
                 gated.append({**admission.plan, "verdict": "ask"} if admission.action != "answered" else admission.plan)
         live = [p for p in gated if not expired_call(registry, evidence, p, now)]
         if not live:
-            with parts.ledger.one_commit() as ledger:
-                expiring = replace(parts, ledger=ledger)
+            with parts.one_commit() as expiring:
                 for plan in gated:
                     plans[plan["id"]] = _expired(expiring, thread_id, plan, answers)
                 plans.update({p["id"]: p for p in held})
@@ -87,11 +86,10 @@ def make_approve_node(parts: LoopParts):
         try:
             answer, reviewer, _ = received(interrupt(request))
         except GraphInterrupt:  # the request is put to a person now (on resume `interrupt` returns instead)
-            with parts.ledger.one_commit() as ledger:  # its notice and the later steps' (the ladder): one commit
-                queue_approval_notice(replace(parts, ledger=ledger), thread_id, request, state["messages"])
+            with parts.one_commit() as asking:  # its notice and the later steps' (the ladder): one commit
+                queue_approval_notice(asking, thread_id, request, state["messages"])
             raise
-        with parts.ledger.one_commit() as ledger:  # the answer's evidence, audit rows and notice: one commit
-            answering = replace(parts, ledger=ledger)
+        with parts.one_commit() as answering:  # the answer's evidence, audit rows and notice: one commit
             try:
                 if replaced and not shown_to(answering.ledger, thread_id, request, reviewer):
                     check_addressed(answer, request)

@@ -28,18 +28,17 @@ from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
 from langgraph._internal._runnable import RunnableCallable  # as langgraph.prebuilt.ToolNode: sync + async twins
-from langgraph.config import get_stream_writer
 from langgraph.func import task
 from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent
 from gatedloop.checkpoints.ledger import Ledger
-from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.admission import ARGS_CHANGED, for_state, with_edited_args
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
 from gatedloop.nodes.gate.outcomes import Outcome, error_outcome
 from gatedloop.nodes.gate.turn_evidence import admit_turn
 from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.running import run_read, run_write, started_calls
 from gatedloop.nodes.run.terms import SENT_BACK_ERROR
 from gatedloop.nodes.run.tool_env import ToolEnv
@@ -67,14 +66,15 @@ class CallRun:
     ledger: Ledger
     max_chars: int
     env: ToolEnv
+    facts: RunFacts
 
 
 def read_call(plan: CallPlan, run: CallRun) -> Outcome:
     """One read, with the arguments it runs with (a recorded edit's, see `with_edited_args`)."""
-    actual = with_edited_args(run.registry, run.ledger, current_thread_id(), plan)
+    actual = with_edited_args(run.registry, run.ledger, run.facts.thread_id, plan)
     if actual is None:
         return _not_run(ARGS_CHANGED)
-    return _reported(plan, lambda: run_read(run.registry, actual, run.max_chars, run.env))
+    return _reported(run.facts, plan, lambda: run_read(run.registry, actual, run.max_chars, run.env))
 
 
 def write_call(thread_id: str, plan: CallPlan, run: CallRun) -> Outcome:
@@ -82,7 +82,9 @@ def write_call(thread_id: str, plan: CallPlan, run: CallRun) -> Outcome:
     actual = with_edited_args(run.registry, run.ledger, thread_id, plan)
     if actual is None:
         return _not_run(ARGS_CHANGED)
-    return _reported(plan, lambda: run_write(run.registry, run.ledger, thread_id, actual, run.max_chars, run.env))
+    return _reported(
+        run.facts, plan, lambda: run_write(run.registry, run.ledger, thread_id, actual, run.max_chars, run.env)
+    )
 
 
 # One LangGraph task per call: a finished call's result is kept in the checkpoint and never re-run. Module-level,
@@ -156,7 +158,8 @@ class _Turn:
 
     def __init__(self, parts: LoopParts, state: GatedState, runtime: Runtime):
         self.parts = parts
-        self.thread_id = current_thread_id()
+        self.facts = RunFacts.of(runtime)
+        self.thread_id = self.facts.thread_id
         self.counters: RequestCounters = {**state["counters"]}
         self.seen_reads = state.get("seen_reads") or {}
         self.outcomes: dict[str, Outcome] = {}
@@ -169,7 +172,7 @@ class _Turn:
         self.settle_first = 0
         self.early = self._early_exit()
         self.env = ToolEnv.of(state, runtime, parts.registry.bindable(), parts.middleware)
-        self.run = CallRun(parts.registry, parts.ledger, parts.limits.max_result_chars, self.env)
+        self.run = CallRun(parts.registry, parts.ledger, parts.limits.max_result_chars, self.env, self.facts)
 
     def _admitted(self, calls: list[CallPlan]) -> tuple[list[CallPlan], list[CallPlan]]:
         """Each call the state marks runnable, admitted again from the evidence (see module docstring and
@@ -329,14 +332,14 @@ def _unknown(outcome: Outcome) -> bool:
     return outcome["status"] == "unknown"
 
 
-def _reported(plan: CallPlan, run: Callable[[], Outcome]) -> Outcome:
+def _reported(facts: RunFacts, plan: CallPlan, run: Callable[[], Outcome]) -> Outcome:
     """Custom stream events around one call, for live progress (`stream_mode="custom"`)."""
-    write = get_stream_writer()
+    write = facts.write
     write({"event": "tool_started", "tool_call_id": plan["id"], "tool": plan["name"], "effect": plan["effect"]})
     outcome = run()
     log.info(
         "tool call thread=%s call=%s tool=%s decision=%s outcome=%s duration_ms=%.1f",
-        current_thread_id(),
+        facts.thread_id,
         plan["id"],
         plan["name"],
         plan.get("decision", "auto"),

@@ -15,12 +15,12 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.open_calls import leftover_answers
 from gatedloop.nodes.gate.views import kept_view
 from gatedloop.nodes.model_view import MODEL_VIEW_FIELD, view_of
 from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.notices import queue_finished_notice
 from gatedloop.nodes.state import PROTECTED_KEYS, GatedState
 
@@ -36,7 +36,7 @@ def answer_text(message: AIMessage) -> str:
 
 def make_finalize_node(parts: LoopParts):
     def finalize(state: GatedState, runtime: Runtime) -> dict[str, Any]:
-        thread_id = current_thread_id()
+        thread_id = RunFacts.of(runtime).thread_id
         messages = state["messages"]
         stop = state.get("stop")
         detail = state.get("stop_detail")

@@ -22,7 +22,6 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
-from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.call_arguments import entry_plan
 from gatedloop.nodes.gate.open_calls import close_open_calls
@@ -32,6 +31,7 @@ from gatedloop.nodes.model_view import MODEL_VIEW_FIELD, view_of, view_record
 from gatedloop.nodes.parts import LoopParts, fresh_counters
 from gatedloop.nodes.provider.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.provider.streamed_args import ainvoke_capturing, invoke_capturing
+from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.unknown import make_settle_task
 from gatedloop.nodes.state import PROTECTED_KEYS, CallPlan, GatedState, ModelView, RequestCounters
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
@@ -266,7 +266,7 @@ class _ModelTurn:
 
     def __init__(self, parts: LoopParts, settle_task: Any, state: GatedState, runtime: Runtime):
         self.parts = parts
-        self.thread_id = current_thread_id()
+        self.thread_id = RunFacts.of(runtime).thread_id
         self.closed = close_open_calls(parts.histories, parts.ledger, settle_task, self.thread_id, state["messages"])
         messages = self.closed.view
         counters: RequestCounters | None = state.get("counters")

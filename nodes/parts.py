@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from langchain_core.language_models import LanguageModelInput
@@ -86,6 +87,13 @@ class LoopParts:
     middleware: Middlewares | None = None
     model_call: ModelCall | None = None  # the model through the middleware's wrap_model_call (None: no middleware)
     telemetry: Telemetry | None = None  # traces and metrics (None: off, nothing of OpenTelemetry is loaded)
+
+    @contextmanager
+    def one_commit(self) -> Iterator[LoopParts]:
+        """These parts with a `one_commit` view of the ledger: everything one decision writes through them (its
+        evidence, audit rows, answers and notices) is committed once, when the block ends (issue 52)."""
+        with self.ledger.one_commit() as ledger:
+            yield replace(self, ledger=ledger)
 
     def prompt(self, state: Any, context: Any) -> list[BaseMessage]:
         """The system message every model call starts with; built per call, never stored in the state."""

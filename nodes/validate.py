@@ -21,7 +21,6 @@ from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent
 from gatedloop.checkpoints.grants import Grant
-from gatedloop.checkpoints.running_step import current_thread_id
 from gatedloop.nodes.gate.answers import error_message, record_answers
 from gatedloop.nodes.gate.call_arguments import checked_plan, plan_arguments, stored_form
 from gatedloop.nodes.gate.grants import covering_grants
@@ -29,6 +28,7 @@ from gatedloop.nodes.gate.identity import requester_of
 from gatedloop.nodes.gate.proposals import NOT_PROPOSED, register_turn, unproposed
 from gatedloop.nodes.gate.turn_evidence import grantable_tools, open_grants
 from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.state import CallPlan, GatedState, Status, Verdict
 from gatedloop.tools import errors
 from gatedloop.tools.policy import CallContext
@@ -39,7 +39,7 @@ TOO_MANY_IN_TURN = "Not run: one turn may propose at most {limit} calls; propose
 
 def make_validate_node(parts: LoopParts):
     def validate(state: GatedState, runtime: Runtime) -> dict[str, Any]:
-        thread_id = current_thread_id()
+        thread_id = RunFacts.of(runtime).thread_id
         counters = state["counters"]
         context = requester_of(state, runtime.context)
         stop = parts.stop_before_work(thread_id, counters, tokens=False)

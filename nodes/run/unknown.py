@@ -17,7 +17,6 @@ event. The question is reminded and escalated as an approval request is (the too
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any, NamedTuple, cast
 
 from langgraph.errors import GraphInterrupt
@@ -238,8 +237,7 @@ def _ask_person(
             return Settlement(_superseded(parts, thread_id, plan, "marked not done", who), False, waited)
         again = _rerun(parts, thread_id, plan, entry.attempts if entry else 1, env)
         return Settlement(again, False, waited) if again is not None else Settlement(outcome, True, waited)
-    with parts.ledger.one_commit() as ledger:  # the decision and the outcome it records: one commit
-        deciding = replace(parts, ledger=ledger)
+    with parts.one_commit() as deciding:  # the decision and the outcome it records: one commit
         deciding.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
         if decision["type"] == "done":
             settled = _settle(
