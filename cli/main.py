@@ -456,6 +456,7 @@ def _notify_config(args: argparse.Namespace, **defaults: Any) -> Any:
             args.slack_webhook,
             args.slack_channel,
             inbox_url=args.inbox_url,
+            grant_uses=args.grant_uses or None,
             **defaults,
         )
     except NotifyConfigError as exc:
@@ -516,6 +517,11 @@ def _notify_options(command: argparse.ArgumentParser) -> None:
         help="post approval requests with Approve / Reject buttons to this Slack channel (SLACK_BOT_TOKEN)",
     )
     command.add_argument("--inbox-url", metavar="URL", help="the inbox page's URL in links (GATEDLOOP_INBOX_URL)")
+    command.add_argument(
+        "--grant-uses",
+        action="store_true",
+        help="also send grant_used, one notice per write a standing grant approved (GATEDLOOP_NOTIFY_GRANT_USES=1)",
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

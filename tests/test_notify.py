@@ -652,7 +652,7 @@ def old_outbox(kind: str, tmp_path: Path) -> Iterator[Any]:
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_an_outbox_made_before_the_loop_closed_takes_the_new_notices_and_keeps_its_rows(kind, tmp_path):
     with old_outbox(kind, tmp_path) as ledger:
-        for notice in ("decided", "finished"):
+        for notice in ("decided", "finished", "grant_used"):
             assert ledger.record_notification("t1", "req-1", notice, {"n": notice}, created_at=2.0, expires_at=None)
         assert ledger.notification("ntf-old").request_id == "req-0"
         assert ledger.notification(notification_id("t1", "req-1", "finished")).payload == {"n": "finished"}
@@ -867,3 +867,93 @@ def serving(app: Any, sock: socket.socket) -> Iterator[None]:
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+# --- standing grants (issue 53) -------------------------------------------------------------------------------------
+
+
+def test_a_grant_made_used_and_revoked_is_told_with_its_bounds_masked_and_its_uses_only_when_asked_for(
+    tmp_path, receiver, capsys, monkeypatch
+):
+    """Each notice is queued in the transaction that writes what it tells: the payment the tenant's limit refused
+    took no use of the grant, so it queued no `grant_used`. A deliverer sends `grant_created` and `grant_revoked`
+    (the bounds masked by the policy in force: `to` became secret before the revocation), and `grant_used` only
+    where it opted in (`--grant-uses`); elsewhere it is skipped and says how to opt in."""
+    from dataclasses import replace
+
+    from grants_app import ANA as PAYER
+    from grants_app import BO as FINANCE
+    from grants_app import POLICIES, make_tools
+    from grants_app import build as grants_graph
+    from grants_app import responder as grants_responder
+    from sample_app import Effects
+
+    from gatedloop.inbox.notify import GRANT_USES_SKIPPED
+
+    db = str(tmp_path / "runs.sqlite")
+    with open_sqlite(db) as saver:
+        graph = grants_graph(saver, Effects(tmp_path / "effects.sqlite"))
+        where = ["to=bo", "amount<=400"]
+        grant_id = runs.grant(graph, "pay", context=FINANCE, where=where, uses=3, expires_in_s=600, requester="ana")
+        assert runs.start(graph, "a", "pay bo 300", context=PAYER)["status"] == "completed"
+        refused = runs.start(graph, "b", "pay bo 300", context=PAYER)  # 600 past the tenant's 500: refused
+        assert "limit_exceeded" in [m for m in refused["messages"] if m.type == "tool"][-1].content
+        secret = {**POLICIES, "pay": replace(POLICIES["pay"], secret_args=frozenset({"to"}))}
+        tools = make_tools(Effects(tmp_path / "effects.sqlite"))
+        hiding = build_graph(ScriptedChatModel(responder=grants_responder), tools, policies=secret, checkpointer=saver)
+        runs.revoke(hiding, grant_id, context=FINANCE)
+        assert [kind for kind, _ in outbox_rows(db)] == ["grant_created", "grant_used", "grant_revoked"]
+        assert deliverer(saver, Webhook(receiver.url)).run_once().delivered == 2
+        [(_, skipped)] = saver.ledger.deliveries(["skipped"])
+        assert (skipped.kind, saver.ledger.deliveries(["skipped"])[0][0].last_error) == (
+            "grant_used",
+            GRANT_USES_SKIPPED,
+        )
+        monkeypatch.setenv("GATEDLOOP_NOTIFY_SECRET", SECRET)
+        monkeypatch.setenv("GATEDLOOP_INBOX_URL", "http://inbox.example:8765/inbox")
+        assert main(["--db", db, "notify", "--once", "--webhook", receiver.url + "?uses", "--grant-uses"]) == 0
+    capsys.readouterr()
+    assert receiver.bad_signatures == 0 and (len(receiver.posts), len(receiver.unique())) == (5, 3)
+    made, revoked, *again = [body for _, body in receiver.posts]
+    assert made == {
+        "id": made["id"],
+        "type": "grant_created",
+        "grant_id": grant_id,
+        "tool": "pay",
+        "bounds": {"amount": {"max": 400}, "to": {"eq": "bo"}},
+        "bounds_text": "amount<=400, to=bo",
+        "requester": "ana",
+        "uses": 3,
+        "uses_left": 3,
+        "expires_at": made["expires_at"],
+        "granted_by": "bo",
+        "created_at": made["created_at"],
+        "status": "live",
+        "approvals_required": 1,
+        "note": None,
+        "url": "http://inbox.example:8765/inbox/grants",
+    }
+    assert (revoked["type"], revoked["revoked_by"], revoked["uses_left"]) == ("grant_revoked", "bo", 2)
+    assert revoked["bounds"] == {"amount": {"max": 400}, "to": {"eq": "***"}}
+    assert revoked["bounds_text"] == "amount<=400, to=***"
+    [used] = [body for body in again if body["type"] == "grant_used"]
+    assert {k: used[k] for k in ("grant_id", "tool", "thread_id", "tool_call_id", "uses", "uses_left")} == {
+        "grant_id": grant_id,
+        "tool": "pay",
+        "thread_id": "a",
+        "tool_call_id": "c1_0",
+        "uses": 3,
+        "uses_left": 2,
+    }
+    assert used["url"].endswith("/inbox/thread/a")
+
+
+def test_a_slack_webhook_is_told_of_a_grant_in_one_line(db, receiver):
+    with open_sqlite(db) as saver:
+        graph = build(saver, effects_for(saver), approval="always", grantable=True)
+        grant_id = runs.grant(graph, "pay", context=BO, where=["to=bo"], uses=2, expires_in_s=600, note="rent")
+        assert deliverer(saver, Webhook(receiver.url, "slack")).run_once().delivered == 1
+    [(_, body)] = receiver.posts
+    assert body["text"].startswith(f"Grant {grant_id} created by bo: pay where to=bo; 2 uses; until ")
+    assert body["text"].endswith("; live (rent)")
+    assert body["blocks"][0]["text"]["text"].endswith("<http://inbox.example:8765/inbox/grants|Open in inbox>")
