@@ -3,11 +3,11 @@
     .venv/bin/python -m bench.aegra_kills [--kills 20] [--seed 1] [--keep DIR]
 
 Needs what tests/test_aegra.py needs: `GATEDLOOP_AEGRA` (.ci/aegra_venv.sh), `GATEDLOOP_TEST_PG_URL`
-(.ci/start_postgres.sh), `GATEDLOOP_TEST_REDIS_URL` (.ci/start_redis.sh). Two `aegra serve` processes of
+(.ci/start_postgres.sh), `GATEDLOOP_TEST_REDIS_URL` (.ci/start_redis.sh). Two Aegra server processes of
 tests/support/aegra_app/ run on a fresh database and one Redis queue (lease 6 s, heartbeat 2 s, reaper 1 s).
 
 Each kill: a finance user asks for a payment (`pay`, reconciled by its key, or `wire`, which nobody can reconcile),
-approves it; the server process running the write is SIGKILLed (with its `aegra serve` parent) right before or
+approves it; the server process running the write is SIGKILLed right before or
 right after the effect, in a seeded order; the reaper hands the run to the other process; a `wire` whose outcome
 is unknown is settled as a person would (done if the effect happened, not done otherwise); then the payments to
 that payee are counted (the effects file) and the killed process is started again. Prints each kill, the summary

@@ -1,4 +1,4 @@
-"""Throughput under Aegra (issue 31): approval turns per second with one and with two `aegra serve` processes.
+"""Throughput under Aegra (issue 31): approval turns per second with one and with two Aegra server processes.
 
     .venv/bin/python -m bench.aegra_throughput [--threads 200] [--model-wait 0.2] [--processes 1 2]
         [--workers 3] [--jobs-per-worker 10] [--warmup 2] [--via stream|wait] [--keep DIR]
@@ -6,7 +6,7 @@
 Needs what tests/test_aegra.py needs: `GATEDLOOP_AEGRA` (.ci/aegra_venv.sh), `GATEDLOOP_TEST_PG_URL`
 (.ci/start_postgres.sh), `GATEDLOOP_TEST_REDIS_URL` (.ci/start_redis.sh).
 
-For each process count N of `--processes`: a fresh database, N `aegra serve` processes of tests/support/aegra_app/
+For each process count N of `--processes`: a fresh database, N Aegra server processes of tests/support/aegra_app/
 (graph `throughput`: the payments graph of tests/support/aegra_payments.py whose scripted model waits `--model-wait`
 seconds per call, awaited as a provider's HTTP call would be; the servers get it as `AEGRA_TEST_MODEL_WAIT`) on one
 Postgres and one Redis queue. Each process runs `WORKER_COUNT=--workers` worker loops of `N_JOBS_PER_WORKER=

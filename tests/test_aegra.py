@@ -1,4 +1,4 @@
-"""gatedloop served by Aegra (issue 31): two real `aegra serve` processes on one Postgres database and one Redis
+"""gatedloop served by Aegra (issue 31): two real Aegra server processes (uvicorn, as docs/deploying.md starts them) on one Postgres database and one Redis
 queue, driven by the real `langgraph-sdk`, the graph built as docs/server.md says (no checkpointer, no `ledger=`:
 tests/support/aegra_payments.py). Every real payment is a row in an effects file, counted here. Served with
 `gatedloop.graph.aegra_auth` (issue 51): ana (staff) asks, bo (finance, a supervisor of her workspace) answers.
@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ import httpx
 import pytest
 from aegra_servers import (
     AEGRA_ENV,
+    APP,
     REDIS_ENV,
     TOKENS,
     AegraServer,
@@ -566,6 +568,33 @@ def test_a_bad_auth_configuration_stops_the_shipped_deployment(aegra: Deployment
     with pytest.raises(RuntimeError, match="exited"):
         server.start(timeout_s=120)
     assert "AuthConfigError: gatedloop auth config (GATEDLOOP_AUTH_TOKENS): tokens: entry #1" in server.log.read_text()
+
+
+def test_a_server_killed_with_sigkill_stops_serving(aegra: Deployment, tmp_path: Path) -> None:
+    """Aegra started as docs/deploying.md says (`serve_command`: uvicorn itself) stops serving when its process is
+    SIGKILLed, as under the OOM killer or a supervisor's `kill -9`. Started as `aegra serve`, the killed process was
+    the CLI, whose uvicorn child (reparented to init) still answered /health 5 s later, its workers on the queue."""
+    tag = uuid.uuid4().hex[:10]
+    env = server_env(aegra.database_url, str(os.environ[REDIS_ENV]), tag, **_files_of(aegra))
+    server = AegraServer("killed", str(os.environ[AEGRA_ENV]), APP, env, tmp_path)
+    server.start()
+    try:
+        assert server.process is not None
+        os.kill(server.process.pid, signal.SIGKILL)
+        wait_until(lambda: not _serving(server.url), 10, f"{server.url} to stop serving after its SIGKILL")
+    finally:
+        server.kill_hard()
+
+
+def _files_of(aegra: Deployment) -> dict[str, str]:
+    return {"AEGRA_TEST_EFFECTS": str(aegra.effects), "AEGRA_TEST_CONTROL": str(aegra.control)}
+
+
+def _serving(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 # The rules themselves, without a server: the handlers called as Aegra 0.11 picks and calls them.

@@ -1,4 +1,4 @@
-"""Real `aegra serve` processes for tests/test_aegra.py and bench/aegra_kills.py: one fresh Postgres database and
+"""Real Aegra server processes for tests/test_aegra.py and bench/aegra_kills.py: one fresh Postgres database and
 one Redis (a private queue key per run), several server processes on them, each started and stopped for real.
 
 `GATEDLOOP_AEGRA` names the `aegra` executable of a Python 3.12+ virtualenv where gatedloop is installed (Aegra
@@ -81,9 +81,18 @@ def fresh_database(pg_url: str) -> Iterator[str]:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def serve_command(aegra: str, config: Path, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+    """How docs/deploying.md starts Aegra: its app under the venv's uvicorn, the config in `AEGRA_CONFIG`, which is
+    what `aegra serve` does, in one process. `aegra serve` runs uvicorn as a child (`subprocess.run`, aegra-cli
+    0.11.0) and forwards no signal: a SIGKILL (or a SIGTERM) of the CLI alone left uvicorn serving, its workers
+    taking runs from the queue."""
+    uvicorn = str(Path(aegra).parent / "uvicorn")
+    return [uvicorn, "aegra_api.main:app", "--host", host, "--port", str(port)], {"AEGRA_CONFIG": str(config)}
+
+
 @dataclass
 class AegraServer:
-    """One `aegra serve` (a CLI process whose child is the uvicorn server that runs the API and the workers)."""
+    """One Aegra server process (uvicorn running Aegra's API and its worker loops), started as `serve_command`."""
 
     name: str
     executable: str
@@ -103,20 +112,12 @@ class AegraServer:
 
     def start(self, timeout_s: float = 180.0) -> None:
         assert self.process is None or self.process.poll() is not None, f"{self.name} is running"
+        command, config_env = serve_command(self.executable, self.config, "127.0.0.1", self.port)
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [
-                    self.executable,
-                    "serve",
-                    "--config",
-                    str(self.config),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                ],
+                command,
                 cwd=self.workdir,
-                env=self.env,
+                env={**self.env, **config_env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -124,26 +125,24 @@ class AegraServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"aegra serve {self.name} exited {self.process.returncode}: {self.tail()}")
+                raise RuntimeError(f"Aegra {self.name} exited {self.process.returncode}: {self.tail()}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
                     return
             time.sleep(0.3)
-        raise RuntimeError(f"aegra serve {self.name} did not become healthy in {timeout_s} s: {self.tail()}")
+        raise RuntimeError(f"Aegra {self.name} did not become healthy in {timeout_s} s: {self.tail()}")
 
     def server_pid(self) -> int:
-        """The uvicorn process (`aegra serve` runs it as its child): where runs execute."""
+        """The uvicorn process: where runs execute."""
         assert self.process is not None
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
-        return int(children[0])
+        return self.process.pid
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
         """SIGTERM the process group (Aegra drains its workers), SIGKILL what is left after 30 s. Waits for every
-        process of the group: `aegra serve` exits at once, its uvicorn child drains on, and until it is gone its
-        workers still take runs from the queue."""
+        process of the group: until the server is gone its workers still take runs from the queue."""
         if self.process is None:
             return
         self._signal_group(signal.SIGTERM)
@@ -205,7 +204,7 @@ class Deployment:
 
 
 def server_env(database_url: str, redis_url: str, tag: str, **extra: str) -> dict[str, str]:
-    """What an `aegra serve` of the tests gets: the database, Redis with a queue key of its own (`tag`), the short
+    """What an Aegra server of the tests gets: the database, Redis with a queue key of its own (`tag`), the short
     lease, gatedloop's test tokens, tests/support on the path; `extra` adds or replaces."""
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -230,7 +229,7 @@ def server_env(database_url: str, redis_url: str, tag: str, **extra: str) -> dic
 def deployment(
     executable: str, pg_url: str, redis_url: str, workdir: Path, count: int = 2, env: dict[str, str] | None = None
 ) -> Iterator[Deployment]:
-    """`count` `aegra serve` processes of tests/support/aegra_app on a fresh database, started one after the other
+    """`count` Aegra server processes of tests/support/aegra_app on a fresh database, started one after the other
     (the first runs Aegra's migrations), stopped at the end. `env` adds to or replaces `server_env`'s."""
     tag = uuid.uuid4().hex[:10]
     control = workdir / "control"
