@@ -7,10 +7,11 @@ is taken, with that start time, as a child of the run that asked (its trace cont
 notice, nodes/run/observed.py) and linked to the step that took the answer; with no context kept (telemetry was
 off where it was asked), it is a child of that step. Its `gatedloop.*` attributes: the question, request id,
 tool and call id, requester, approver roles, the decider and her roles, the decision (`gatedloop.verdict`), seconds
-waited, the quorum (`required`, `approvals` counted so far) and whether the request still waits.
+waited, the quorum (`required`, `approvals` counted so far) and whether the request still waits. A request that
+expires before anyone decides it ends the same span at its deadline, verdict `expired`, with no decider.
 
 Metrics (meter `gatedloop`): `gatedloop.requests.asked` (calls put to a person), `gatedloop.requests.decided`
-(by `gatedloop.verdict`), `gatedloop.requests.wait` (seconds from asked to decided, a histogram),
+(by `gatedloop.verdict`, `expired` included), `gatedloop.requests.wait` (seconds from asked to decided, a histogram),
 `gatedloop.writes.run` (write tools started), `gatedloop.writes.unknown` (writes whose outcome was unknown, by
 reason); each by `gatedloop.tool.name`, and the question ones by `gatedloop.question` (`approval`,
 `unknown_outcome`).
@@ -86,7 +87,7 @@ class OtelTelemetry:
         self,
         question: Question,
         request_id: str,
-        decider: CallContext,
+        decider: CallContext | None,
         calls: Sequence[AnsweredCall],
         asked_in: Mapping[str, str] | None,
         at: float,
@@ -107,14 +108,15 @@ class OtelTelemetry:
                 "gatedloop.request.id": request_id,
                 "gatedloop.tool.name": call.tool,
                 "gatedloop.tool.call_id": call.call_id,
-                "gatedloop.decider": decider.user_id or ANONYMOUS,
-                "gatedloop.decider.roles": sorted(decider.roles),
                 "gatedloop.verdict": call.decision,
                 "gatedloop.waited_s": waited,
                 "gatedloop.quorum.required": call.approvals_required,
                 "gatedloop.quorum.approvals": call.approvals,
                 "gatedloop.waiting": call.waiting,
             }
+            if decider is not None:  # none for a request that expired
+                attributes["gatedloop.decider"] = decider.user_id or ANONYMOUS
+                attributes["gatedloop.decider.roles"] = sorted(decider.roles)
             if call.requester is not None:
                 attributes["gatedloop.requester"] = call.requester
             if call.approvers is not None:

@@ -41,7 +41,7 @@ from gatedloop.nodes.gate.turn_evidence import admit_turn
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.notices import queue_approval_notice, queue_decided_notice
-from gatedloop.nodes.run.observed import report_decisions
+from gatedloop.nodes.run.observed import report_decisions, report_expiry
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
 
 
@@ -72,14 +72,15 @@ def make_approve_node(parts: LoopParts):
                 # (a crash between its ledger writes and its checkpoint): the request a resumed node rebuilds
                 # must be the one the pending answer was given to. Re-applying a decision is idempotent.
                 gated.append({**admission.plan, "verdict": "ask"} if admission.action != "answered" else admission.plan)
+        request = approval_request(registry, gated, evidence, state.get("review_error"), held, calls)
         live = [p for p in gated if not expired_call(registry, evidence, p, now)]
         if not live:
             with parts.one_commit() as expiring:
                 for plan in gated:
                     plans[plan["id"]] = _expired(expiring, thread_id, plan, answers)
                 plans.update({p["id"]: p for p in held})
+                report_expiry(expiring, thread_id, request, gated)
                 return _update(expiring, state, thread_id, list(plans.values()), answers, error=None)
-        request = approval_request(registry, gated, evidence, state.get("review_error"), held, calls)
         replaced = replaced_request(parts.ledger, request, evidence, thread_id)
         if replaced:
             request["replaced"] = True
@@ -121,6 +122,7 @@ def make_approve_node(parts: LoopParts):
             decided = [plans[p["id"]] for p in live if p["id"] in applied]
             queue_decided_notice(answering, thread_id, request, reviewer, decided)
             report_decisions(answering, thread_id, request, reviewer, decided)
+            report_expiry(answering, thread_id, request, [p for p in gated if p not in live])
             return _update(answering, state, thread_id, list(plans.values()), answers, error=None, decided=request)
 
     return approve

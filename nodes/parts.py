@@ -65,12 +65,13 @@ class Telemetry(Protocol):
         self,
         question: Question,
         request_id: str,
-        decider: CallContext,
+        decider: CallContext | None,
         calls: Sequence[AnsweredCall],
         asked_in: Mapping[str, str] | None,
         at: float,
     ) -> None:
-        """A person's answer decided `calls` at `at`; `asked_in` is the `trace_context` kept when it was asked."""
+        """A person's answer decided `calls` at `at`; `asked_in` is the `trace_context` kept when it was asked.
+        No `decider`: nobody did, the request expired at `at` (the calls' decision is `expired`)."""
 
 
 @dataclass

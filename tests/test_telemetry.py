@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,63 @@ def test_variables_that_ask_without_the_extra_installed_warn_and_run_without(mon
     with caplog.at_level(logging.WARNING, logger="gatedloop.telemetry"):
         assert telemetry_for("g") is None
     assert "pip install 'gatedloop[otel]'" in caplog.text
+
+
+def test_an_approval_that_expires_ends_its_span_at_the_deadline_and_counts_as_expired(db: str):
+    """Nobody decides within `approval_ttl_s`: the answer that comes late is refused for it, and the approval's span
+    ends at the deadline (verdict `expired`, no decider, the seconds waited the TTL); the decisions metric counts
+    it under `expired`. The graph's clock (which the expiry is judged by) is moved past the deadline; the ledger
+    stamps the request with the wall clock."""
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay (write)."""
+        return f"paid {amount}"
+
+    shift = [0.0]
+    spans_out = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans_out))
+    metrics_in = InMemoryMetricReader()
+    model = ScriptedChatModel(script=[reply(calls=[call("pay", {"amount": 3}, "call_pay")]), reply("not paid")])
+    policies = {"pay": ToolPolicy(effect="write", approvers={"finance"}, approval_ttl_s=60)}
+    config = {"configurable": {"thread_id": "t-expiry"}}
+    with open_sqlite(db) as saver:
+        graph = build_graph(
+            model,
+            [pay],
+            policies=policies,
+            checkpointer=saver,
+            tracer_provider=tracer_provider,
+            meter_provider=MeterProvider(metric_readers=[metrics_in]),
+        )
+        parts = parts_of(graph)
+        assert parts is not None
+        parts.clock = lambda: time.time() + shift[0]
+        asked = graph.invoke({"messages": [("user", "pay 3")]}, config, context=CallContext(user_id="alice"))
+        [action] = asked["__interrupt__"][0].value["action_requests"]
+        assert action["expires_at"] == action["requested_at"] + 60
+        shift[0] = 125.0
+        late = Command(resume={"decisions": [{"type": "approve"}]})
+        out = graph.invoke(late, config, context=CallContext(user_id="bo", roles={"finance"}))
+    assert out["status"] == "completed" and "paid 3" not in str(out["messages"])
+
+    spans = spans_out.get_finished_spans()
+    [expired] = [s for s in spans if s.name == "approval pay"]
+    attributes = dict(expired.attributes or {})
+    assert attributes["gatedloop.verdict"] == "expired" and attributes["gatedloop.waited_s"] == 60
+    assert "gatedloop.decider" not in attributes and attributes["gatedloop.requester"] == "alice"
+    assert expired.start_time == int(action["requested_at"] * 10**9)
+    assert expired.end_time == int(action["expires_at"] * 10**9)
+    data = metrics_in.get_metrics_data()
+    assert data is not None
+    points = [
+        Point(m.name, dict(p.attributes or {}), float(getattr(p, "value", getattr(p, "count", 0))))
+        for r in data.resource_metrics
+        for s in r.scope_metrics
+        for m in s.metrics
+        for p in m.data.data_points
+    ]
+    assert _total(points, "gatedloop.requests.decided", gatedloop__verdict="expired") == 1
+    assert _total(points, "gatedloop.requests.decided", gatedloop__verdict="approve") == 0
+    assert _total(points, "gatedloop.requests.wait", gatedloop__verdict="expired") == 1

@@ -92,3 +92,20 @@ def _asked_in(parts: LoopParts, thread_id: str, request_id: str, kind: Notificat
     notice = parts.ledger.notification(notification_id(thread_id, request_id, kind))
     trace = notice.payload.get("trace") if notice is not None else None
     return {str(k): str(v) for k, v in trace.items()} if isinstance(trace, dict) else None
+
+
+def report_expiry(parts: LoopParts, thread_id: str, request: GatedHITLRequest, expired: Sequence[CallPlan]) -> None:
+    """The calls of `request` that expired before anyone decided them: each one's span ends at its deadline
+    (`expires_at`), verdict `expired`, with no decider."""
+    telemetry = parts.telemetry
+    if telemetry is None or not expired:
+        return
+    actions = {a["tool_call_id"]: a for a in request["action_requests"]}
+    asked_in = _asked_in(parts, thread_id, request["request_id"], "request")
+    for plan in expired:
+        action = actions.get(plan["id"])
+        if action is None:
+            continue
+        call = _answered_call(action, {**plan, "decision": "expired", "verdict": "answered"}, "")
+        deadline = action["expires_at"] if action["expires_at"] is not None else parts.clock()
+        telemetry.answered("approval", request["request_id"], None, [call], asked_in, deadline)
