@@ -8,8 +8,6 @@ never are: they arrive as data, bound to the message and the answer as they ente
 
 from __future__ import annotations
 
-import uuid
-
 from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.config import get_config
@@ -18,13 +16,6 @@ from langgraph.config import get_config
 def step_config() -> RunnableConfig:
     """The running step's config (callbacks, tags, metadata, configurable)."""
     return get_config()
-
-
-def current_thread_id() -> str:
-    """The thread being run; a run with no checkpointer gets a per-run id so the ledger still works."""
-    config = get_config()
-    thread = config.get("configurable", {}).get("thread_id")
-    return str(thread) if thread is not None else f"run-{config.get('run_id') or uuid.uuid4()}"
 
 
 def running_checkpointer() -> object | None:
