@@ -2,8 +2,9 @@
 config (`langgraph.config.get_config`). In `checkpoints`, the lowest layer that needs it: the ledger of a served
 run is found from the run's checkpointer (checkpoints/ledger_for.py), and the nodes read the rest.
 
-Only facts of the run are read here (its thread, the task's namespace, its callbacks); who asked and who answered
-never are: they arrive as data, bound to the message and the answer as they entered (gatedloop.graph.gated).
+Only facts of the run are read here (the task's namespace, its callbacks, its checkpointer; nodes take the thread
+from their `Runtime`: nodes/run/facts.py); who asked and who answered never are: they arrive as data, bound to the
+message and the answer as they entered (gatedloop.graph.gated).
 """
 
 from __future__ import annotations
