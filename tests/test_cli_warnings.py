@@ -1,7 +1,7 @@
 """A CLI call prints no Python warning (issue 54): a first afternoon's commands, in a real interpreter started with
 `-W error -X dev` (every warning an error, resource warnings on), one interpreter for all of them since starting
-Python and importing LangChain costs a second each: run, resume, show, threads, stats, doctor, demo, on the demo
-graph and on the tutorial's agent (`--graph`)."""
+Python and importing LangChain costs a second each: run, resume, show, threads, stats, grant list, doctor, demo, on
+the demo graph and on the tutorial's agent (`--graph`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,17 @@ def test_a_first_afternoon_of_cli_calls_prints_no_python_warning(tmp_path: Path)
     assert json.loads(done.stdout.splitlines()[-1]) == {"codes": EXPECTED}
 
 
-EXPECTED = {"run": 3, "resume": 0, "show": 0, "threads": 0, "stats": 0, "doctor": 0, "demo": 0, "tutorial run": 3}
+EXPECTED = {
+    "run": 3,
+    "resume": 0,
+    "show": 0,
+    "threads": 0,
+    "stats": 0,
+    "grant list": 0,
+    "doctor": 0,
+    "demo": 0,
+    "tutorial run": 3,
+}
 
 FIRST_AFTERNOON = r"""
 import contextlib, io, json, os, sys
@@ -58,6 +68,7 @@ gatedloop("resume", "--graph", "demo", "resume", "t1", "--request", request["req
 gatedloop("show", "--graph", "demo", "show", "t1")
 gatedloop("threads", "--graph", "demo", "threads")
 gatedloop("stats", "stats")
+gatedloop("grant list", "grant", "list")
 gatedloop("doctor", "doctor")
 gatedloop("demo", "demo")
 gatedloop("tutorial run", "--user", "ana", "run", "refund order A-1001", "--thread", "t2", cwd=tutorial)
