@@ -1,6 +1,6 @@
 """Throughput under Aegra (issue 31): approval turns per second with one and with two Aegra server processes.
 
-    .venv/bin/python -m bench.aegra_throughput [--threads 200] [--model-wait 0.2] [--processes 1 2]
+    .venv/bin/python -m bench.aegra_throughput [--threads 200] [--model-wait 0.2] [--processes 1 2] [--anchor]
         [--workers 3] [--jobs-per-worker 10] [--warmup 2] [--via stream|wait] [--keep DIR]
 
 Needs what tests/test_aegra.py needs: `GATEDLOOP_AEGRA` (.ci/aegra_venv.sh), `GATEDLOOP_TEST_PG_URL`
@@ -30,6 +30,13 @@ process ran the model calls and the payments. Checked: every thread `idle` with 
 exactly one payment per payee (the effects file), two model calls per thread. Prints one line per batch (a count
 may be repeated, `--processes 1 2 1 2`, each on a fresh database), the ratio of each count's median turns/s to the
 first count's, and exits 1 on any failure.
+
+`--anchor` (issue 52) runs each batch twice, once for gatedloop and once for the anchor: graph `anchor` of the same
+server config, LangChain's `create_agent` with `HumanInTheLoopMiddleware` pausing on `pay`, the same waiting scripted
+model, the same payments (tests/support/aegra_payments.anchor_graph), answered with the same `{"decisions":
+[{"type": "approve"}]}`. Same processes, Postgres, Redis, client and checks (the anchor's answer is its last message,
+it has no `status`); each on a fresh database, the order alternating (gatedloop first, then the anchor first, ...).
+Printed at the end: for each process count, gatedloop's median turns/s over the anchor's, and each pair's ratio.
 """
 
 from __future__ import annotations
@@ -55,13 +62,18 @@ if str(TESTS) not in sys.path:
 from aegra_servers import AEGRA_ENV, REDIS_ENV, TOKENS, Deployment, deployment, live_members  # noqa: E402
 from sample_app import Effects  # noqa: E402
 
-GRAPH = "throughput"
+CONFIG = TESTS / "aegra_app" / "bench.json"
+"""Both systems' graphs in one server config: every batch starts the same servers, the client picks the graph."""
+GRAPHS = {"gatedloop": "throughput", "anchor": "anchor"}
+ANSWER = "done: c1=success"
+"""The scripted model's last message once the approved payment ran, in either system."""
 AEGRA_LEASE = {"LEASE_DURATION_SECONDS": "30", "HEARTBEAT_INTERVAL_SECONDS": "10", "REAPER_INTERVAL_SECONDS": "15"}
 TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
 class Batch:
+    system: str
     processes: int
     threads: int
     wall_s: float = 0.0
@@ -71,6 +83,7 @@ class Batch:
     busy: float = 0.0
     cpu_s: dict[str, float] = field(default_factory=dict)
     spread: str = ""
+    load: tuple[float, float] = (0.0, 0.0)
 
     @property
     def turns_per_s(self) -> float:
@@ -133,13 +146,13 @@ def cpu_split(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, in
     return dict(spent)
 
 
-async def run_once(sdk: Any, thread_id: str, via: str, **request: Any) -> Any:
+async def run_once(sdk: Any, thread_id: str, graph: str, via: str, **request: Any) -> Any:
     """One run to its end: `runs.stream` (the last `values` event; the end is pushed through Redis) or `runs.wait`
     (Aegra 0.11 answers it from a poll of the run's done-key every 2 s)."""
     if via == "wait":
-        return await sdk.runs.wait(thread_id, GRAPH, **request)
+        return await sdk.runs.wait(thread_id, graph, **request)
     last = None
-    async for part in sdk.runs.stream(thread_id, GRAPH, stream_mode="values", **request):
+    async for part in sdk.runs.stream(thread_id, graph, stream_mode="values", **request):
         if part.event == "error":
             raise AssertionError(f"run failed: {part.data}")
         if part.event == "values":
@@ -147,19 +160,33 @@ async def run_once(sdk: Any, thread_id: str, via: str, **request: Any) -> Any:
     return last
 
 
-async def one_thread(sdks: list[Any], index: int, payee: str, via: str, latencies: list[float]) -> None:
+def unfinished(system: str, state: Any) -> str | None:
+    """Why `state` (the approval run's last values) is not a finished turn, or None: the model's answer after the
+    payment is the last message (gatedloop also says `completed`; the anchor has no status)."""
+    if not isinstance(state, dict):
+        return f"ended {state!r}"
+    if system == "gatedloop" and state.get("status") != "completed":
+        return f"ended {state.get('status')}"
+    last = (state.get("messages") or [{}])[-1]
+    if last.get("type") != "ai" or last.get("content") != ANSWER:
+        return f"ended on {last.get('type')} {str(last.get('content'))[:80]!r}"
+    return None
+
+
+async def one_thread(sdks: list[Any], system: str, index: int, payee: str, via: str, latencies: list[float]) -> None:
     first, second = sdks[index % len(sdks)], sdks[(index + 1) % len(sdks)]
+    graph = GRAPHS[system]
     stage, thread_id = "threads.create", "?"
     try:
         thread_id = (await first.threads.create())["thread_id"]
         stage, started = "the first run", time.monotonic()
         message = {"role": "user", "content": f"pay 1 to {payee} as c1"}
-        await run_once(first, thread_id, via, input={"messages": [message]})
+        await run_once(first, thread_id, graph, via, input={"messages": [message]})
         stage, paused = "the approval run", time.monotonic()
-        out = await run_once(second, thread_id, via, command={"resume": {"decisions": [{"type": "approve"}]}})
+        out = await run_once(second, thread_id, graph, via, command={"resume": {"decisions": [{"type": "approve"}]}})
         latencies += [paused - started, time.monotonic() - paused]
-        if not isinstance(out, dict) or out.get("status") != "completed":
-            raise AssertionError(f"ended {out.get('status') if isinstance(out, dict) else out!r}")
+        if why := unfinished(system, out):
+            raise AssertionError(why)
         stage = "threads.get"
         state = await first.threads.get(thread_id)
         if state["status"] != "idle":
@@ -175,7 +202,7 @@ async def drive(aegra: Deployment, threads: int, warmup: int, via: str, batch: B
     async def guarded(index: int, payee: str, latencies: list[float]) -> None:
         batch.payees.append(payee)
         try:
-            await one_thread(sdks, index, payee, via, latencies)
+            await one_thread(sdks, batch.system, index, payee, via, latencies)
         except Exception as exc:  # report every failure, keep the others running
             batch.failures.append(f"{payee}: {exc}"[:400])
 
@@ -183,9 +210,11 @@ async def drive(aegra: Deployment, threads: int, warmup: int, via: str, batch: B
         for index in range(warmup * len(sdks)):
             await guarded(index, f"warm-{tag}-{index}", [])
         before_ticks, before_cpu = machine_ticks(), ticks_by_process()
+        load_at_start = os.getloadavg()[0]
         started = time.monotonic()
         await asyncio.gather(*(guarded(i, f"tp-{tag}-{i}", batch.latencies) for i in range(threads)))
         batch.wall_s = time.monotonic() - started
+        batch.load = (load_at_start, os.getloadavg()[0])
         after_ticks, after_cpu = machine_ticks(), ticks_by_process()
         busy = after_ticks[0] - before_ticks[0]
         batch.busy = busy / max(1, after_ticks[1] - before_ticks[1])
@@ -233,11 +262,12 @@ def percentile(values: list[float], share: float) -> float:
 
 def line(batch: Batch) -> str:
     cpu = ", ".join(f"{k} {v:.1f}" for k, v in sorted(batch.cpu_s.items()))
+    p50, p95 = statistics.median(batch.latencies or [float("nan")]), percentile(batch.latencies, 0.95)
     return (
-        f"{batch.processes} process(es): {2 * batch.threads} turns ({batch.threads} threads) in {batch.wall_s:.1f} s = "
-        f"{batch.turns_per_s:.1f} turns/s; run p50 {statistics.median(batch.latencies or [float('nan')]):.2f} s, "
-        f"p95 {percentile(batch.latencies, 0.95):.2f} s; {len(batch.failures)} failures; CPU busy "
-        f"{100 * batch.busy:.0f}% of {os.cpu_count()} cores (CPU s: {cpu}); {batch.spread}"
+        f"{batch.system}, {batch.processes} process(es): {2 * batch.threads} turns ({batch.threads} threads) in "
+        f"{batch.wall_s:.1f} s = {batch.turns_per_s:.1f} turns/s; run p50 {p50:.2f} s, p95 {p95:.2f} s; "
+        f"{len(batch.failures)} failures; CPU busy {100 * batch.busy:.0f}% of {os.cpu_count()} cores, load average "
+        f"{batch.load[0]:.1f} -> {batch.load[1]:.1f} (CPU s: {cpu}); {batch.spread}"
     )
 
 
@@ -251,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed threads per process before the batch")
     parser.add_argument("--via", choices=("stream", "wait"), default="stream", help="how a run is followed")
     parser.add_argument("--keep", type=Path, help="keep the servers' logs and the effects files here")
+    parser.add_argument("--anchor", action="store_true", help="each batch also for the anchor, alternating")
     args = parser.parse_args(argv)
     missing = [name for name in (AEGRA_ENV, REDIS_ENV, "GATEDLOOP_TEST_PG_URL") if not os.environ.get(name)]
     if missing:
@@ -274,15 +305,16 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     batches: list[Batch] = []
     try:
-        for number, count in enumerate(args.processes, start=1):
-            batch = Batch(count, args.threads)
+        for number, (system, count) in enumerate(schedule(args.processes, args.anchor), start=1):
+            batch = Batch(system, count, args.threads)
             with deployment(
                 os.environ[AEGRA_ENV],
                 os.environ["GATEDLOOP_TEST_PG_URL"],
                 os.environ[REDIS_ENV],
-                workdir / f"batch-{number}-processes-{count}",
+                workdir / f"batch-{number}-{system}-processes-{count}",
                 count=count,
                 env=env,
+                config=CONFIG,
             ) as aegra:
                 asyncio.run(drive(aegra, args.threads, args.warmup, args.via, batch))
                 check(aegra, batch)
@@ -293,18 +325,51 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    by_count: dict[int, list[float]] = collections.defaultdict(list)
-    for batch in batches:
-        by_count[batch.processes].append(batch.turns_per_s)
-    base = args.processes[0]
-    for count, rates in by_count.items():
-        if count != base and by_count[base][0]:
-            ratio = statistics.median(rates) / statistics.median(by_count[base])
-            print(
-                f"ratio {count} process(es) / {base}: {ratio:.2f}x turns/s (median of {len(rates)} and "
-                f"{len(by_count[base])} batch(es))"
-            )
+    for text in process_ratios(batches, args.processes[0]) + anchor_ratios(batches):
+        print(text)
     return 1 if any(b.failures for b in batches) else 0
+
+
+def schedule(processes: list[int], anchor: bool) -> list[tuple[str, int]]:
+    """(system, process count) of each batch: gatedloop alone, or each count for both systems, the first one
+    alternating so that a drift of the machine's load favours neither."""
+    if not anchor:
+        return [("gatedloop", count) for count in processes]
+    pairs = [(("gatedloop", "anchor") if i % 2 == 0 else ("anchor", "gatedloop"), n) for i, n in enumerate(processes)]
+    return [(system, count) for order, count in pairs for system in order]
+
+
+def process_ratios(batches: list[Batch], base: int) -> list[str]:
+    """Each system's median turns/s at each process count over its median at `base` processes."""
+    rates: dict[tuple[str, int], list[float]] = collections.defaultdict(list)
+    for batch in batches:
+        rates[batch.system, batch.processes].append(batch.turns_per_s)
+    return [
+        f"{system}, ratio {count} process(es) / {base}: {statistics.median(found) / statistics.median(baseline):.2f}x "
+        f"turns/s (median of {len(found)} and {len(baseline)} batch(es))"
+        for (system, count), found in rates.items()
+        if count != base and (baseline := rates.get((system, base))) and statistics.median(baseline)
+    ]
+
+
+def anchor_ratios(batches: list[Batch]) -> list[str]:
+    """gatedloop's turns/s over the anchor's at each process count: of the medians, and of each pair of batches
+    (the batches for one entry of `--processes`, run one after the other)."""
+    by_count: dict[int, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for batch in batches:
+        by_count[batch.processes][batch.system].append(batch.turns_per_s)
+    found = []
+    for count, rates in by_count.items():
+        ours, theirs = rates.get("gatedloop", []), rates.get("anchor", [])
+        if not ours or not theirs or not statistics.median(theirs):
+            continue
+        pairs = ", ".join(f"{a / b:.2f}" for a, b in zip(ours, theirs, strict=False) if b)
+        found.append(
+            f"gatedloop / anchor, {count} process(es): {statistics.median(ours) / statistics.median(theirs):.2f}x "
+            f"turns/s (medians {statistics.median(ours):.1f} and {statistics.median(theirs):.1f} of {len(ours)} "
+            f"batch(es) each; pairs {pairs})"
+        )
+    return found
 
 
 if __name__ == "__main__":

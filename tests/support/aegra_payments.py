@@ -16,7 +16,9 @@ database).
 The scripted model: "pay 500 to bo as c1" -> one `pay` call with id c1 (or `wire`); after the answer, "done: c1=...".
 Each model call appends its process id to `AEGRA_TEST_CONTROL/model-calls`. `served_graph(model_wait_s=...)` (the
 `throughput` graph of tests/support/aegra_app/, for bench/aegra_throughput.py) makes every model call wait that long
-first, awaited on the run's event loop as a provider's HTTP call would be.
+first, awaited on the run's event loop as a provider's HTTP call would be. `anchor_graph` (the `anchor` graph) is what
+that bench measures it against: the same model, payments and effects file under `create_agent` with
+`HumanInTheLoopMiddleware`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Annotated, Any
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
-from langchain_core.tools import BaseTool, InjectedToolArg, tool
+from langchain_core.tools import BaseTool, InjectedToolArg, InjectedToolCallId, tool
 from sample_app import Effects
 
 from gatedloop.graph import build_graph
@@ -113,24 +115,54 @@ def hold(to: str, when: str) -> None:
     time.sleep(HOLD_S)
 
 
-def make_tools(effects: Effects) -> list[BaseTool]:
-    def run(tool_name: str, amount: float, to: str, key: str) -> dict[str, Any]:
-        hold(to, "before")
-        row = effects.add(tool_name, {"amount": amount, "to": to}, key)
-        hold(to, "after")
-        return {"payment": row, "amount": amount, "to": to}
+def pay_once(effects: Effects, tool_name: str, amount: float, to: str, key: str) -> dict[str, Any]:
+    """One real payment: its row in the effects file (held before or after it for a `hold-...` payee)."""
+    hold(to, "before")
+    row = effects.add(tool_name, {"amount": amount, "to": to}, key)
+    hold(to, "after")
+    return {"payment": row, "amount": amount, "to": to}
 
+
+def make_tools(effects: Effects) -> list[BaseTool]:
     @tool
     def pay(amount: float, to: str, idempotency_key: Annotated[str, InjectedToolArg]) -> dict[str, Any]:
         """Pay an amount to someone (a write, reconciled by its key)."""
-        return run("pay", amount, to, idempotency_key)
+        return pay_once(effects, "pay", amount, to, idempotency_key)
 
     @tool
     def wire(amount: float, to: str, idempotency_key: Annotated[str, InjectedToolArg]) -> dict[str, Any]:
         """Wire an amount to someone (a write nobody can reconcile)."""
-        return run("wire", amount, to, idempotency_key)
+        return pay_once(effects, "wire", amount, to, idempotency_key)
 
     return [pay, wire]
+
+
+def anchor_tools(effects: Effects) -> list[BaseTool]:
+    """`pay` and `wire` for the anchor: the same payments, keyed by the tool call id (no gate injects a key)."""
+
+    @tool
+    def pay(amount: float, to: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> dict[str, Any]:
+        """Pay an amount to someone (a write, reconciled by its key)."""
+        return pay_once(effects, "pay", amount, to, tool_call_id)
+
+    @tool
+    def wire(amount: float, to: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> dict[str, Any]:
+        """Wire an amount to someone (a write nobody can reconcile)."""
+        return pay_once(effects, "wire", amount, to, tool_call_id)
+
+    return [pay, wire]
+
+
+def anchor_graph(*, model_wait_s: float, name: str = "anchor") -> Any:
+    """What bench/aegra_throughput.py measures the `throughput` graph against: LangChain's `create_agent` with
+    `HumanInTheLoopMiddleware` pausing on `pay` and `wire`, the same waiting scripted model, no checkpointer (Aegra
+    gives one). No roles, no ledger: the incumbent shape."""
+    from langchain.agents import create_agent  # the `middleware` extra: only the bench's server config loads this
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"pay": True, "wire": True})
+    model = WaitingModel(responder=responder, wait_s=model_wait_s)
+    return create_agent(model, anchor_tools(Effects(os.environ[EFFECTS_ENV])), middleware=[hitl], name=name)
 
 
 def served_graph(*, model_wait_s: float | None = None, name: str = "payments") -> Any:

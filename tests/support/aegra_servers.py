@@ -227,10 +227,16 @@ def server_env(database_url: str, redis_url: str, tag: str, **extra: str) -> dic
 
 @contextlib.contextmanager
 def deployment(
-    executable: str, pg_url: str, redis_url: str, workdir: Path, count: int = 2, env: dict[str, str] | None = None
+    executable: str,
+    pg_url: str,
+    redis_url: str,
+    workdir: Path,
+    count: int = 2,
+    env: dict[str, str] | None = None,
+    config: Path = APP,
 ) -> Iterator[Deployment]:
-    """`count` Aegra server processes of tests/support/aegra_app on a fresh database, started one after the other
-    (the first runs Aegra's migrations), stopped at the end. `env` adds to or replaces `server_env`'s."""
+    """`count` Aegra server processes of `config` (tests/support/aegra_app) on a fresh database, started one after the
+    other (the first runs Aegra's migrations), stopped at the end. `env` adds to or replaces `server_env`'s."""
     tag = uuid.uuid4().hex[:10]
     control = workdir / "control"
     control.mkdir(parents=True, exist_ok=True)
@@ -238,7 +244,7 @@ def deployment(
     with fresh_database(pg_url) as database_url:
         files = {"AEGRA_TEST_EFFECTS": str(effects), "AEGRA_TEST_CONTROL": str(control)}
         served = server_env(database_url, redis_url, tag, **files, **(env or {}))
-        servers = [AegraServer(chr(ord("A") + i), executable, APP, served, workdir) for i in range(count)]
+        servers = [AegraServer(chr(ord("A") + i), executable, config, served, workdir) for i in range(count)]
         found = Deployment(servers, database_url, effects, control)
         try:
             for server in servers:
