@@ -11,7 +11,7 @@ from langchain_core.tools import tool
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
 from gatedloop.nodes.gate.approvals import apply_decision, approval_request
 from gatedloop.nodes.gate.hitl import InvalidDecision
-from gatedloop.nodes.gate.settling import CANNOT_TELL, settle_step
+from gatedloop.nodes.gate.settling import CANNOT_TELL, answered_step, settle_step
 from gatedloop.nodes.gate.turn_evidence import TurnEvidence
 from gatedloop.nodes.state import CallPlan
 from gatedloop.tools.arguments import args_digest
@@ -143,4 +143,21 @@ def test_the_settle_table(recorded: bool, reconciled: str, claimed: bool, may_be
         expected = "rerun" if rerun else "superseded"
     else:
         expected = "ask"  # never re-run what may be running or what nobody can tell about
+    assert step == expected
+
+
+@pytest.mark.parametrize(
+    ("decision", "recorded", "rerun"),
+    list(itertools.product(["done", "abandon", "not_done"], [True, False], [True, False])),
+)
+def test_the_settle_tables_second_half_a_persons_answer(decision: str, recorded: bool, rerun: bool):
+    step = answered_step(decision, recorded=recorded, rerun=rerun)
+    if decision == "done":
+        expected = "marked_done"  # she says it happened: her result is the answer, whatever else
+    elif decision == "abandon":
+        expected = "abandoned"
+    elif recorded:
+        expected = "recorded"  # "not done", but a late finish says it did happen: never run it twice
+    else:
+        expected = "rerun" if rerun else "superseded"
     assert step == expected

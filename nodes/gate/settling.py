@@ -8,8 +8,11 @@ A write that timed out, lost its connection or whose process died may or may not
   `rerun` (one winner, by a conditional re-claim), or `superseded` when a new message made the call moot;
 - anything else (`reconcile` cannot tell or raised, or an attempt may still be running): `ask`, a person decides.
 
+When a person is asked, her answer is the second half of the table (`answered_step`): done, abandon, or not done
+(run it again, unless a late finish was recorded meanwhile or a new message made the call moot).
+
 nodes/run/unknown.py gathers the facts (the ledger, the tool's `reconcile`, whether a claimant lives) and carries
-the step out; this table is the whole decision, so a unit test needs no database.
+the step out; these tables are the whole decision, so a unit test needs no database.
 """
 
 from __future__ import annotations
@@ -40,3 +43,19 @@ def settle_step(
     if reconciled is None and claimed and not may_be_running:
         return "rerun" if rerun else "superseded"
     return "ask"
+
+
+AnswerStep = Literal["marked_done", "abandoned", "recorded", "superseded", "rerun"]
+
+
+def answered_step(decision: str, *, recorded: bool, rerun: bool) -> AnswerStep:
+    """What a person's accepted answer (`done`, `abandon` or `not_done`) to an unknown outcome leads to.
+    `recorded`: the ledger holds a finished outcome by now (a late finish: it did happen, whatever she said of it
+    not having); `rerun`: the call may still run (no new message made it moot)."""
+    if decision == "done":
+        return "marked_done"
+    if decision == "abandon":
+        return "abandoned"
+    if recorded:
+        return "recorded"
+    return "rerun" if rerun else "superseded"

@@ -36,7 +36,7 @@ from gatedloop.nodes.gate.hitl import (
 )
 from gatedloop.nodes.gate.outcomes import Outcome, error_outcome, finished_state, ok_outcome, stored_outcome
 from gatedloop.nodes.gate.senders import received
-from gatedloop.nodes.gate.settling import CANNOT_TELL, settle_step
+from gatedloop.nodes.gate.settling import CANNOT_TELL, answered_step, settle_step
 from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.notices import queue_unknown_notice
 from gatedloop.nodes.run.observed import report_settlement
@@ -227,27 +227,28 @@ def _ask_person(
     detail = {"decision": decision["type"], **({"note": decision["note"]} if decision.get("note") else {})}
     if decision.get("justification"):
         detail["justification"] = decision["justification"]
-    if decision["type"] == "not_done":
+    entry = parts.ledger.get(thread_id, plan["id"])
+    finished = entry is not None and entry.state != "claimed"
+    step = answered_step(decision["type"], recorded=finished, rerun=rerun)
+    if step == "rerun":  # the re-claim is conditional (one resumer wins): a commit of its own, after the decision
         parts.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
         report_settlement(parts, thread_id, request, requester, reviewer, decision["type"], first)
-        entry = parts.ledger.get(thread_id, plan["id"])
-        if entry is not None and entry.state != "claimed":
-            return Settlement(stored_outcome(entry.state, entry.result), False, waited)
-        if not rerun:
-            return Settlement(_superseded(parts, thread_id, plan, "marked not done", who), False, waited)
         again = _rerun(parts, thread_id, plan, entry.attempts if entry else 1, env)
         return Settlement(again, False, waited) if again is not None else Settlement(outcome, True, waited)
     with parts.one_commit() as deciding:  # the decision and the outcome it records: one commit
         deciding.ledger.record(thread_id, plan["id"], "unknown_outcome_decision", detail, who)
-        if decision["type"] == "done":
-            settled = _settle(
-                deciding, thread_id, plan, reconciled_outcome(parts, decision["result"]), "marked done", who
-            )
-        else:
+        if step == "marked_done":
+            done = reconciled_outcome(parts, decision["result"])
+            settled = _settle(deciding, thread_id, plan, done, "marked done", who)
+        elif step == "abandoned":
             deciding.ledger.finish(thread_id, plan["id"], "abandoned", outcome)
             settled = {**outcome, "status": "error"}
+        elif step == "recorded" and entry is not None:
+            settled = stored_outcome(entry.state, entry.result)
+        else:
+            settled = _superseded(deciding, thread_id, plan, "marked not done", who)
     report_settlement(parts, thread_id, request, requester, reviewer, decision["type"], first)
-    return Settlement(settled, decision["type"] == "abandon", waited)
+    return Settlement(settled, step == "abandoned", waited)
 
 
 def _requester(parts: LoopParts, thread_id: str, plan: CallPlan) -> str | None:
