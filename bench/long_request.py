@@ -6,7 +6,9 @@ A round = the model proposes one read (`lookup_order` with a fresh order id, so 
 runs -> the model is asked again; after N rounds the model answers in text. The request is streamed
 (`stream_mode="updates"`, `durability="sync"`); the end of each round (the tool node's update) is
 timestamped, and every `--sample-every` rounds the stored bytes are read from a separate connection (the
-time that takes is left out of the round it falls in). Prints one JSON object on its last line.
+time that takes is left out of the round it falls in). `total_s` is the whole request's wall time, `cpu_s` the
+process's CPU time over it (all threads; far less sensitive than wall time to other work on the machine).
+Prints one JSON object on its last line.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def run_long_request(system: System, db: str, rounds: int, sample_every: int) ->
     samples: dict[int, dict[str, int]] = {}
     final: dict[str, Any] = {}
     try:
+        cpu_started = time.process_time()
         last = started = time.perf_counter()
         stream = graph.stream(
             {"messages": [("user", task_text(rounds))]}, cfg, stream_mode="updates", durability="sync"
@@ -112,6 +115,7 @@ def run_long_request(system: System, db: str, rounds: int, sample_every: int) ->
                 samples[len(round_s)] = asdict(stored_bytes(db))
             last = time.perf_counter()
         total_s = time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_started
         final = graph.get_state(config("request")).values
     finally:
         close()
@@ -120,7 +124,14 @@ def run_long_request(system: System, db: str, rounds: int, sample_every: int) ->
     if system == "gatedloop" and final.get("status") != "completed":
         raise AssertionError(f"gatedloop ended {final.get('status')}: {final.get('stop_detail')}")
     samples[rounds] = asdict(stored_bytes(db))
-    return {"system": system, "rounds": rounds, "round_s": round_s, "samples": samples, "total_s": total_s}
+    return {
+        "system": system,
+        "rounds": rounds,
+        "round_s": round_s,
+        "samples": samples,
+        "total_s": total_s,
+        "cpu_s": cpu_s,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -283,7 +283,8 @@ def markdown(plan: Any, results: dict[str, Any]) -> str:
                 f"{_fmt(p['mean_ms_per_step'])} | {_fmt(a['mean_ms_per_step'])} |"
             )
         totals = "; ".join(f"{s} {', '.join(f'{t:.2f}' for t in r['runs_total_s'])}" for s, r in request.items())
-        lines += ["", f"Whole request, per run (s): {totals}.", ""]
+        cpu = "; ".join(f"{s} {', '.join(f'{t:.2f}' for t in r.get('runs_cpu_s', []))}" for s, r in request.items())
+        lines += ["", f"Whole request, per run (s): {totals}. CPU time of the process, per run (s): {cpu}.", ""]
     storage = results.get("storage")
     if storage:
         lines += [

@@ -185,6 +185,8 @@ def _summarize_request(runs: list[dict[str, Any]], every: int) -> dict[str, Any]
         "curve": curve,
         "total_s": median([r["total_s"] for r in runs]),
         "runs_total_s": [round(r["total_s"], 3) for r in runs],
+        "cpu_s": median([r["cpu_s"] for r in runs]),
+        "runs_cpu_s": [round(r["cpu_s"], 3) for r in runs],
     }
 
 
