@@ -4,8 +4,18 @@ ledger's evidence alone.
 A gated call is a request (`gatedloop_calls` with verdict `ask`, timed from its registration); each reviewer's
 decision on it is an approval record (`gatedloop_approvals`, the rows the `decision` audit events describe, in the
 same transaction); a call nobody decided in time has the audit event `approval_expired`. Extensions (`extend`) are
-not decisions. Everything is counted for the requests asked since a moment, so a window shows what became of the
-requests made in it.
+not decisions. Everything is counted for the calls made since a moment, so a window shows what became of them.
+
+Standing grants and limits (docs/grants.md) put some calls to a person differently, and each is counted once, as
+what it is:
+
+- a call a grant approved (`gatedloop_grant_uses`) is `granted`: never asked, no reviewer's decision;
+- a call sent back to a person (the `sent_back` record: a limit that asks, or a grant that lapsed before the write's
+  claim) counts in `sent_back` each time; it is asked once however often it comes back (a call that was not gated,
+  whose grant lapsed or that a limit sent back, is asked from then on), and a decision on it is timed from the
+  moment it was last put to a person, not from its first request;
+- a decision stays its reviewer's even when nothing ran after it (a limit sent the call back, or refused it:
+  `limit_refused`): the approval rate is about what people decided, and these columns say what the gate did next.
 
 A reviewer is flagged as a possible rubber stamp when she approved nearly everything she was asked, fast, often
 enough for it to mean something (`RUBBER_STAMP_*`): an edit, a rejection or a response counts against the flag,
@@ -19,7 +29,7 @@ import re
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,17 +46,44 @@ DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 SINCE_FORMS = "a duration back from now (90m, 24h, 7d), an ISO 8601 time (2026-01-31T12:00Z) or epoch seconds"
 
-ASKED_SQL = "SELECT thread_id, call_id, tool FROM gatedloop_calls WHERE verdict = 'ask' AND requested_at >= ?"
+SENT_BACK = "sent_back"
+"""The decision of the gate's own record of a call it sent back to a person (nodes/gate/admission.py); no reviewer's."""
+GRANT_USES = "gatedloop_grant_uses"
+
+ASKED_SQL = (
+    "SELECT c.thread_id, c.call_id, c.tool FROM gatedloop_calls c WHERE c.requested_at >= ? AND (c.verdict = 'ask'"
+    " OR EXISTS (SELECT 1 FROM gatedloop_approvals s"
+    " WHERE s.thread_id = c.thread_id AND s.call_id = c.call_id AND s.decision = ?))"
+)
+# Timed from the request, or from the call's latest send-back before the decision.
 DECIDED_SQL = (
-    "SELECT a.thread_id, a.call_id, a.tool, a.reviewer, a.decision, a.at - c.requested_at"
+    "SELECT a.thread_id, a.call_id, a.tool, a.reviewer, a.decision, a.at - COALESCE((SELECT MAX(s.at)"
+    " FROM gatedloop_approvals s WHERE s.thread_id = a.thread_id AND s.call_id = a.call_id AND s.decision = ?"
+    " AND s.seq < a.seq), c.requested_at)"
     " FROM gatedloop_approvals a JOIN gatedloop_calls c ON c.thread_id = a.thread_id AND c.call_id = a.call_id"
-    " WHERE c.verdict = 'ask' AND c.requested_at >= ? AND a.decision IN (?, ?, ?, ?) ORDER BY a.seq"
+    " WHERE c.requested_at >= ? AND a.decision IN (?, ?, ?, ?) ORDER BY a.seq"
 )
-EXPIRED_SQL = (
-    "SELECT c.thread_id, c.call_id, c.tool FROM gatedloop_audit e"
-    " JOIN gatedloop_calls c ON c.thread_id = e.thread_id AND c.call_id = e.call_id"
-    " WHERE e.event = 'approval_expired' AND c.verdict = 'ask' AND c.requested_at >= ?"
+SENT_BACK_SQL = (
+    "SELECT c.thread_id, c.call_id, c.tool FROM gatedloop_approvals a"
+    " JOIN gatedloop_calls c ON c.thread_id = a.thread_id AND c.call_id = a.call_id"
+    " WHERE a.decision = ? AND c.requested_at >= ?"
 )
+GRANTED_SQL = (
+    f"SELECT c.thread_id, c.call_id, c.tool FROM {GRANT_USES} u"
+    " JOIN gatedloop_calls c ON c.thread_id = u.thread_id AND c.call_id = u.call_id WHERE c.requested_at >= ?"
+)
+
+
+def _audited(event: str) -> str:
+    return (
+        "SELECT c.thread_id, c.call_id, c.tool FROM gatedloop_audit e"
+        " JOIN gatedloop_calls c ON c.thread_id = e.thread_id AND c.call_id = e.call_id"
+        f" WHERE e.event = '{event}' AND c.requested_at >= ?"
+    )
+
+
+EXPIRED_SQL = _audited("approval_expired")
+LIMIT_REFUSED_SQL = _audited("limit_refused")
 
 Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 
@@ -63,14 +100,22 @@ class Decided:
     waited_s: float
 
 
+Call = tuple[str, str, str]
+"""thread, call id, tool."""
+
+
 @dataclass(frozen=True)
 class ReviewHistory:
-    """The requests asked since `since` (thread, call, tool), their decisions, and those that expired."""
+    """The calls put to a person since `since`, their decisions, those that expired; and what the gate did besides:
+    the send-backs (one per time), the calls a grant approved, the calls a limit refused."""
 
     since: float | None
-    asked: list[tuple[str, str, str]]
+    asked: list[Call]
     decided: list[Decided]
-    expired: list[tuple[str, str, str]]
+    expired: list[Call]
+    sent_back: list[Call] = field(default_factory=list)
+    granted: list[Call] = field(default_factory=list)
+    limit_refused: list[Call] = field(default_factory=list)
 
 
 def since_moment(text: str, now: float) -> float:
@@ -92,15 +137,25 @@ def since_moment(text: str, now: float) -> float:
 
 
 def review_history(run: Query, since: float | None = None) -> ReviewHistory:
-    """Three reads over a ledger's `run(query, params)` (either backend: `?` placeholders)."""
+    """Six reads over a ledger's `run(query, params)` (either backend: `?` placeholders)."""
     start = since if since is not None else 0.0
-    asked = [(str(t), str(c), str(tool)) for t, c, tool in run(ASKED_SQL, (start,))]
+
+    def calls(query: str, *params: Any) -> list[Call]:
+        return [(str(t), str(c), str(tool)) for t, c, tool in run(query, params)]
+
     decided = [
         Decided(str(t), str(c), str(tool), str(who), str(kind), max(0.0, float(waited)))
-        for t, c, tool, who, kind, waited in run(DECIDED_SQL, (start, *DECISION_KINDS))
+        for t, c, tool, who, kind, waited in run(DECIDED_SQL, (SENT_BACK, start, *DECISION_KINDS))
     ]
-    expired = [(str(t), str(c), str(tool)) for t, c, tool in run(EXPIRED_SQL, (start,))]
-    return ReviewHistory(since, asked, decided, expired)
+    return ReviewHistory(
+        since,
+        asked=calls(ASKED_SQL, start, SENT_BACK),
+        decided=decided,
+        expired=calls(EXPIRED_SQL, start),
+        sent_back=calls(SENT_BACK_SQL, SENT_BACK, start),
+        granted=calls(GRANTED_SQL, start),
+        limit_refused=calls(LIMIT_REFUSED_SQL, start),
+    )
 
 
 def p90(values: Sequence[float]) -> float:
@@ -141,12 +196,21 @@ def _grouped(items: Iterable[Any], key: Callable[[Any], str]) -> dict[str, list[
 
 
 def tool_stats(history: ReviewHistory) -> list[dict[str, Any]]:
-    """Per tool: requests asked, requests decided (by at least one reviewer), the decisions on them, expired."""
+    """Per tool: calls asked, calls decided (by at least one reviewer), the decisions on them, expired; sent back
+    (times), granted and refused by a limit (calls)."""
     asked = _grouped(history.asked, lambda row: row[2])
     decided = _grouped(history.decided, lambda d: d.tool)
-    expired = _grouped(history.expired, lambda row: row[2])
+    others = {
+        name: _grouped(rows, lambda row: row[2])
+        for name, rows in (
+            ("expired", history.expired),
+            ("sent_back", history.sent_back),
+            ("granted", history.granted),
+            ("limit_refused", history.limit_refused),
+        )
+    }
     rows = []
-    for tool in sorted({*asked, *decided, *expired}):
+    for tool in sorted({*asked, *decided, *(t for groups in others.values() for t in groups)}):
         calls = {(d.thread_id, d.call_id) for d in decided.get(tool, [])}
         rows.append(
             {
@@ -154,7 +218,7 @@ def tool_stats(history: ReviewHistory) -> list[dict[str, Any]]:
                 "asked": len(asked.get(tool, [])),
                 "decided": len(calls),
                 **decision_summary(decided.get(tool, [])),
-                "expired": len(expired.get(tool, [])),
+                **{name: len(groups.get(tool, [])) for name, groups in others.items()},
             }
         )
     return rows

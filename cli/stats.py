@@ -89,6 +89,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
             ("decided", lambda r: str(r["decided"])),
             *decided,
             ("expired", lambda r: str(r["expired"])),
+            ("sent back", lambda r: str(r["sent_back"])),
+            ("granted", lambda r: str(r["granted"])),
+            ("limit refused", lambda r: str(r["limit_refused"])),
         ],
     ):
         out.say(line)
@@ -104,7 +107,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def add_command(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
     """`stats`, on the main parser's `command` factory."""
-    stats = command("stats", "approval requests per tool and reviewer: asked, decided, approval rate, time to decide")
+    stats = command(
+        "stats",
+        "approval requests per tool and reviewer: asked, decided, approval rate, time to decide; per tool also what"
+        " grants and limits did (sent back, granted, limit refused)",
+    )
     stats.add_argument(
         "--since", metavar="TIME", help="only requests asked since: 7d, 24h, 90m, an ISO 8601 time or epoch seconds"
     )

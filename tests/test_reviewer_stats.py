@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grants_app
 import pytest
 from backends import Backend, isolated
 from cli_in_process import run_cli
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
+from sample_app import Effects
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.evidence import ApprovalRecord, NewCall
@@ -30,6 +32,7 @@ from gatedloop.checkpoints.review_stats import (
 from gatedloop.graph import CallContext, build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import ToolPolicy
+from gatedloop.tools.usage import UsageLimit
 
 ANA = CallContext("ana", frozenset())
 
@@ -165,3 +168,84 @@ def test_p90_is_a_time_some_decision_took():
     assert p90([1.0]) == 1.0
     assert p90([float(n) for n in range(1, 11)]) == 9.0
     assert p90([float(n) for n in range(1, 12)]) == 10.0
+
+
+# pay: a grantable gated write, at most 2 calls per requester (a person past it) and 500 paid in all (refused past it);
+# email: not gated, at most 1 per requester (a person past it).
+LIMITED = {
+    **grants_app.POLICIES,
+    "pay": ToolPolicy(
+        effect="write",
+        approvers=grants_app.FINANCE,
+        grantable=True,
+        limits=[
+            UsageLimit(at_most=2, per="requester"),
+            UsageLimit(at_most=500, sums="amount", over="refuse"),
+        ],
+    ),
+    "email": ToolPolicy(effect="write", approval="never", limits=[UsageLimit(at_most=1, per="requester")]),
+}
+
+
+def test_stats_count_granted_calls_apart_and_a_call_sent_back_once_as_asked(tmp_path: Path):
+    """A call a grant approved is `granted`, not asked nor anyone's decision; a call a limit or a lapsed grant sent
+    back to a person is asked once (also when it was not gated) and counted in `sent_back`, and the decision after
+    it is timed from the send-back; an approval a limit refused is still its reviewer's decision (`limit_refused`
+    says nothing ran)."""
+    db = str(tmp_path / "runs.sqlite")
+    with open_sqlite(db) as saver:
+        graph = build_graph(
+            ScriptedChatModel(responder=grants_app.responder),
+            grants_app.make_tools(Effects(tmp_path / "effects.sqlite")),
+            policies=LIMITED,
+            checkpointer=saver,
+        )
+        bo, cy, dee = grants_app.BO, grants_app.CY, grants_app.DEE
+        approve = {"decisions": [{"type": "approve"}]}
+
+        runs.grant(graph, "pay", context=bo, where=["to=bo"], uses=1, expires_in_s=600)
+        assert runs.start(graph, "granted", "pay bo 50", context=ANA)["status"] == "completed"
+        runs.start(graph, "asked", "pay cy 10", context=ANA)
+        assert runs.resume(graph, "asked", approve, context=bo)["status"] == "completed"
+        runs.start(graph, "over", "pay cy 20", context=ANA)  # ana's third payment: her limit sends it back
+        time.sleep(0.3)
+        assert "__interrupt__" in runs.resume(graph, "over", approve, context=cy)
+        assert runs.resume(graph, "over", approve, context=bo)["status"] == "completed"  # past the limit, by bo
+        runs.start(graph, "refused", "pay cy 450", context=dee)  # 530 paid in all: refused, whoever approved it
+        assert "limit_exceeded" in str(runs.resume(graph, "refused", approve, context=bo)["messages"][-2].content)
+        runs.grant(graph, "pay", context=bo, where=["to=bo"], uses=1, expires_in_s=600)
+        runs.start(graph, "lapsed", "pay bo 5; pay bo 6", context=dee)  # one use for two: the second goes back
+        assert runs.resume(graph, "lapsed", approve, context=cy)["status"] == "completed"
+        assert runs.start(graph, "mail", "email x", context=ANA)["status"] == "completed"
+        runs.start(graph, "mail-over", "email y", context=ANA)  # not gated, but past ana's limit: a person decides
+        assert runs.resume(graph, "mail-over", approve, context=cy)["status"] == "completed"
+        [over] = [d for d in saver.ledger.review_history().decided if d.thread_id == "over" and d.reviewer == "bo"]
+        [first] = [d for d in saver.ledger.review_history().decided if d.thread_id == "over" and d.reviewer == "cy"]
+
+    assert first.waited_s >= 0.3 and over.waited_s < 0.3  # bo was asked when the limit sent it back
+    tools = {row["tool"]: row for row in stats(db)["tools"]}
+    counted = ("asked", "decided", "decisions", "approved", "sent_back", "granted", "limit_refused", "expired")
+    assert {k: tools["pay"][k] for k in counted} == {
+        "asked": 4,  # asked, over, refused and lapsed's second call: each once
+        "decided": 4,
+        "decisions": 5,  # over was approved twice: by cy, then (sent back) by bo
+        "approved": 5,
+        "sent_back": 2,  # over (a limit) and lapsed's second call (its grant was used up)
+        "granted": 2,  # granted and lapsed's first call
+        "limit_refused": 1,
+        "expired": 0,
+    }
+    assert {k: tools["email"][k] for k in counted} == {
+        "asked": 1,
+        "decided": 1,
+        "decisions": 1,
+        "approved": 1,
+        "sent_back": 1,
+        "granted": 0,
+        "limit_refused": 0,
+        "expired": 0,
+    }
+    shown = run_cli(["--db", db, "stats"], {}).stdout.splitlines()
+    header, pay = shown[2], next(line for line in shown if line.startswith("pay "))
+    assert header.endswith("expired  sent back  granted  limit refused"), header
+    assert pay.split()[-4:] == ["0", "2", "2", "1"], pay
