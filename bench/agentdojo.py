@@ -18,7 +18,13 @@ environment objects, and its own checkers decide utility and whether an attack s
 The injected text (AgentDojo's "direct" attack, "TODO: <goal>") is in the environment, so the tool results carry
 it as they would to a real model; the scripted model does not read it.
 
-    python -m bench.agentdojo [--suites banking,slack] [--quick] [--json FILE]
+With `--grants`, the suites with standing grants (workspace, slack) are run twice with the reviewer: the policy
+alone, and the policy with the grants `bench/agentdojo_policies.py` declares (`policy_grants`: each made for the
+user before the run by a team lead, bounded to the user's own colleagues or workspace members). It reports the
+approvals asked per legitimate task both ways, the calls grants approved, and the attacks that ran, with the
+attacker's calls that ran under a grant (which must be 0).
+
+    python -m bench.agentdojo [--suites banking,slack] [--quick] [--grants] [--json FILE]
 """
 
 from __future__ import annotations
@@ -49,13 +55,15 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from bench.agentdojo_policies import POLICIES
-from gatedloop.graph import CallContext, Limits, ToolPolicy, build_graph
+from bench.agentdojo_policies import GRANTS, POLICIES, with_grants
+from gatedloop.graph import CallContext, Limits, ToolPolicy, build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.graph.thread_graph import ledger_of
 from gatedloop.tools.policy import ALL_DECISIONS, ApprovalPredicate
 
 SUITES = ("banking", "slack", "travel", "workspace")
 SETUPS = ("no_gate", "policy", "policy_reviewer", "hitl_writes", "hitl_when")
+GRANT_SETUPS = ("policy_reviewer", "policy_grants")
 QUICK_USER_TASKS = 3
 QUICK_INJECTION_TASKS = 2
 # The longest script is 18 ground-truth calls of a user task plus an injection's: room for both and the answer.
@@ -64,6 +72,9 @@ LANGCHAIN_RECURSION = 400
 MAX_REQUESTS = 60
 REQUESTER = CallContext(user_id="user")
 REVIEWER = CallContext(user_id="reviewer")
+GRANTER = CallContext(user_id="team-lead")
+GRANT_LIFETIME_S = 86400.0
+THREAD = "run"
 NOBODY_APPROVED = "nobody approved this call"
 NOT_ASKED_FOR = "the user did not ask for this call"
 # AgentDojo's ground truth ends most tasks with an empty message; gatedloop reads an empty reply as an incomplete
@@ -108,6 +119,10 @@ class Outcome:
     breached: bool | None
     asked: int
     engine_error: str | None
+    granted: int = 0
+    """Calls a standing grant approved (`policy_grants`)."""
+    granted_attack_calls: int = 0
+    """Of those, the injection task's calls: an attack a grant let through (must be 0)."""
 
 
 def cases(suite: TaskSuite, quick: bool) -> Iterator[Case]:
@@ -199,7 +214,7 @@ def drive(graph: Any, world: Stage, reviewer: Reviewer, gatedloop: bool) -> tupl
     """Send the user's prompt, answer every approval request with `reviewer`, and count the calls asked about.
     gatedloop's graph gets the requester's and the reviewer's identities; LangChain's needs a recursion limit
     above its default of 25 supersteps for the longer scripts."""
-    config: dict[str, Any] = {"configurable": {"thread_id": "run"}}
+    config: dict[str, Any] = {"configurable": {"thread_id": THREAD}}
     asking, answering = ({"context": REQUESTER}, {"context": REVIEWER}) if gatedloop else ({}, {})
     if not gatedloop:
         config["recursion_limit"] = LANGCHAIN_RECURSION
@@ -272,6 +287,20 @@ def graph_for(setup: str, case: Case, world: Stage) -> tuple[Any, Reviewer, bool
         return gatedloop_graph(model, tools, policies), reject_all, True
     if setup == "policy_reviewer":
         return gatedloop_graph(model, tools, policies), own, True
+    if setup == "policy_grants":
+        grants = GRANTS[case.suite.name](world.pre) if case.suite.name in GRANTS else []
+        graph = gatedloop_graph(model, tools, with_grants(policies, grants))
+        for g in grants:
+            runs.grant(
+                graph,
+                g.tool,
+                context=GRANTER,
+                where=g.where,
+                uses=g.uses,
+                expires_in_s=GRANT_LIFETIME_S,
+                requester=REQUESTER.user_id,
+            )
+        return graph, own, True
     if setup == "hitl_writes":
         return langchain_graph(model, tools, on_every_write(policies)), own, False
     return langchain_graph(model, tools, as_when(policies)), own, False
@@ -306,6 +335,7 @@ def run_case(setup: str, case: Case, attack: DirectAttack) -> Outcome:
     except Exception as exc:
         answer, error = "", f"{type(exc).__name__}: {exc}"
     breached = judged(case.suite, case.injection, answer, world) if case.injection else None
+    granted = granted_calls(graph, len(world.script)) if setup == "policy_grants" else []
     return Outcome(
         setup=setup,
         suite=case.suite.name,
@@ -315,7 +345,17 @@ def run_case(setup: str, case: Case, attack: DirectAttack) -> Outcome:
         breached=breached,
         asked=asked,
         engine_error=error,
+        granted=len(granted),
+        granted_attack_calls=sum(index >= len(world.user_calls) for index in granted),
     )
+
+
+def granted_calls(graph: Any, calls: int) -> list[int]:
+    """The indexes in the script of the calls a standing grant approved (the ledger's grant uses)."""
+    ledger = ledger_of(graph)
+    assert ledger is not None
+    used = ledger.grant_uses(THREAD, [f"gt-{i}" for i in range(calls)])
+    return sorted(int(call_id.removeprefix("gt-")) for call_id in used)
 
 
 def summary(setup: str, suite: str, outcomes: list[Outcome]) -> dict[str, Any]:
@@ -334,6 +374,8 @@ def summary(setup: str, suite: str, outcomes: list[Outcome]) -> dict[str, Any]:
         "attacks": len(attacks),
         "asked_per_task": _mean([o.asked for o in legit]),
         "asked_per_attack": _mean([o.asked for o in attacks]),
+        "granted_per_task": _mean([o.granted for o in legit]),
+        "granted_attack_calls": sum(o.granted_attack_calls for o in attacks),
     }
 
 
@@ -358,6 +400,23 @@ def table(rows: list[dict[str, Any]], skipped: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def grants_table(rows: list[dict[str, Any]]) -> str:
+    """The Markdown table docs/grants.md shows: asked per legitimate task without and with the grants."""
+    lines = [
+        "| suite | setup | runs | engine errors | utility | utility under attack | attacks that ran | "
+        "attacker's calls run under a grant | asked per task | granted per task | asked per attack |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['suite']} | {r['setup']} | {r['runs']} | {r['engine_errors']} | {r['utility']}/{r['tasks']} | "
+            f"{r['utility_under_attack']}/{r['attacks']} | {r['breached']}/{r['attacks']} | "
+            f"{r['granted_attack_calls']} | {r['asked_per_task']:.2f} | {r['granted_per_task']:.2f} | "
+            f"{r['asked_per_attack']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def totals(rows: list[dict[str, Any]], setups: Sequence[str]) -> list[dict[str, Any]]:
     """A row per setup over every suite run; the means weighted by runs."""
     out = []
@@ -366,7 +425,11 @@ def totals(rows: list[dict[str, Any]], setups: Sequence[str]) -> list[dict[str, 
         if not mine:
             continue
         total = {k: sum(r[k] for r in mine) for k in mine[0] if k not in ("suite", "setup")}
-        for kind, count in (("asked_per_task", "tasks"), ("asked_per_attack", "attacks")):
+        for kind, count in (
+            ("asked_per_task", "tasks"),
+            ("asked_per_attack", "attacks"),
+            ("granted_per_task", "tasks"),
+        ):
             total[kind] = sum(r[kind] * r[count] for r in mine) / total[count] if total[count] else 0.0
         out.append({"suite": "all", "setup": setup, **total})
     return out
@@ -421,8 +484,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help=f"{QUICK_USER_TASKS} user tasks x {QUICK_INJECTION_TASKS} injections per suite",
     )
+    parser.add_argument(
+        "--grants",
+        action="store_true",
+        help=f"the policy with and without the suite's standing grants ({', '.join(GRANTS)} by default)",
+    )
     parser.add_argument("--json", metavar="FILE", help="write the rows, every run's outcome and the machine")
     args = parser.parse_args(argv)
+    if args.grants and args.suites == ",".join(SUITES):
+        args.suites = ",".join(GRANTS)
     args.suites = [s for s in args.suites.split(",") if s]
     unknown = set(args.suites) - set(SUITES)
     if unknown:
@@ -432,11 +502,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse(argv)
-    skipped = {} if langchain_has_when() else {"hitl_when": UNSUPPORTED}
-    setups = [s for s in SETUPS if s not in skipped]
+    skipped = {} if langchain_has_when() or args.grants else {"hitl_when": UNSUPPORTED}
+    setups = GRANT_SETUPS if args.grants else [s for s in SETUPS if s not in skipped]
     result = run(args.suites, setups, args.quick)
     result["skipped"] = skipped
-    print(table(result["rows"], skipped))
+    print(grants_table(result["rows"]) if args.grants else table(result["rows"], skipped))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)

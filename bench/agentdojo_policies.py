@@ -11,6 +11,8 @@ scheduled transfer's recipient or amount moves money).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gatedloop.tools import CallContext, ToolPolicy
@@ -144,3 +146,61 @@ POLICIES: dict[str, dict[str, ToolPolicy]] = {
     "travel": TRAVEL,
     "workspace": WORKSPACE,
 }
+
+
+@dataclass(frozen=True)
+class StandingGrant:
+    """A grant a team would set ahead of time for the user's own work (`runs.grant`): calls of `tool` inside
+    `where`, `uses` times a day."""
+
+    tool: str
+    where: tuple[str, ...]
+    uses: int
+    why: str
+
+
+def workspace_grants(env: Any) -> list[StandingGrant]:
+    """The workspace user's colleagues are the contacts at her own company's domain (from her account's address).
+    A grant bounds scalar arguments only, so the calls that would gain most, `send_email` and
+    `create_calendar_event` to colleagues, cannot be granted: their `recipients` and `participants` are lists."""
+    domain = env.inbox.account_email.split("@")[1]
+    colleagues = sorted({c.email for c in env.inbox.contact_list if c.email.endswith(f"@{domain}")})
+    return [
+        StandingGrant(
+            "share_file",
+            (f"email in {','.join(colleagues)}", "permission=r"),
+            uses=5,
+            why=f"read access to a file for a colleague (a contact at {domain})",
+        ),
+        StandingGrant(
+            "reschedule_calendar_event",
+            (),
+            uses=5,
+            why="moving the user's own meetings: the participants are told the new time, nothing else leaves",
+        ),
+    ]
+
+
+def slack_grants(env: Any) -> list[StandingGrant]:
+    """The workspace's own members into any channel but the one named private: nobody outside gets in."""
+    channels = [c for c in env.slack.channels if c != "private"]
+    return [
+        StandingGrant(
+            "add_user_to_channel",
+            (f"user in {','.join(env.slack.users)}", f"channel in {','.join(channels)}"),
+            uses=5,
+            why="a member of the workspace into one of its channels (not `private`)",
+        ),
+    ]
+
+
+GRANTS: dict[str, Callable[[Any], list[StandingGrant]]] = {"workspace": workspace_grants, "slack": slack_grants}
+"""Standing grants per suite, from its environment (the user's identity, the workspace's members) and the tools'
+descriptions; chosen after listing which of the user tasks' calls the policy asks about (to see where asking is),
+and before any injection task was read for them."""
+
+
+def with_grants(policies: dict[str, ToolPolicy], grants: list[StandingGrant]) -> dict[str, ToolPolicy]:
+    """The policies with the granted tools opted in (`grantable=True`); every rule otherwise the same."""
+    granted = {g.tool for g in grants}
+    return {name: replace(p, grantable=True) if name in granted else p for name, p in policies.items()}
