@@ -16,7 +16,8 @@ And a run is refused (`GraphMismatch`, nothing run) unless this graph, its polic
 the thread (invariant 11, graph/thread_graph.py): so a served graph, which the server runs without `runs.*`, is held
 to it too.
 
-The nodes never read who is running the graph; they read these.
+The nodes never read who is running the graph; they read these. (With telemetry on, an answer's run is also given
+the trace context its question kept, so it continues that trace: graph/resumed_trace.py.)
 
 `OWN_FIELDS` are state fields only gatedloop writes: a client's value for one is dropped from run input, a command's
 `update` and every `update_state` (invariants 13 and 18), whatever node it is written as.
@@ -37,6 +38,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateUpdate
 
 from gatedloop.graph.contexts import kept_fields, missing_fields, reused_fields
+from gatedloop.graph.resumed_trace import aresumed_config, resumed_config
 from gatedloop.graph.thread_graph import claim_thread
 from gatedloop.nodes.gate.identity import authenticated_context, caller_context, stored_identity
 from gatedloop.nodes.gate.senders import bind_sender
@@ -59,6 +61,7 @@ class GatedGraph(CompiledStateGraph):
             claim_thread(self, thread_id)
         if _carries_no_message(input) and missing_fields(context, self.context_schema):
             context = reused_fields(context, self.context_schema, _kept(self._request_values(config)))
+        config = resumed_config(self, thread_id, input, config)
         input, context = self._bound(input, config, context)
         return super().stream(input, config, context=context, **kwargs)
 
@@ -70,6 +73,7 @@ class GatedGraph(CompiledStateGraph):
             await asyncio.to_thread(claim_thread, self, thread_id)
         if _carries_no_message(input) and missing_fields(context, self.context_schema):
             context = reused_fields(context, self.context_schema, _kept(await self._arequest_values(config)))
+        config = await aresumed_config(self, thread_id, input, config)
         input, context = self._bound(input, config, context)
         async for chunk in super().astream(input, config, context=context, **kwargs):
             yield chunk

@@ -4,11 +4,12 @@ call a person decided, and the metrics.
 A person's answer becomes one span per call it decided (`approval <tool>`, `unknown_outcome <tool>`), from when
 the call was asked to when it was decided, however many processes and days lie between: it is made when the answer
 is taken, with that start time, as a child of the run that asked (its trace context was kept with the question's
-notice, nodes/run/observed.py) and linked to the step that took the answer; with no context kept (telemetry was
-off where it was asked), it is a child of that step. Its `gatedloop.*` attributes: the question, request id,
-tool and call id, requester, approver roles, the decider and her roles, the decision (`gatedloop.verdict`), seconds
-waited, the quorum (`required`, `approvals` counted so far) and whether the request still waits. A request that
-expires before anyone decides it ends the same span at its deadline, verdict `expired`, with no decider.
+notice, nodes/run/observed.py) and linked to the step that took the answer, whose run continues the same trace
+(graph/resumed_trace.py); with no context kept (telemetry was off where it was asked), it is a child of that
+step. Its `gatedloop.*` attributes: the question, request id, tool and call id, requester, approver roles, the
+decider and her roles, the decision (`gatedloop.verdict`), seconds waited, the quorum (`required`, `approvals`
+counted so far) and whether the request still waits. A request that expires before anyone decides it ends the same
+span at its deadline, verdict `expired`, with no decider.
 
 Metrics (meter `gatedloop`): `gatedloop.requests.asked` (calls put to a person), `gatedloop.requests.decided`
 (by `gatedloop.verdict`, `expired` included), `gatedloop.requests.wait` (seconds from asked to decided, a histogram),
@@ -25,10 +26,9 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Link
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gatedloop.checkpoints.running_step import step_config
-from gatedloop.graph.otel_spans import SpanHandler
+from gatedloop.graph.otel_spans import PROPAGATOR, SpanHandler
 from gatedloop.graph.telemetry import asked_by_env
 from gatedloop.nodes.gate.hitl import ANONYMOUS
 from gatedloop.nodes.parts import AnsweredCall, Question
@@ -37,7 +37,6 @@ from gatedloop.tools.policy import CallContext
 SCOPE = "gatedloop"
 WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0)
 """Seconds a person takes: from a second to a day."""
-PROPAGATOR = TraceContextTextMapPropagator()
 
 
 class OtelTelemetry:
@@ -97,8 +96,8 @@ class OtelTelemetry:
         asked_span = trace.get_current_span(asking).get_span_context() if asking is not None else None
         if asked_span is not None and asked_span.is_valid:
             parent, links = asking, [Link(deciding.get_span_context())] if deciding is not None else []
-            if deciding is not None:
-                deciding.add_link(asked_span, {"gatedloop.request.id": request_id})
+            if deciding is not None and deciding.get_span_context().trace_id != asked_span.trace_id:
+                deciding.add_link(asked_span, {"gatedloop.request.id": request_id})  # a run that was not resumed
         else:
             parent, links = (trace.set_span_in_context(deciding) if deciding is not None else None), []
         for call in calls:

@@ -3,7 +3,9 @@ and per tool run, the model call (`chat`) and the tool run (`execute_tool`) with
 
 Why callbacks: LangGraph reports every run, node and task to them, in whichever thread or pool it runs, with ids
 that say which runs inside which; parents are found by those ids, not by the ambient OpenTelemetry context, which
-a node's thread and the tool pool do not carry. The run of the graph is a child of the app's current span, if any.
+a node's thread and the tool pool do not carry. The run of the graph is a child of the app's current span, if any;
+a run that answers a question continues the trace that asked it instead (graph/resumed_trace.py), linked to the
+app's span.
 Runs that are neither a node, a task, a model call nor a tool (routers, channel writes, a node's inner callable)
 get no span: what runs inside them hangs from the nearest run that has one. Hand-written: the LangChain
 instrumentations of OpenInference and OpenLLMetry record prompts, messages and tool inputs by default, and
@@ -17,7 +19,7 @@ only): a `secret_args` value, a token or a path in an error cannot reach a span 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -27,9 +29,15 @@ from langchain_core.outputs import LLMResult
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import Counter
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
+
+from gatedloop.graph.resumed_trace import ASKED_IN
+
+PROPAGATOR = TraceContextTextMapPropagator()
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,8 @@ class SpanHandler(BaseCallbackHandler):
                     "gen_ai.agent.name": self._agent,
                     "gen_ai.conversation.id": str(thread) if thread is not None else None,
                 }
-                self._start(run_id, None, f"invoke_agent {self._agent}", SpanKind.INTERNAL, attributes)
+                context, links = _continued(meta.get(ASKED_IN))
+                self._start(run_id, None, f"invoke_agent {self._agent}", SpanKind.INTERNAL, attributes, context, links)
             elif node is not None and name == node and self._runs[parent].node != node:
                 plan = inputs.get("plan") if isinstance(inputs, Mapping) else None
                 tool = str(plan.get("name")) if isinstance(plan, Mapping) else None
@@ -235,13 +244,17 @@ class SpanHandler(BaseCallbackHandler):
         name: str,
         kind: SpanKind,
         attributes: Mapping[str, Any],
+        context: Context | None = None,
+        links: Sequence[Link] = (),
         *,
         node: str | None = None,
         tool: str | None = None,
     ) -> None:
-        """Called under the lock. A run with no parent span is a child of the app's current span, if any."""
-        context = trace.set_span_in_context(self._runs[parent].span) if parent is not None else None
-        span = self._tracer.start_span(name, context=context, kind=kind, attributes=_present(attributes))
+        """Called under the lock. A run with no parent span is a child of `context`, else of the app's current
+        span, if any."""
+        if parent is not None:
+            context = trace.set_span_in_context(self._runs[parent].span)
+        span = self._tracer.start_span(name, context=context, kind=kind, attributes=_present(attributes), links=links)
         self._runs[run_id] = _Run(span, parent, node, tool)
 
     def _pop(self, run_id: UUID) -> _Run | None:
@@ -285,6 +298,17 @@ def _response_attributes(response: LLMResult) -> dict[str, AttributeValue]:
             "gen_ai.usage.output_tokens": usage.get("output_tokens", totals.get("completion_tokens")),
         }
     )
+
+
+def _continued(asked_in: Any) -> tuple[Context | None, list[Link]]:
+    """Where a run of the graph starts its trace: in the asking run's trace when it answers a question whose
+    context was kept (`asked_in`, graph/resumed_trace.py), linked to the app's own current span if it has one (a
+    served request's incoming trace); else nowhere given (the app's current span, if any, is its parent)."""
+    asking = PROPAGATOR.extract(asked_in) if isinstance(asked_in, Mapping) else None
+    if asking is None or not trace.get_current_span(asking).get_span_context().is_valid:
+        return None, []
+    own = trace.get_current_span().get_span_context()
+    return asking, [Link(own)] if own.is_valid else []
 
 
 def _present(attributes: Mapping[str, Any]) -> dict[str, AttributeValue]:

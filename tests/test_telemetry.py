@@ -1,16 +1,20 @@
 """OpenTelemetry (`gatedloop[otel]`, docs/observability.md): an approval asked in this process and answered in
 another, exported over OTLP/HTTP to a receiver here, is the model calls, the tool runs and the approval (decider,
-seconds waited) in two traces the approval's span joins; no secret argument, exception text, argument or answer
-reaches any of it; an unknown outcome and a person's settlement are reported too; off, gatedloop loads nothing of it.
+seconds waited) in one trace: the answering run continues the asking one (not when nothing was kept, nor for a
+client's forged context); no secret argument, exception text, argument or answer reaches any of it; an unknown
+outcome and a person's settlement are reported too; off, gatedloop loads nothing of it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,7 @@ from otlp_receiver import OtlpReceiver, Point, Span, tree
 
 from gatedloop.graph import CallContext, ToolPolicy, build_graph, open_sqlite
 from gatedloop.graph.parts_of import parts_of
+from gatedloop.graph.resumed_trace import ASKED_IN
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.graph.telemetry import asked_by_env, telemetry_for
 
@@ -87,8 +92,11 @@ def test_an_approval_answered_in_another_process_is_exported_with_its_wait_and_n
     assert (ask_root.service, decide_root.service) == ("asker", "decider")
     assert ask_root.attributes["gen_ai.conversation.id"] == decide_root.attributes["gen_ai.conversation.id"] == "pay-1"
 
+    # One trace for the turn: the run that took the answer, in another process, continues the one that asked.
+    assert (decide_root.trace_id, decide_root.parent_id) == (ask_root.trace_id, ask_root.span_id)
+    assert not decide_root.links  # the deciding process had no span of its own to link to
     chats = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
-    assert sorted(s.trace_id for s in chats) == sorted([ask_root.trace_id, decide_root.trace_id])
+    assert [s.service for s in sorted(chats, key=lambda s: s.start_ns)] == ["asker", "decider"]
     for chat in chats:
         assert chat.name == "chat gpt-4o-mini"
         assert chat.attributes["gen_ai.provider.name"] == "openai"
@@ -96,7 +104,7 @@ def test_an_approval_answered_in_another_process_is_exported_with_its_wait_and_n
         assert (chat.attributes["gen_ai.usage.input_tokens"], chat.attributes["gen_ai.usage.output_tokens"]) == (10, 5)
 
     pay = _one(spans, gen_ai__operation__name="execute_tool", gen_ai__tool__name="transfer")
-    assert pay.trace_id == decide_root.trace_id and not pay.error
+    assert pay.service == "decider" and not pay.error
     assert pay.attributes["gen_ai.tool.call.id"] == "call_pay"
     assert (pay.attributes["gatedloop.tool.effect"], pay.attributes["gatedloop.reviewer"]) == ("write", "bob")
     balance = _one(spans, gen_ai__operation__name="execute_tool", gen_ai__tool__name="balance")
@@ -120,12 +128,12 @@ def test_an_approval_answered_in_another_process_is_exported_with_its_wait_and_n
     }
     waited = approval.attributes["gatedloop.waited_s"]
     assert waited > 0 and abs(waited - (approval.end_ns - approval.start_ns) / 1e9) < 0.01
-    # In the trace that asked, under its run; linked to the step of the other process that took the answer.
-    assert (approval.trace_id, approval.parent_id) == (ask_root.trace_id, ask_root.span_id)
-    [(trace_id, span_id)] = approval.links
+    # Under the run that asked; linked to the step of the other process that took the answer.
+    assert approval.parent_id == ask_root.span_id
+    [(_, span_id)] = approval.links
     [taker] = [s for s in spans if s.span_id == span_id]
-    assert (trace_id, taker.name, taker.parent_id) == (decide_root.trace_id, "approve", decide_root.span_id)
-    assert taker.links == ((ask_root.trace_id, ask_root.span_id),)
+    assert (taker.name, taker.parent_id, taker.links) == ("approve", decide_root.span_id, ())
+    assert {s.trace_id for s in [*chats, approval, pay, balance, taker]} == {ask_root.trace_id}
 
     for body in otlp.bodies:  # every span and metric of both processes, as sent
         for never in (otel_app.PIN, otel_app.TOKEN, "acct-9", "send 5"):
@@ -137,9 +145,104 @@ def test_an_approval_answered_in_another_process_is_exported_with_its_wait_and_n
     assert _total(points, "gatedloop.writes.run", gatedloop__tool__name="transfer") == 1
 
 
+FORGED = {"traceparent": "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01"}
+"""A trace context a client puts in a run's metadata, to hang the thread's spans where it likes."""
+
+
+def _pay_graph(saver: Any, tracer_provider: TracerProvider | None) -> Any:
+    @tool
+    def pay(amount: int) -> str:
+        """Pay (write)."""
+        return f"paid {amount}"
+
+    model = ScriptedChatModel(script=[reply(calls=[call("pay", {"amount": 3}, "call_pay")]), reply("paid")])
+    policies = {"pay": ToolPolicy(effect="write", approvers=frozenset({"finance"}))}
+    return build_graph(model, [pay], policies=policies, checkpointer=saver, tracer_provider=tracer_provider)
+
+
+def _traced() -> tuple[TracerProvider, InMemorySpanExporter]:
+    spans_out = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans_out))
+    return tracer_provider, spans_out
+
+
+def test_the_answering_run_continues_the_asking_trace_and_links_the_apps_own_span(db: str):
+    """The run that takes the answer is a child of the run that asked (the context kept with the request), so the
+    model calls, the approval and the tool run are one trace; the app's own span around the answer (a served
+    request's, say) is linked, not the parent."""
+    tracer_provider, spans_out = _traced()
+    config = {"configurable": {"thread_id": "t-one-trace"}}
+    with open_sqlite(db) as saver:
+        graph = _pay_graph(saver, tracer_provider)
+        graph.invoke({"messages": [("user", "pay 3")]}, config, context=CallContext(user_id="alice"))
+        with tracer_provider.get_tracer("app").start_as_current_span("POST /threads/runs") as app_span:
+            out = graph.invoke(
+                Command(resume={"decisions": [{"type": "approve"}]}),
+                config,
+                context=CallContext(user_id="bo", roles=frozenset({"finance"})),
+            )
+    assert out["status"] == "completed"
+    spans = spans_out.get_finished_spans()
+    asking, answering = sorted((s for s in spans if s.name == "invoke_agent gatedloop"), key=lambda s: s.start_time)
+    assert asking.parent is None
+    assert answering.parent is not None and answering.parent.span_id == asking.context.span_id
+    assert [link.context for link in answering.links] == [app_span.get_span_context()]
+    [approval] = [s for s in spans if s.name == "approval pay"]
+    [paid] = [s for s in spans if s.name == "execute_tool pay"]
+    chats = [s for s in spans if s.name.startswith("chat")]
+    assert len(chats) == 2
+    assert {s.context.trace_id for s in [asking, answering, approval, paid, *chats]} == {asking.context.trace_id}
+    assert app_span.get_span_context().trace_id != asking.context.trace_id
+
+
+@pytest.mark.parametrize("kept", ["asked with telemetry off", "asked by an older version"])
+def test_with_no_context_kept_the_answering_run_is_a_trace_of_its_own_and_a_forged_one_is_ignored(db: str, kept: str):
+    """Nothing to continue: the answering run starts its own trace, and the approval span is a child of the step
+    that took the answer. A trace context a client writes into the run's metadata is dropped either way."""
+    tracer_provider, spans_out = _traced()
+    config = {"configurable": {"thread_id": "t-own-trace"}, "metadata": {ASKED_IN: FORGED}}
+    with open_sqlite(db) as saver:
+        asker = _pay_graph(saver, None if kept == "asked with telemetry off" else tracer_provider)
+        asked = asker.invoke({"messages": [("user", "pay 3")]}, config, context=CallContext(user_id="alice"))
+        request_id = asked["__interrupt__"][0].value["request_id"]
+        if kept == "asked by an older version":  # its notice kept no `trace`
+            with closing(sqlite3.connect(db)) as conn, conn:
+                [(payload,)] = conn.execute(
+                    "SELECT payload FROM gatedloop_outbox WHERE kind='request' AND request_id=?", (request_id,)
+                ).fetchall()
+                assert "trace" in json.loads(payload)
+                old = {k: v for k, v in json.loads(payload).items() if k != "trace"}
+                conn.execute(
+                    "UPDATE gatedloop_outbox SET payload=? WHERE kind='request' AND request_id=?",
+                    (json.dumps(old), request_id),
+                )
+        out = _pay_graph(saver, tracer_provider).invoke(
+            Command(resume={"decisions": [{"type": "approve"}]}),
+            config,
+            context=CallContext(user_id="bo", roles=frozenset({"finance"})),
+        )
+    assert out["status"] == "completed"
+    spans = spans_out.get_finished_spans()
+    roots = [s for s in spans if s.name == "invoke_agent gatedloop"]
+    assert len(roots) == (1 if kept == "asked with telemetry off" else 2)
+    assert all(s.parent is None for s in roots)
+    answering = roots[-1]
+    [approval] = [s for s in spans if s.name == "approval pay"]
+    [taker] = [s for s in spans if approval.parent is not None and s.context.span_id == approval.parent.span_id]
+    assert (taker.name, taker.parent.span_id if taker.parent else None) == ("approve", answering.context.span_id)
+    forged_trace = int(FORGED["traceparent"].split("-")[1], 16)
+    assert not [
+        s
+        for s in spans
+        if s.context.trace_id == forged_trace or any(link.context.trace_id == forged_trace for link in s.links)
+    ]
+
+
 def test_an_unknown_outcome_and_the_persons_settlement_are_reported(db: str):
     """A write whose connection dropped is unknown (counted, with its reason); the question put to a person is
-    counted, and her answer is a span from the question to the answer, in the trace that asked."""
+    counted, and her answer is a span from the question to the answer, in the trace that asked, which the run that
+    took the answer continues."""
 
     @tool
     def pay(amount: int) -> str:
@@ -177,6 +280,8 @@ def test_an_unknown_outcome_and_the_persons_settlement_are_reported(db: str):
     assert attributes["gatedloop.request.id"] == "unknown:call_pay" and attributes["gatedloop.waited_s"] >= 0
     [asking_root] = [s for s in spans if s.parent is None and (s.attributes or {}).get("gatedloop.interrupted")]
     assert settled.parent is not None and settled.parent.span_id == asking_root.context.span_id
+    [answering_root] = [s for s in spans if s.name.startswith("invoke_agent") and s is not asking_root]
+    assert answering_root.parent is not None and answering_root.parent.span_id == asking_root.context.span_id
     [link] = settled.links
     [taker] = [s for s in spans if s.context.span_id == link.context.span_id]
     assert taker.name == "settle_unknown_write"

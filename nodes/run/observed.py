@@ -4,8 +4,9 @@ gatedloop.graph.telemetry): which calls it decided, how, by whom, and how long t
 Beside the notices (nodes/run/notices.py), for the same reason: putting a question to a person and getting the
 answer are the gate's moments, which no callback sees. The process that asks keeps its trace context in the
 question's notice (`trace`, in the ledger's outbox: never in the graph state, which a client can write), and the
-process that gets the answer, maybe another one days later, reads it back here, so the answer's span joins the
-trace that asked and links to the run that decided. Tools, call ids, identities, roles, decisions and times are
+process that gets the answer, maybe another one days later, reads it back (here, and before the run starts:
+graph/resumed_trace.py), so the answering run and the answer's span continue the trace that asked: one trace per
+turn. Tools, call ids, identities, roles, decisions and times are
 reported; arguments never are.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.outbox import NotificationKind, notification_id
 from gatedloop.nodes.gate.hitl import ANONYMOUS, GatedActionRequest, GatedHITLRequest, UnknownOutcomeRequest
 from gatedloop.nodes.parts import AnsweredCall, LoopParts
@@ -88,10 +90,15 @@ def report_settlement(
 
 
 def _asked_in(parts: LoopParts, thread_id: str, request_id: str, kind: NotificationKind) -> dict[str, str] | None:
-    """The trace context the asking process kept in the question's notice, if telemetry was on there."""
-    notice = parts.ledger.notification(notification_id(thread_id, request_id, kind))
+    return kept_trace(parts.ledger, thread_id, request_id, kind)
+
+
+def kept_trace(ledger: Ledger, thread_id: str, request_id: str, kind: NotificationKind) -> dict[str, str] | None:
+    """The trace context the asking process kept in the question's notice, if telemetry was on there (None for a
+    question asked with it off, or by a version that kept none)."""
+    notice = ledger.notification(notification_id(thread_id, request_id, kind))
     trace = notice.payload.get("trace") if notice is not None else None
-    return {str(k): str(v) for k, v in trace.items()} if isinstance(trace, dict) else None
+    return {str(k): str(v) for k, v in trace.items()} if isinstance(trace, dict) and trace else None
 
 
 def report_expiry(parts: LoopParts, thread_id: str, request: GatedHITLRequest, expired: Sequence[CallPlan]) -> None:
