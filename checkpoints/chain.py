@@ -74,11 +74,20 @@ PUBLIC_KEY_ENV = "GATEDLOOP_PUBLIC_KEY"
 @dataclass(frozen=True)
 class ChainedTable:
     """An evidence table whose rows are chained: every column (in the order a RETURNING clause gives them), the
-    columns that name a row, and the columns whose values a receipt shows only as a hash."""
+    columns that name a row, the columns whose values a receipt shows only as a hash, and the columns `added` to
+    the table after rows of it were chained, each with the value the rows before it hold (its default).
+
+    An added column is hashed only when its value is not that default: a row chained before the column existed
+    keeps its content hash (a chain, an export or a receipt written then still verifies), and a row chained since
+    is covered all the same, since a row read without the column and one whose column holds the default are the
+    same fact (`gatedloop_approvals.sent_back_round`: 0 is "never sent back before", which every earlier row was).
+    The alternative, a new hash version for rows written since, would need every checker to know which rows are
+    which, for no more coverage."""
 
     columns: tuple[str, ...]
     key: tuple[str, ...]
     withheld: tuple[str, ...] = ()
+    added: Mapping[str, Any] = field(default_factory=dict)
 
 
 CHAINED: dict[str, ChainedTable] = {
@@ -119,7 +128,20 @@ CHAINED: dict[str, ChainedTable] = {
         ("thread_id", "call_id", "tool", "args_digest", "proposed_at"), ("thread_id", "call_id")
     ),
     "gatedloop_approvals": ChainedTable(
-        ("seq", "thread_id", "call_id", "tool", "args_digest", "reviewer", "roles", "decision", "at"), ("seq",)
+        (
+            "seq",
+            "thread_id",
+            "call_id",
+            "tool",
+            "args_digest",
+            "reviewer",
+            "roles",
+            "decision",
+            "at",
+            "sent_back_round",
+        ),
+        ("seq",),
+        added={"sent_back_round": 0},
     ),
     "gatedloop_tool_pins": ChainedTable(("thread_id", "call_id", "tool_digest"), ("thread_id", "call_id")),
     "gatedloop_thread_graphs": ChainedTable(("thread_id", "graph_name", "graph_digest", "recorded_at"), ("thread_id",)),
@@ -255,7 +277,10 @@ def withheld_hash(value: Any) -> str:
 def content_hash_of(table: str, values: Mapping[str, Any], withheld: Mapping[str, str]) -> str:
     """A row's content hash: its table, then each column in name order as `name=length:text`, where text is the
     value's (`value_text`) or, for a column the table withholds from receipts, `h` and the value's hash. So a
-    receipt checks a row whose result it shows only as a hash, with one SHA-256 per row."""
+    receipt checks a row whose result it shows only as a hash, with one SHA-256 per row. A column added to the
+    table later counts only when it is not at its default (`ChainedTable.added`)."""
+    added = CHAINED[table].added
+    values = {k: v for k, v in values.items() if k not in added or v != added[k]}
     parts = [table]
     for column in sorted((*values, *withheld)):
         text = "h" + withheld[column] if column in withheld else value_text(values[column])

@@ -23,12 +23,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gatedloop.checkpoints.approval_rounds import APPROVALS_TABLE, ROUND_COLUMN, ROUND_KEY, ROUND_OF_INSERT
 from gatedloop.checkpoints.review_stats import ReviewHistory, review_history
 from gatedloop.tools.policy import CallContext
 
 CallVerdict = Literal["run", "ask", "refused"]
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS gatedloop_calls (
     thread_id TEXT NOT NULL,
     call_id TEXT NOT NULL,
@@ -50,19 +52,9 @@ CREATE TABLE IF NOT EXISTS gatedloop_proposals (
     proposed_at REAL NOT NULL,
     PRIMARY KEY (thread_id, call_id)
 );
-CREATE TABLE IF NOT EXISTS gatedloop_approvals (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    thread_id TEXT NOT NULL,
-    call_id TEXT NOT NULL,
-    tool TEXT NOT NULL,
-    args_digest TEXT NOT NULL,
-    reviewer TEXT NOT NULL,
-    roles TEXT NOT NULL,
-    decision TEXT NOT NULL,
-    at REAL NOT NULL,
-    UNIQUE (thread_id, call_id, args_digest, reviewer, decision)
-);
-CREATE TABLE IF NOT EXISTS gatedloop_tool_pins (
+"""
+    + APPROVALS_TABLE
+    + """CREATE TABLE IF NOT EXISTS gatedloop_tool_pins (
     thread_id TEXT NOT NULL,
     call_id TEXT NOT NULL,
     tool_digest TEXT NOT NULL,
@@ -89,12 +81,13 @@ CREATE TABLE IF NOT EXISTS gatedloop_edited_args (
     UNIQUE (thread_id, call_id, args_digest)
 );
 """
+)
 
 SUPERSEDED_SOURCE = "superseded"
 """`answer_source` of a call answered because a new user message arrived while it was open."""
 
 CALL_COLUMNS = "call_id, tool, args_digest, verdict, requester, requested_at, answer_digest, answer_source"
-APPROVAL_COLUMNS = "call_id, tool, args_digest, reviewer, roles, decision, at"
+APPROVAL_COLUMNS = f"call_id, tool, args_digest, reviewer, roles, decision, at, {ROUND_COLUMN}"
 
 
 def requester_json(who: CallContext) -> str:
@@ -140,11 +133,14 @@ class ApprovalRecord:
     roles: frozenset[str]
     decision: str
     at: float
+    sent_back_round: int = 0
+    """How many times the call had been sent back to a person before it: the ledger sets it as it records the
+    decision (checkpoints/approval_rounds.py); a record not read from the ledger holds 0."""
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ApprovalRecord:
-        call_id, tool, digest, reviewer, roles, decision, at = row
-        return cls(call_id, tool, digest, reviewer, frozenset(json.loads(roles)), decision, at)
+        call_id, tool, digest, reviewer, roles, decision, at, sent_back_round = row
+        return cls(call_id, tool, digest, reviewer, frozenset(json.loads(roles)), decision, at, int(sent_back_round))
 
 
 @dataclass(frozen=True)
@@ -352,14 +348,16 @@ class EvidenceStore:
         self, thread_id: str, records: Sequence[ApprovalRecord], events: Sequence[AuditEvent] = ()
     ) -> None:
         """One answer's decisions (and their audit `events`), in one transaction. Each is kept once per (call,
-        arguments, reviewer, decision): a replayed answer does not count twice."""
+        arguments, reviewer, decision, round): a replayed answer does not count twice, and a reviewer may decide
+        again a call sent back to a person since her decision. The round is counted by the INSERT itself
+        (checkpoints/approval_rounds.py); a record's own `sent_back_round` is not read."""
         self._run_batch(
             audit_statements(thread_id, events)
             + [
                 (
                     "INSERT INTO gatedloop_approvals (thread_id, call_id, tool, args_digest, reviewer, roles,"
-                    " decision, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (thread_id, call_id, args_digest, reviewer, decision) DO NOTHING",
+                    f" decision, at, {ROUND_COLUMN}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, {ROUND_OF_INSERT})"
+                    f" ON CONFLICT ({ROUND_KEY}) DO NOTHING",
                     (
                         thread_id,
                         r.call_id,
@@ -369,6 +367,8 @@ class EvidenceStore:
                         json.dumps(sorted(r.roles)),
                         r.decision,
                         r.at,
+                        thread_id,
+                        r.call_id,
                     ),
                 )
                 for r in records

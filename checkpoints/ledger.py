@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, Self, TypeVar
 
+from gatedloop.checkpoints.approval_rounds import sqlite_rounds_upgrade, sqlite_rounds_view
 from gatedloop.checkpoints.chain import (
     CHAIN_COLUMNS,
     CHAIN_SCHEMA,
@@ -692,6 +693,7 @@ class SqliteLedger(SqlLedger):
                 raise LedgerError(LEDGER_LOST.format(path=self.path))
             self._conn.executescript(SCHEMA + SQLITE_META_SCHEMA)
             sqlite_kind_upgrade(self._conn)
+            sqlite_rounds_upgrade(self._conn)
             if lost:
                 self._conn.execute(
                     "INSERT OR REPLACE INTO gatedloop_meta (key, value) VALUES ('recreated_at', ?)", (str(time.time()),)
@@ -719,9 +721,11 @@ class SqliteLedger(SqlLedger):
         """A file written before a table existed (by an older gatedloop, never opened for writing since) reads as if
         that table were empty, and nothing is written to it: the whole schema in an in-memory database attached
         behind the file's own, where SQLite finds a table the file lacks (an unqualified name resolves to the
-        main database first, then to attached ones in the order attached)."""
+        main database first, then to attached ones in the order attached); a table it has without a column added
+        since reads with it, at its default (`approval_rounds.sqlite_rounds_view`)."""
         self._conn.execute(f"ATTACH DATABASE ':memory:' AS {ABSENT_TABLES}")
         self._conn.executescript(SCHEMA.replace("CREATE TABLE IF NOT EXISTS ", f"CREATE TABLE {ABSENT_TABLES}."))
+        sqlite_rounds_view(self._conn)
 
     def _missing(self, table: str) -> bool:
         found = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone()

@@ -35,6 +35,7 @@ from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from gatedloop.checkpoints import postgres_ops
+from gatedloop.checkpoints.approval_rounds import POSTGRES_ROUNDS_CHECK, postgres_rounds_upgrade
 from gatedloop.checkpoints.chain import drive
 from gatedloop.checkpoints.contract import LedgerThreads
 from gatedloop.checkpoints.exact import ExactResumeWrites
@@ -184,6 +185,12 @@ def prepare_database(url: str, *, checkpoints: bool = True) -> None:
             if found is None or not all(f"'{kind}'" in next(iter(found.values())) for kind in KINDS):
                 for statement in POSTGRES_KIND_UPGRADE:
                     conn.execute(statement)
+            unique = [row["conname"] for row in conn.execute(POSTGRES_ROUNDS_CHECK).fetchall()]
+            upgrade = postgres_rounds_upgrade(unique)
+            if upgrade:
+                with conn.transaction():  # the column and the new key together, or neither
+                    for statement in upgrade:
+                        conn.execute(statement)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
 

@@ -235,7 +235,10 @@ def _receipt(found: _Rows, kind: str, table: str, row: dict[str, Any], entry: Ch
         detail = json.loads(row["detail"])
         approvals = found.find("gatedloop_approvals", thread_id=thread_id, call_id=call_id, reviewer=row["actor"])
         approvals = [a for a in approvals if a[0]["decision"] == detail.get("decision")]
-        support.append(("gatedloop_approvals", approvals[-1:]))
+        # the one recorded with this audit row (its chain entry follows the row's): a reviewer may decide a call
+        # again in a later round (checkpoints/approval_rounds.py)
+        recorded_with = [a for a in approvals if a[1] is not None and a[1].seq > entry.seq][:1]
+        support.append(("gatedloop_approvals", recorded_with or approvals[-1:]))
     else:
         support.append(
             ("gatedloop_audit", found.find("gatedloop_audit", thread_id=thread_id, call_id=call_id, event="executed"))
@@ -315,7 +318,9 @@ def _check(receipt: dict[str, Any], verifier: Verifier | None) -> str | None:
     for shown in receipt["rows"]:
         table, values, withheld = shown["table"], shown["values"], shown["withheld"]
         spec = CHAINED[table]
-        if set(values) | set(withheld) != set(spec.columns) or set(withheld) - set(spec.withheld):
+        shown_columns, required = set(values) | set(withheld), set(spec.columns) - set(spec.added)
+        # a receipt made before a column was added shows its rows without it (`ChainedTable.added`)
+        if not required <= shown_columns <= set(spec.columns) or set(withheld) - set(spec.withheld):
             return f"row {shown['seq']} ({table}): its columns are not that table's"
         entry = by_seq.get(shown["seq"])
         if entry is None or entry.table != table:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gatedloop.checkpoints.approval_rounds import SENT_BACK as SENT_BACK_DECISION
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
 from gatedloop.checkpoints.grants import Grant
 from gatedloop.checkpoints.ledger import Audit, Evidence
@@ -32,11 +33,12 @@ TOOL_CHANGED = (
 APPROVING_DECISIONS = ("approve", "edit")
 EXTEND = "extend"
 """An approval record that extends a call's deadline (`nodes/gate/extension.py`); it approves nothing."""
-SENT_BACK = "sent_back"
+SENT_BACK = SENT_BACK_DECISION
 """An approval record that sends a call back to a person when its write could not be claimed on the terms it was
 admitted on: the grant that covered it lapsed (reviewer `grant:ID`), or a limit that asks would be gone past
 (`limit:KEY`). It approves nothing; approvals before it no longer count (a reviewer who approved did not know of
-the limit), and from then on the call needs a person, whatever its policy or grants say."""
+the limit), and from then on the call needs a person, whatever its policy or grants say. Each begins a new round
+of the call's decisions, in which a reviewer who decided before may decide again (checkpoints/approval_rounds.py)."""
 LIMIT_SENDER = "limit:"
 
 

@@ -318,8 +318,9 @@ def record_decisions(
     decisions: Mapping[str, Decision],
     evidence: TurnEvidence,
 ) -> None:
-    """The decisions on the live calls, as evidence: each reviewer's decision on given arguments counts once (a
-    repeat is not recorded again), with its audit row; an edit's secret values are kept before the approval that
+    """The decisions on the live calls, as evidence: each reviewer's decision on given arguments counts once in a
+    round of the call (a repeat is not recorded again; a call sent back to a person since begins a new round, in
+    which her decision counts again), with its audit row; an edit's secret values are kept before the approval that
     lets them run (the state shows them masked). The approvals and their audit rows are one transaction: a crash
     keeps all or none."""
     fresh: list[ApprovalRecord] = []
@@ -331,8 +332,9 @@ def record_decisions(
         if approval.decision == "edit" and policy.secret_args:
             edits.append((call_id, approval.args_digest, new_plan["args"]))
         earlier = evidence.approvals_of(call_id)
-        if any(_same(a, approval) for a in earlier):
-            continue  # this reviewer already gave this decision on these arguments: it counts once
+        round_now = sum(a.decision == SENT_BACK for a in earlier)
+        if any(_same(a, approval) and a.sent_back_round == round_now for a in earlier):
+            continue  # this reviewer already gave this decision on these arguments in this round: it counts once
         fresh.append(approval)
         note = decisions[call_id].get("note")
         justification = decisions[call_id].get("justification")
@@ -348,6 +350,8 @@ def record_decisions(
             **({"message": reason} if reason else {}),
         }
         event = "decision" if not earlier else f"decision:{approval.reviewer}:{approval.args_digest[:8]}"
+        if round_now:  # a decision of a later round is an audit row of its own too
+            event += f":{round_now}"
         events.append(AuditEvent(call_id, event, detail, approval.reviewer))
     ledger.record_edited_args(thread_id, edits)
     ledger.record_approvals(thread_id, fresh, events)
