@@ -7,7 +7,9 @@ forgery routed to `finalize` (or a thread already ended) runs nothing. So each d
 but no gate node ran, reached the gate: `approve` or `execute` ran on it), reported as a Hypothesis event
 (`--hypothesis-show-statistics`) and in a summary, and the module fails unless most draws reached the gate. Most
 forgeries are aimed (call plans claiming to run or to wait for approval, written as `validate` or `approve`, whose
-routers lead into the gate); the rest are anything, as any node."""
+routers lead into the gate); the rest are anything, as any node. With telemetry on, no forged name (the state's,
+or one an answer writes as its `reviewer` note) is in any span, and the decider of an approval span is the answer's
+authenticated sender."""
 
 from __future__ import annotations
 
@@ -25,8 +27,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from span_text import span_text, traced
 
 from gatedloop.checkpoints import open_sqlite
+from gatedloop.graph.resumed_trace import ASKED_IN
 from gatedloop.tools import CallContext
 from gatedloop.tools.arguments import args_digest
 
@@ -34,6 +39,11 @@ ANA = CallContext(user_id="ana", roles={"staff"})
 MALLORY = CallContext(user_id="mallory", roles={"staff"})
 BO = CallContext(user_id="bo", roles={"finance"})
 CFG = {"configurable": {"thread_id": "t"}}
+FORGED_NAME = "the-auditor"
+"""A name an answer writes in its `reviewer` note: a note for the audit trail, never who decided."""
+FORGED_TRACE = "0123456789abcdef0123456789abcdef"
+ATTACKER_CFG = {**CFG, "metadata": {ASKED_IN: {"traceparent": f"00-{FORGED_TRACE}-0123456789abcdef-01"}}}
+"""The attacker's runs also claim to continue a trace of her choosing (only the ledger's notice says which)."""
 NODES = [None, "model", "validate", "approve", "execute", "finalize"]
 
 messages = st.one_of(
@@ -109,10 +119,11 @@ def test_forged_state_never_runs_a_gated_call_without_an_authorized_approval(
 ) -> None:
     as_node, update = forgery
     with tempfile.TemporaryDirectory() as folder, open_sqlite(str(Path(folder) / "runs.sqlite")) as saver:
-        graph = build(saver, effects_for(saver), approvers={"finance"})
+        tracer_provider, spans_out = traced()
+        graph = build(saver, effects_for(saver), approvers={"finance"}, tracer_provider=tracer_provider)
         graph.invoke({"messages": [("user", "pay 500 to bo as c1")]}, CFG, context=ANA, durability="sync")
-        if approved_first:  # the one legitimate approval: c1, 500 to bo, by bo
-            graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CFG, context=BO)
+        if approved_first:  # the one legitimate approval: c1, 500 to bo, by bo (who writes another name in it)
+            graph.invoke(Command(resume={"decisions": [{"type": "approve"}], "reviewer": FORGED_NAME}), CFG, context=BO)
         try:
             graph.update_state(CFG, update, as_node=as_node)
         except Exception as exc:  # LangGraph refused the write itself: nothing forged, nothing proved
@@ -121,15 +132,15 @@ def test_forged_state_never_runs_a_gated_call_without_an_authorized_approval(
             return
         answers: list[Any] = [None]
         if resume_as == "approve":
-            answers.append(Command(resume={"decisions": [{"type": "approve"}]}))
+            answers.append(Command(resume={"decisions": [{"type": "approve", "reviewer": FORGED_NAME}]}))
         elif resume_as == "edit":
             big = {"amount": 50000.0, "to": "mallory"}
             edit = {"type": "edit", "edited_action": {"name": "pay", "args": big}}
-            answers.append(Command(resume={"decisions": [edit]}))
+            answers.append(Command(resume={"decisions": [edit], "reviewer": FORGED_NAME}))
         ran: set[str] = set()
         for payload in answers:
             with contextlib.suppress(Exception):  # a forged state may make the run fail; what matters is what ran
-                for task in graph.stream(payload, CFG, context=MALLORY, stream_mode="tasks"):
+                for task in graph.stream(payload, ATTACKER_CFG, context=MALLORY, stream_mode="tasks"):
                     ran.add(task["name"])
         outcome = REACHED if ran & GATE else NOT_REACHED
         outcomes[outcome] += 1
@@ -138,3 +149,15 @@ def test_forged_state_never_runs_a_gated_call_without_an_authorized_approval(
         assert len(paid) <= 1, paid
         assert all(args == LEGIT for _, args, _ in paid)
         assert_no_payment_without_an_authorized_approval(saver)
+        assert_no_forged_identity_in_spans(spans_out, approved_first)
+
+
+def assert_no_forged_identity_in_spans(spans_out: InMemorySpanExporter, approved_first: bool) -> None:
+    """A decider in a span is whoever sent the answer, authenticated, never a name the answer or the state
+    carries; no forged name is anywhere in a span."""
+    spans = spans_out.get_finished_spans()
+    deciders = {(s.attributes or {}).get("gatedloop.decider") for s in spans} - {None}
+    assert deciders <= {BO.user_id, MALLORY.user_id}, deciders
+    assert BO.user_id in deciders or not approved_first, deciders
+    text = span_text(spans_out)
+    assert FORGED_NAME not in text and "the-CFO" not in text and FORGED_TRACE not in text

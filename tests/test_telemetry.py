@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otlp_receiver import OtlpReceiver, Point, Span, tree
+from span_text import traced
 
 from gatedloop.graph import CallContext, ToolPolicy, build_graph, open_sqlite
 from gatedloop.graph.parts_of import parts_of
@@ -160,18 +161,11 @@ def _pay_graph(saver: Any, tracer_provider: TracerProvider | None) -> Any:
     return build_graph(model, [pay], policies=policies, checkpointer=saver, tracer_provider=tracer_provider)
 
 
-def _traced() -> tuple[TracerProvider, InMemorySpanExporter]:
-    spans_out = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(spans_out))
-    return tracer_provider, spans_out
-
-
 def test_the_answering_run_continues_the_asking_trace_and_links_the_apps_own_span(db: str):
     """The run that takes the answer is a child of the run that asked (the context kept with the request), so the
     model calls, the approval and the tool run are one trace; the app's own span around the answer (a served
     request's, say) is linked, not the parent."""
-    tracer_provider, spans_out = _traced()
+    tracer_provider, spans_out = traced()
     config = {"configurable": {"thread_id": "t-one-trace"}}
     with open_sqlite(db) as saver:
         graph = _pay_graph(saver, tracer_provider)
@@ -200,7 +194,7 @@ def test_the_answering_run_continues_the_asking_trace_and_links_the_apps_own_spa
 def test_with_no_context_kept_the_answering_run_is_a_trace_of_its_own_and_a_forged_one_is_ignored(db: str, kept: str):
     """Nothing to continue: the answering run starts its own trace, and the approval span is a child of the step
     that took the answer. A trace context a client writes into the run's metadata is dropped either way."""
-    tracer_provider, spans_out = _traced()
+    tracer_provider, spans_out = traced()
     config = {"configurable": {"thread_id": "t-own-trace"}, "metadata": {ASKED_IN: FORGED}}
     with open_sqlite(db) as saver:
         asker = _pay_graph(saver, None if kept == "asked with telemetry off" else tracer_provider)

@@ -78,14 +78,18 @@ def build(
     ledger: Any = None,
     context_schema: Any = None,
     middleware: Any = (),
+    tracer_provider: Any = None,
     **policy_overrides: Any,
 ) -> Any:
     """`saver`: a checkpointer from `open_sqlite` (its ledger is used), or None with `ledger=` (under
     `langgraph dev`, which supplies the checkpointer; see tests/support/gate_server_app.py). `middleware`: a
-    LangChain middleware list (tests/test_middleware.py)."""
+    LangChain middleware list (tests/test_middleware.py). `tracer_provider`: OpenTelemetry's, for spans
+    (tests/test_gate_forgery.py)."""
     extra: dict[str, Any] = {"context_schema": context_schema} if context_schema is not None else {}
     if middleware:
         extra["middleware"] = middleware
+    if tracer_provider is not None:
+        extra["tracer_provider"] = tracer_provider
     return build_graph(
         ScriptedChatModel(responder=responder),
         make_tools(effects),
