@@ -150,15 +150,15 @@ FORGED = {"traceparent": "00-0123456789abcdef0123456789abcdef-0123456789abcdef-0
 """A trace context a client puts in a run's metadata, to hang the thread's spans where it likes."""
 
 
-def _pay_graph(saver: Any, tracer_provider: TracerProvider | None) -> Any:
+def _pay_graph(saver: Any, tracer_provider: TracerProvider | None, approvals_required: int = 1) -> Any:
     @tool
     def pay(amount: int) -> str:
         """Pay (write)."""
         return f"paid {amount}"
 
     model = ScriptedChatModel(script=[reply(calls=[call("pay", {"amount": 3}, "call_pay")]), reply("paid")])
-    policies = {"pay": ToolPolicy(effect="write", approvers=frozenset({"finance"}))}
-    return build_graph(model, [pay], policies=policies, checkpointer=saver, tracer_provider=tracer_provider)
+    policy = ToolPolicy(effect="write", approvers=frozenset({"finance"}), approvals_required=approvals_required)
+    return build_graph(model, [pay], policies={"pay": policy}, checkpointer=saver, tracer_provider=tracer_provider)
 
 
 def test_the_answering_run_continues_the_asking_trace_and_links_the_apps_own_span(db: str):
@@ -188,6 +188,28 @@ def test_the_answering_run_continues_the_asking_trace_and_links_the_apps_own_spa
     assert len(chats) == 2
     assert {s.context.trace_id for s in [asking, answering, approval, paid, *chats]} == {asking.context.trace_id}
     assert app_span.get_span_context().trace_id != asking.context.trace_id
+
+
+def test_a_request_that_waits_for_a_second_approver_stays_one_trace(db: str):
+    """Two approvals required: the first approver's run asks again, the second's takes the last answer; both
+    continue the trace of the run that first asked (the request's notice, kept once)."""
+    tracer_provider, spans_out = traced()
+    config = {"configurable": {"thread_id": "t-quorum"}}
+    approve = Command(resume={"decisions": [{"type": "approve"}]})
+    with open_sqlite(db) as saver:
+        graph = _pay_graph(saver, tracer_provider, approvals_required=2)
+        graph.invoke({"messages": [("user", "pay 3")]}, config, context=CallContext(user_id="alice"))
+        waits = graph.invoke(approve, config, context=CallContext(user_id="bo", roles=frozenset({"finance"})))
+        assert waits["__interrupt__"]
+        out = graph.invoke(approve, config, context=CallContext(user_id="cy", roles=frozenset({"finance"})))
+    assert out["status"] == "completed"
+    spans = spans_out.get_finished_spans()
+    first, *answering = sorted((s for s in spans if s.name == "invoke_agent gatedloop"), key=lambda s: s.start_time)
+    assert len(answering) == 2
+    assert [s.parent.span_id if s.parent else None for s in answering] == [first.context.span_id] * 2
+    approvals = [s for s in spans if s.name == "approval pay"]
+    assert [dict(s.attributes or {})["gatedloop.decider"] for s in approvals] == ["bo", "cy"]
+    assert {s.context.trace_id for s in spans} == {first.context.trace_id}
 
 
 @pytest.mark.parametrize("kept", ["asked with telemetry off", "asked by an older version"])
