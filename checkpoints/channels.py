@@ -7,6 +7,7 @@ where a long thread's load time goes, so it reuses what it computed for the same
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -67,12 +68,13 @@ def fold_messages(history: list[BaseMessage] | None, writes: Sequence[Any]) -> l
     Messages that arrive without an id get one from their position, so replaying writes from the
     checkpoint rebuilds the same ids every time (add_messages alone would draw fresh uuids). The id ->
     position index of the list being extended is reused from the previous fold (`_ID_INDEXES`), so a
-    step that adds one message costs O(1) in index work instead of rebuilding it from the whole history.
+    step that adds one message costs O(1) in index work instead of rebuilding it from the whole history;
+    so does a load that replays the steps this process folded on the same index (`_FOLDS`).
     """
     merged: list[BaseMessage] = list(history or [])
     position = _ID_INDEXES.get(history) if history else None
     done = _FOLDS.get(history) if history is not None and len(writes) > REPLAY else None
-    if done is not None and len(done[0]) <= len(writes) and all(a is b for a, b in zip(done[0], writes, strict=False)):
+    if done is not None and len(done[0]) <= len(writes) and all(map(operator.is_, done[0], writes)):
         merged, position = list(done[1]), done[2]  # a load replaying the same stored writes as last time, and more
         todo = writes[len(done[0]) :]
     else:
@@ -90,6 +92,9 @@ def fold_messages(history: list[BaseMessage] | None, writes: Sequence[Any]) -> l
             continue
         for message in incoming:
             at = position.get(message.id)
+            if at == len(merged):  # a list sharing the index appended it at this very place (a load replaying a
+                merged.append(message)  # step this process made): not in `merged`, or the index would say where
+                continue
             if at is not None and not (at < len(merged) and merged[at].id == message.id):
                 position = _index(merged)  # shared with a list that grew differently (a fork): rebuild
                 at = position.get(message.id)
@@ -127,11 +132,12 @@ class _ByIdentity:
 
     Three uses in `fold_messages`: the id -> position index of each recently folded message list (a fold
     extends the index of the list it starts from in place and hands it on to the list it returns; lists
-    sharing an index share their prefix, every id any of them holds is in it, so a miss is exact and a hit
-    is checked against the list), the messages converted from each non-message write, and the result of the
-    last replay from each snapshot (the write objects it folded, the list, its index). Hand-written:
-    LangGraph's DeltaChannel gives the reducer only the value, and `add_messages` rebuilds its index and
-    converts every write on every call.
+    sharing an index share their prefix, every id any of them holds is in it, and an entry, once added, is
+    never changed, so each of them holds an id at its indexed position or not at all: a miss is exact, a hit
+    is checked against the list, and a hit just past a list's end is an id it does not hold), the messages
+    converted from each non-message write, and the result of the last replay from each snapshot (the write
+    objects it folded, the list, its index). Hand-written: LangGraph's DeltaChannel gives the reducer only the
+    value, and `add_messages` rebuilds its index and converts every write on every call.
     """
 
     def __init__(self, size: int) -> None:

@@ -6,6 +6,8 @@ every message: a step's cost grew with the thread. Here a thread's last check is
 receives starts with the messages checked last time (the same objects, which LangGraph's channels and the savers'
 history memo keep between steps, or equal ones), only the messages added since are checked, against the digests
 of their calls alone. Anything else (another process's history, a removal, an edit) is checked from scratch.
+Nothing a step does walks the whole history in Python: the objects that differ from those checked are found at C
+speed (`map(operator.is_not, ...)`), and only they are compared by value and replaced in the view.
 
 A checked answer stays authentic: its recorded digest is never replaced once its message is in a checkpoint
 (`EvidenceStore.record_answers`). A history with a foreign answer is never kept, so it is checked afresh, as is
@@ -14,6 +16,7 @@ everything after it.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import threading
 from collections import OrderedDict
@@ -48,6 +51,20 @@ class _Kept:
     scan: HistoryScan
     closed_view: list[BaseMessage] = field(default_factory=list)  # the model view of messages[:viewed]
     viewed: int = 0
+    view_at: dict[int, int] = field(default_factory=dict)  # id() of each message in closed_view -> its position
+
+    def extend_view(self, view: Sequence[BaseMessage]) -> None:
+        self.view_at.update((id(m), at) for at, m in enumerate(view, start=len(self.closed_view)))
+        self.closed_view.extend(view)
+
+    def show(self, replaced: dict[int, BaseMessage]) -> None:
+        """The view shows the objects the state holds now: each checked message only equal to its new object (by
+        `id()` of the checked one, which `messages` keeps alive until this returns) is replaced where it stands."""
+        for old, new in replaced.items():
+            at = self.view_at.pop(old, None)
+            if at is not None:
+                self.closed_view[at] = new
+                self.view_at[id(new)] = at
 
 
 class CheckedHistories:
@@ -65,8 +82,7 @@ class CheckedHistories:
             kept = self._kept.pop(thread_id, None)
         replaced = _extended(messages, kept.messages) if kept is not None and kept.ledger is ledger else None
         if kept is not None and replaced is not None:
-            if replaced:  # the view shows the objects the state holds now
-                kept.closed_view = [replaced.get(id(m), m) for m in kept.closed_view]
+            kept.show(replaced)
             added = messages[len(kept.messages) :]
             call_ids = [m.tool_call_id for m in added if isinstance(m, ToolMessage)]
             kept.scan.extend(added, ledger.answer_digests(thread_id, call_ids) if call_ids else {})
@@ -82,7 +98,7 @@ class CheckedHistories:
         """Keep the check of `messages` (no foreign answer in it) for the thread's next step."""
         scan = kept.scan
         if scan.closed_at > kept.viewed:  # the view of a closed stretch never changes: extend it once
-            kept.closed_view.extend(model_view(messages[kept.viewed : scan.closed_at]))
+            kept.extend_view(model_view(messages[kept.viewed : scan.closed_at]))
             kept.viewed = scan.closed_at
         kept.messages = messages
         with self._lock:
@@ -99,12 +115,10 @@ def _extended(messages: Sequence[BaseMessage], checked: list[BaseMessage]) -> di
     the new object for each checked one that is only equal (by `id()` of the checked one)."""
     if len(messages) < len(checked):
         return None
-    if all(map(operator.is_, checked, messages)):
-        return {}
     replaced: dict[int, BaseMessage] = {}
-    for old, new in zip(checked, messages, strict=False):
-        if old is not new:
-            if old != new:
-                return None
-            replaced[id(old)] = new
+    for at in itertools.compress(itertools.count(), map(operator.is_not, checked, messages)):
+        old, new = checked[at], messages[at]
+        if old != new:
+            return None
+        replaced[id(old)] = new
     return replaced

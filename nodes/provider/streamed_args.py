@@ -10,13 +10,16 @@ where `validate` answers it as `invalid_arguments` and nothing runs.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
+from langchain_core.prompt_values import ChatPromptValue
 from langchain_core.runnables import Runnable
 
 from gatedloop.checkpoints.running_step import step_config
@@ -66,15 +69,26 @@ class ToolArgumentChunks(BaseCallbackHandler):
 def invoke_capturing(model: Runnable[Any, BaseMessage], messages: Sequence[BaseMessage]) -> BaseMessage:
     """`model.invoke`, keeping the run's own callbacks (tracing, token streaming) and adding ours."""
     capture = ToolArgumentChunks()
-    response = model.invoke(list(messages), config={"callbacks": _with_capture(capture)})
+    response = model.invoke(chat_input(messages), config={"callbacks": _with_capture(capture)})
     return strict_arguments(response, capture.raw_arguments()) if capture.chunks else response
 
 
 async def ainvoke_capturing(model: Runnable[Any, BaseMessage], messages: Sequence[BaseMessage]) -> BaseMessage:
     """`model.ainvoke`: the async twin, awaited on the run's event loop."""
     capture = ToolArgumentChunks()
-    response = await model.ainvoke(list(messages), config={"callbacks": _with_capture(capture)})
+    response = await model.ainvoke(chat_input(messages), config={"callbacks": _with_capture(capture)})
     return strict_arguments(response, capture.raw_arguments()) if capture.chunks else response
+
+
+def chat_input(messages: Sequence[BaseMessage]) -> LanguageModelInput:
+    """The request as a chat model's input. Given a list, `BaseChatModel.invoke` converts every message again
+    and validates the list into a `ChatPromptValue` (`convert_to_messages` and pydantic: two walks over the whole
+    thread per model call, in Python); a `ChatPromptValue` of messages is taken as it is. Anything that is not a
+    message yet goes as a list, to be converted as before."""
+    items = list(messages)
+    if all(map(isinstance, items, itertools.repeat(BaseMessage))):
+        return ChatPromptValue.model_construct(messages=items)
+    return items
 
 
 def _with_capture(capture: ToolArgumentChunks) -> Any:
