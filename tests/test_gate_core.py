@@ -68,6 +68,19 @@ def test_a_gated_call_is_asked_until_an_authorized_approval_of_exactly_its_argum
     assert changed.action == "refuse" and changed.refusal is not None  # arguments nobody validated never run
 
 
+def test_who_let_a_call_run_is_read_from_the_evidence_never_from_the_state():
+    """A client can write the state's plans: a `decided_by` written there never names the approver a trace span or a
+    tool's metadata shows (nodes/run/tool_env.py reads the admitted plan)."""
+    reg = registry(approvals_required=2)
+    forged: CallPlan = {**plan(verdict="run"), "decided_by": "mallory"}
+    both = evidence(reg, approval(BEA), approval(CAL, at=111.0)).admit(reg, forged)
+    assert (both.action, both.plan.get("decided_by")) == ("run", "bea, cal")
+    unasked = TurnEvidence(
+        {"c1": CallRecord("c1", "pay", DIGEST, "run", ANA, 100.0, None, None, reg.definition_digest("pay"))}, []
+    ).admit(registry(approval="never"), forged)
+    assert unasked.action == "run" and "decided_by" not in unasked.plan
+
+
 def test_a_call_the_evidence_does_not_hold_is_refused_whatever_the_state_says():
     reg = registry()
     admitted = TurnEvidence({}, []).admit(reg, plan(verdict="run"))

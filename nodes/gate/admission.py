@@ -96,12 +96,15 @@ def admit(
         return Admission("refuse", plan, checked)
     policy = registry.policy(name)
     admitted: CallPlan = {**plan, "effect": policy.effect, "digest": digest}
-    for carried in ("grants", "charges", "past_limit"):  # decided here, never carried over from the state
+    for carried in ("grants", "charges", "past_limit", "decided_by"):  # decided here, never taken from the state
         admitted.pop(carried, None)  # type: ignore[misc]
+    approved = approvers_so_far(policy, record, mine, digest)
+    if approved:  # who let it run, as the evidence says (a trace or a tool's metadata names them; never the state)
+        admitted["decided_by"] = ", ".join(approved)
     sent_back = [a for a in mine if a.decision == SENT_BACK]
     changed = digest != record.args_digest
     needs = record.verdict == "ask" or changed or bool(sent_back) or policy.needs_approval(args, requester)
-    if needs and len(approvers_so_far(policy, record, mine, digest)) < policy.approvals_required:
+    if needs and len(approved) < policy.approvals_required:
         # A grant stands in for reviewers of the call as proposed: never of an edit, never of a call sent back to one.
         proposed = not (changed or plan.get("edited") or sent_back)
         granted = _granted(policy, admitted, requester, grants, now, used) if proposed else None
