@@ -6,7 +6,7 @@ answer `{"decisions": [...]}`. We add a `request_id`, and per action `tool_call_
 approval facts a reviewer needs (requester, expiry, quorum progress). A decision that names its call
 (`tool_call_id`, or an `args_digest` only one pending call has) applies to that call, in any order; decisions
 that name none apply in order, as in LangChain. An optional `reviewer` string is a note for the audit trail,
-never authority: who answers is the answer's sender, bound to it as it entered (nodes/gate/senders.py).
+never authority: who answers is the answer's sender, bound to it as it entered (nodes/wire/senders.py).
 """
 
 from __future__ import annotations

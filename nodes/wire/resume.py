@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gatedloop.nodes.gate.hitl import InvalidDecision, check_decisions, check_unknown_answer
+from gatedloop.nodes.wire.hitl import InvalidDecision, check_decisions, check_unknown_answer
 from gatedloop.tools.arguments import ANSWER_DEPTH, argument_problem
 
 

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from gatedloop.nodes.gate.identity import identity_from_stored, stored_identity
+from gatedloop.nodes.wire.identity import identity_from_stored, stored_identity
 from gatedloop.tools.policy import CallContext
 
 SENT_KEY = "gatedloop_answer"

@@ -5,7 +5,7 @@ inside `finalize`. A hook's change to `messages` shapes what the model is sent (
 redaction), never the stored thread: the thread is the gate's evidence (every call paired with its recorded
 answer), so `show` and the checkpoints keep it whole. A rewrite of the thread's start (a summary) is kept as the
 state's `model_view`, so the next request's hooks start from it as they would from `create_agent`'s rewritten
-thread (nodes/model_view.py). The one exception is the response itself: an `after_model`
+thread (nodes/wire/model_view.py). The one exception is the response itself: an `after_model`
 hook may rewrite it (same id), and what it proposes then is what `validate` and the gate judge. Other state keys a
 hook writes (`state_schema` extensions) are stored. Tool side (`wrap_tool_call`) runs under the gate, in
 nodes/run/wrapped_run.py. What would walk around the gate is refused at `build_graph` (`refusal`).

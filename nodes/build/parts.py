@@ -21,7 +21,7 @@ from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:  # langchain (for middleware) is imported only when a graph is built with middleware
-    from gatedloop.nodes.agent_middleware import Middlewares, ModelCall
+    from gatedloop.nodes.build.middleware import Middlewares, ModelCall
 
 SystemPrompt = str | Callable[[Any, Any], "str | SystemMessage | None"]
 
