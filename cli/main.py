@@ -69,7 +69,7 @@ from gatedloop.graph.display import STOP_WORDS, Display, day_and_clock, describe
 from gatedloop.graph.late_answers import AlreadyDecided, too_late
 from gatedloop.graph.models import ModelConfigError
 from gatedloop.graph.pending import PendingRequest
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools.policy import CallContext
 
 DEFAULT_DB = "gatedloop.sqlite"

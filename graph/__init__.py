@@ -16,9 +16,9 @@ from gatedloop.graph.build import build_graph
 from gatedloop.graph.display import describe_thread
 from gatedloop.graph.pending import PendingCall, PendingRequest
 from gatedloop.graph.thread_graph import GraphMismatch
-from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.state import STATUSES, GatedState
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools import conditions
 from gatedloop.tools.errors import ToolFailure
 from gatedloop.tools.policy import CallContext, ToolPolicy

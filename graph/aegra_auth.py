@@ -10,7 +10,7 @@ another workspace does not find it (404). What Aegra 0.11 does with an auth user
   no workspaces): Aegra's own scope is the line between workspaces, on every route.
 - The person and her roles ride beside it in the auth user (`user_id`, `roles`), which Aegra hands each run whole as
   `langgraph_auth_user` (a client's `config` cannot replace it), so the gate judges an answer under the person
-  (`gatedloop.nodes.gate.identity`, `PERSON_FIELD`) and the audit names her, never the workspace.
+  (`gatedloop.nodes.wire.identity`, `PERSON_FIELD`) and the audit names her, never the workspace.
 - Aegra calls the `@auth.on` handlers on every thread and run route, but applies a returned metadata filter only
   when it lists, searches, gets or deletes threads; for state, history, updates and runs it keeps only a refusal.
   So for a user who is not a supervisor each handler both returns the owner filter (`gatedloop_owner`: Aegra sets
@@ -39,7 +39,7 @@ from gatedloop.graph.auth import (
     request_token,
     stamped,
 )
-from gatedloop.nodes.gate.identity import AUTH_KIND_FIELD, PERSON_FIELD, TOKEN_USER_MARK
+from gatedloop.nodes.wire.identity import AUTH_KIND_FIELD, PERSON_FIELD, TOKEN_USER_MARK
 
 PERSON_KEY = "gatedloop_owner"
 """The thread metadata naming the person who made it (Aegra's own `owner` is the workspace)."""

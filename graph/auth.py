@@ -22,7 +22,7 @@ A request must carry `Authorization: Bearer <token>` or, as Agent Chat UI sends 
 only if they carry the same token); the token names the user and her roles (a key may be the token itself, at least
 16 characters, or `sha256:` and the hex SHA-256 of it, so the file need not hold secrets). The authenticate handler
 takes the request's `headers`, which both servers pass: langgraph-api by name (raw bytes), Aegra positionally (text).
-The graph sees that user as the caller whatever `context` the client sends (`gatedloop.nodes.gate.identity`).
+The graph sees that user as the caller whatever `context` the client sends (`gatedloop.nodes.wire.identity`).
 Aegra scopes threads by the auth user's `identity`, so it is served by `gatedloop.graph.aegra_auth`, which reads the
 same configuration.
 
@@ -53,7 +53,7 @@ from typing import Annotated, Any
 from langgraph_sdk import Auth
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError, model_validator
 
-from gatedloop.nodes.gate.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK, TOKEN_USER_MARK
+from gatedloop.nodes.wire.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK, TOKEN_USER_MARK
 
 TOKENS_ENV = "GATEDLOOP_AUTH_TOKENS"
 FILE_ENV = "GATEDLOOP_AUTH_FILE"

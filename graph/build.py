@@ -23,11 +23,11 @@ from gatedloop.graph.parts_of import parts_of, remember_parts
 from gatedloop.graph.routing import after_approve, after_execute, after_model, after_validate, edge
 from gatedloop.graph.telemetry import telemetry_for
 from gatedloop.nodes.approve import make_approve_node
+from gatedloop.nodes.build.parts import LoopParts, SystemPrompt
 from gatedloop.nodes.execute import make_execute_node
 from gatedloop.nodes.finalize import make_finalize_node
 from gatedloop.nodes.limits import Limits
 from gatedloop.nodes.model import make_model_node
-from gatedloop.nodes.parts import LoopParts, SystemPrompt
 from gatedloop.nodes.provider.answer_format import AnswerFormat
 from gatedloop.nodes.state import GatedState, InputState, OutputState
 from gatedloop.nodes.validate import make_validate_node
@@ -65,11 +65,11 @@ def build_graph(
     answer a validated `structured_response`;
     `store` is compiled into the graph and handed to tools (`ToolRuntime.store`, `InjectedStore`).
     `context_schema` is the runtime context's type, as in `create_agent` (Studio's context form, `Runtime.context`);
-    whatever it is, the caller's identity is read from its `user_id` and `roles` (gatedloop.nodes.gate.identity).
+    whatever it is, the caller's identity is read from its `user_id` and `roles` (gatedloop.nodes.wire.identity).
     With a `checkpointer`, a schema without `roles` under policies that name roles is refused (no caller could hold
     one, `unreachable_roles`); a graph built without one (to be served) is not: the server's auth may give roles.
     `middleware` is a list of LangChain v1 `AgentMiddleware`, run where `create_agent` runs them, inside the gate
-    (gatedloop.nodes.agent_middleware): model hooks in `model` (after_agent in `finalize`), `wrap_tool_call` in
+    (gatedloop.nodes.build.middleware): model hooks in `model` (after_agent in `finalize`), `wrap_tool_call` in
     the tool run after a write's claim; their `state_schema` fields join the state, their `tools` are ordinary
     tools under `policies`. What would walk around the gate (HumanInTheLoopMiddleware, a jump to 'tools') is
     refused here with the reason.
@@ -114,7 +114,7 @@ def _middlewares(middleware: Sequence[Any]) -> Any:
     """The checked middleware list, or None. LangChain's agents package is imported only when there is one."""
     if not middleware:
         return None
-    from gatedloop.nodes.agent_middleware import Middlewares, refusal
+    from gatedloop.nodes.build.middleware import Middlewares, refusal
 
     why = refusal(middleware)
     if why is not None:

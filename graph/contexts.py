@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gatedloop.nodes.gate.identity import declared_fields
+from gatedloop.nodes.wire.identity import declared_fields
 from gatedloop.tools.arguments import argument_problem
 from gatedloop.tools.policy import CallContext, ToolPolicy
 
@@ -55,7 +55,7 @@ def field_problem(schema: type[Any] | None, context: Any, *, new_request: bool) 
 
 def unreachable_roles(schema: type[Any] | None, policies: Mapping[str, ToolPolicy]) -> str | None:
     """Why no caller can ever hold a role these policies name, or None. A caller's roles are read from the
-    context's `roles` (gatedloop.nodes.gate.identity), so a schema that declares its fields without one leaves every
+    context's `roles` (gatedloop.nodes.wire.identity), so a schema that declares its fields without one leaves every
     role-based rule unmet: each approval refused ("needs one of the roles ..."), each call by role denied. Only
     LangGraph Server's authenticated user brings roles of its own, whatever the schema."""
     declared = declared_fields(schema)

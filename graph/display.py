@@ -26,7 +26,7 @@ from gatedloop.checkpoints.threads import ThreadSummary
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.pending import PendingRequest, waiting_words
 from gatedloop.graph.thread_graph import ledger_of, made_by
-from gatedloop.nodes.gate.masking import Redactor, thread_redactor, unknown_policies
+from gatedloop.nodes.wire.masking import Redactor, thread_redactor, unknown_policies
 from gatedloop.tools.policy import GATED_WRITE, MASK, ToolPolicy
 
 STOP_WORDS = {

@@ -7,7 +7,7 @@ data to what the call carries:
 
 - a new human message: the request's `requester`, a state field written with the message (a client's value for
   it is replaced; `update_state` cannot set it: it is one of `OWN_FIELDS`, with the model's kept view);
-- an answer (`Command(resume=...)`): its sender, wrapped around the value (nodes/gate/senders.py), stored by
+- an answer (`Command(resume=...)`): its sender, wrapped around the value (nodes/wire/senders.py), stored by
   LangGraph with it before any node reads it;
 - the runtime context the tools see: under server auth, its identity fields are the authenticated user's; an
   answer that brings no value for a field of the graph's `context_schema` gets the request's (graph/contexts.py).
@@ -40,10 +40,10 @@ from langgraph.types import Command, StateUpdate
 from gatedloop.graph.contexts import kept_fields, missing_fields, reused_fields
 from gatedloop.graph.resumed_trace import aresumed_config, resumed_config
 from gatedloop.graph.thread_graph import claim_thread
-from gatedloop.nodes.gate.identity import authenticated_context, caller_context, stored_identity
-from gatedloop.nodes.gate.senders import bind_sender
-from gatedloop.nodes.model_view import MODEL_VIEW_FIELD
 from gatedloop.nodes.state import REQUESTER_FIELD
+from gatedloop.nodes.wire.identity import authenticated_context, caller_context, stored_identity
+from gatedloop.nodes.wire.model_view import MODEL_VIEW_FIELD
+from gatedloop.nodes.wire.senders import bind_sender
 from gatedloop.tools.policy import CallContext
 
 OWN_FIELDS = frozenset({REQUESTER_FIELD, MODEL_VIEW_FIELD})

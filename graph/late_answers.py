@@ -20,7 +20,7 @@ from typing import Any
 
 from gatedloop.checkpoints.ledger import Audit
 from gatedloop.graph.pending import PendingRequest
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 
 
 class AlreadyDecided(InvalidDecision):

@@ -1,4 +1,4 @@
-"""`Telemetry` (nodes/parts.py) over OpenTelemetry: the callback handler's spans (graph/otel_spans.py), a span per
+"""`Telemetry` (nodes/build/parts.py) over OpenTelemetry: the callback handler's spans (graph/otel_spans.py), a span per
 call a person decided, and the metrics.
 
 A person's answer becomes one span per call it decided (`approval <tool>`, `unknown_outcome <tool>`), from when
@@ -30,8 +30,8 @@ from opentelemetry.trace import Link
 from gatedloop.checkpoints.running_step import step_config
 from gatedloop.graph.otel_spans import PROPAGATOR, SpanHandler
 from gatedloop.graph.telemetry import asked_by_env
-from gatedloop.nodes.gate.hitl import ANONYMOUS
-from gatedloop.nodes.parts import AnsweredCall, Question
+from gatedloop.nodes.build.parts import AnsweredCall, Question
+from gatedloop.nodes.wire.hitl import ANONYMOUS
 from gatedloop.tools.policy import CallContext
 
 SCOPE = "gatedloop"

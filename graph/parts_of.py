@@ -8,7 +8,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from gatedloop.checkpoints.evidence import GraphIdentity
-from gatedloop.nodes.parts import LoopParts
+from gatedloop.nodes.build.parts import LoopParts
 
 # What each compiled graph was built from, keyed by its `model` node's runnable: the one object LangGraph's copies
 # of a compiled graph (`with_config`, `copy`) share, so a user's graph can be found again and served over another

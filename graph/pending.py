@@ -5,7 +5,7 @@ and builds its answer with the decision builders here (`approve`, `edit`, `rejec
 `not_done`, `abandon`) and `PendingRequest.answer`, which binds each decision to its call (and, for an approval, to
 the exact arguments shown and to the request), so the gate refuses it if anything changed since it was shown. A
 new decision type touches this module and the front ends' templates; nothing else reads the wire format
-(`gatedloop.nodes.gate.hitl`'s TypedDicts) by its keys (tests/test_imports.py checks it).
+(`gatedloop.nodes.wire.hitl`'s TypedDicts) by its keys (tests/test_imports.py checks it).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gatedloop.nodes.gate.hitl import approving_text
+from gatedloop.nodes.wire.hitl import approving_text
 
 RequestKind = Literal["approval", "unknown_outcome"]
 REJECTED = "Rejected by the reviewer."

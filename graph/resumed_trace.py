@@ -23,9 +23,9 @@ from langgraph.types import Command, Interrupt
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.thread_graph import ledger_of
-from gatedloop.nodes.gate.hitl import UnknownOutcomeRequest
 from gatedloop.nodes.run.notices import unknown_request_id
 from gatedloop.nodes.run.observed import kept_trace
+from gatedloop.nodes.wire.hitl import UnknownOutcomeRequest
 
 ASKED_IN = "__gatedloop_asked_in"
 """Run metadata: the kept trace context of the question this run answers (`__`: never copied into checkpoints)."""

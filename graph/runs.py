@@ -33,8 +33,8 @@ from gatedloop.graph.late_answers import bound_to, positional, too_late
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.thread_graph import claim_thread, ledger_of
 from gatedloop.nodes.gate.extension import extend_request
-from gatedloop.nodes.gate.hitl import InvalidDecision
-from gatedloop.nodes.gate.resume import check_answer
+from gatedloop.nodes.wire.hitl import InvalidDecision
+from gatedloop.nodes.wire.resume import check_answer
 from gatedloop.tools.policy import CallContext
 
 STREAM_MODES: list[StreamMode] = ["updates", "custom"]

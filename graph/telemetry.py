@@ -15,7 +15,7 @@ import logging
 import os
 from typing import Any, Literal
 
-from gatedloop.nodes.parts import Telemetry
+from gatedloop.nodes.build.parts import Telemetry
 
 log = logging.getLogger("gatedloop.telemetry")
 

@@ -14,7 +14,7 @@ from gatedloop.checkpoints.evidence import AuditEvent, GraphIdentity
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.ledger_for import LedgerOfTheRun
 from gatedloop.graph.parts_of import graph_identity, parts_of
-from gatedloop.nodes.gate.identity import client_context
+from gatedloop.nodes.wire.identity import client_context
 
 
 class GraphMismatch(ValueError):

@@ -50,8 +50,8 @@ from gatedloop.inbox.review import answers_by_call, call_story, find_request, th
 from gatedloop.inbox.slack_actions import SlackActions
 from gatedloop.inbox.stats import ReviewHistories, stats_context
 from gatedloop.nodes.gate.grants import GrantRefused
-from gatedloop.nodes.gate.hitl import InvalidDecision
-from gatedloop.nodes.gate.masking import thread_redactor
+from gatedloop.nodes.wire.hitl import InvalidDecision
+from gatedloop.nodes.wire.masking import thread_redactor
 from gatedloop.tools.policy import MASK, CallContext, ToolPolicy
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))

@@ -40,7 +40,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gatedloop.graph.auth import DEFAULT_STATS_ROLE, LOCAL_USER_ID, AuthConfig
-from gatedloop.nodes.gate.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK
+from gatedloop.nodes.wire.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK
 from gatedloop.tools.policy import CallContext
 
 SESSION_COOKIE = "gatedloop_inbox"

@@ -23,7 +23,7 @@ from gatedloop.checkpoints.ledger import Evidence, Ledger
 from gatedloop.graph.pending import DecidedCall, PendingRequest
 from gatedloop.inbox.forms import FormField, edit_fields
 from gatedloop.nodes.gate.admission import shown_deadline
-from gatedloop.nodes.gate.masking import Redactor, content_text, thread_redactor, thread_title
+from gatedloop.nodes.wire.masking import Redactor, content_text, thread_redactor, thread_title
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 RECENT_MESSAGES = 6

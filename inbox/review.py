@@ -3,7 +3,7 @@
 Read from what the graph and the ledger already keep: the thread's messages (each call's `ToolMessage`: what the
 tool returned, or the refusal and why), the ledger's audit trail (who proposed, who decided what and when, what ran
 and for how long), and the checkpoints' interrupt writes (a request as it was shown, after it was answered).
-Every text is redacted of the thread's secret values (`gatedloop.nodes.gate.masking`); arguments come masked from the
+Every text is redacted of the thread's secret values (`gatedloop.nodes.wire.masking`); arguments come masked from the
 request and the audit trail.
 """
 
@@ -21,7 +21,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from gatedloop.graph.display import audit_text, visible
 from gatedloop.graph.pending import PendingRequest
 from gatedloop.inbox.pending import shown_value
-from gatedloop.nodes.gate.masking import Redactor
+from gatedloop.nodes.wire.masking import Redactor
 from gatedloop.tools.policy import ToolPolicy
 
 INTERRUPT_CHANNEL = "__interrupt__"  # where LangGraph writes a task's interrupts (langgraph.constants.INTERRUPT)

@@ -42,7 +42,7 @@ from gatedloop.inbox.pending import (
 )
 from gatedloop.inbox.refusals import refusal_in
 from gatedloop.nodes.gate.extension import extend_request
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
 log = logging.getLogger("gatedloop.inbox")
@@ -175,7 +175,7 @@ class ServedBackend(InboxBackend):
         client = self.client(reviewer, origin)
         try:
             # The context names the reviewer for a server without auth (as the API's local user); with auth, the
-            # server's authenticated user (her token) overrides it (gatedloop.nodes.gate.identity).
+            # server's authenticated user (her token) overrides it (gatedloop.nodes.wire.identity).
             context: dict[str, Any] = {"user_id": reviewer.user_id, "roles": sorted(reviewer.roles)}
             command: Command = {"resume": {view.interrupt_id: answer}}
             values = client.runs.wait(view.thread_id, view.graph, command=command, context=context, raise_error=False)

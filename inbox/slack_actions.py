@@ -53,7 +53,7 @@ from gatedloop.inbox.slack import (
 )
 from gatedloop.inbox.slack_grants import GrantDefaults, grant_call, grant_refusal, registry_of
 from gatedloop.inbox.slack_outcome import CallOutcome, call_outcomes, too_late_notice
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 
 log = logging.getLogger("gatedloop.slack")
 

@@ -3,7 +3,7 @@
 The node reads the state, asks the gate and returns the update: the turn is admitted from its evidence
 (nodes/gate/turn_evidence.py), the request built and each decision applied by the gate (nodes/gate/approvals.py),
 whose rules are the tool's `approvers`, `self_approval`, `approvals_required` and `approval_ttl_s`, judged for the
-answer's sender (bound to it when it entered the graph: nodes/gate/senders.py; under LangGraph Server, the
+answer's sender (bound to it when it entered the graph: nodes/wire/senders.py; under LangGraph Server, the
 authenticated user), never whoever runs the node when LangGraph hands the answer back. An accepted decision is
 recorded in the ledger, outside the state: that record, not anything in the state, is what lets `execute` run a
 gated call. A refused answer (malformed or unauthorized) changes nothing but the audit trail: the node ends and
@@ -21,6 +21,7 @@ from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
+from gatedloop.nodes.build.parts import LoopParts
 from gatedloop.nodes.gate.admission import for_state
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.approvals import (
@@ -35,14 +36,13 @@ from gatedloop.nodes.gate.approvals import (
     replaced_request,
     shown_to,
 )
-from gatedloop.nodes.gate.hitl import GatedHITLRequest, InvalidDecision, check_addressed, check_decisions
-from gatedloop.nodes.gate.senders import received
 from gatedloop.nodes.gate.turn_evidence import admit_turn
-from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.notices import queue_approval_notice, queue_decided_notice
 from gatedloop.nodes.run.observed import report_decisions, report_expiry
 from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
+from gatedloop.nodes.wire.hitl import GatedHITLRequest, InvalidDecision, check_addressed, check_decisions
+from gatedloop.nodes.wire.senders import received
 
 
 def make_approve_node(parts: LoopParts):

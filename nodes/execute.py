@@ -33,11 +33,11 @@ from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent
 from gatedloop.checkpoints.ledger import Ledger
+from gatedloop.nodes.build.parts import LoopParts
 from gatedloop.nodes.gate.admission import ARGS_CHANGED, for_state, with_edited_args
 from gatedloop.nodes.gate.answers import error_message, record_answers, result_message, tool_message
 from gatedloop.nodes.gate.outcomes import Outcome, error_outcome
 from gatedloop.nodes.gate.turn_evidence import admit_turn
-from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.running import run_read, run_write, started_calls
 from gatedloop.nodes.run.terms import SENT_BACK_ERROR

@@ -15,14 +15,14 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
+from gatedloop.nodes.build.parts import LoopParts
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.open_calls import leftover_answers
 from gatedloop.nodes.gate.views import kept_view
-from gatedloop.nodes.model_view import MODEL_VIEW_FIELD, view_of
-from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.notices import queue_finished_notice
 from gatedloop.nodes.state import PROTECTED_KEYS, GatedState
+from gatedloop.nodes.wire.model_view import MODEL_VIEW_FIELD, view_of
 
 log = logging.getLogger("gatedloop.finalize")
 

@@ -22,18 +22,18 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
+from gatedloop.nodes.build.parts import LoopParts, fresh_counters
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.call_arguments import entry_plan
 from gatedloop.nodes.gate.open_calls import close_open_calls
 from gatedloop.nodes.gate.proposals import record_proposals
 from gatedloop.nodes.gate.views import keep_view, kept_view
-from gatedloop.nodes.model_view import MODEL_VIEW_FIELD, view_of, view_record
-from gatedloop.nodes.parts import LoopParts, fresh_counters
 from gatedloop.nodes.provider.finish import finish_status, no_status_detail, refusal_text, unfinished_detail
 from gatedloop.nodes.provider.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.unknown import make_settle_task
 from gatedloop.nodes.state import PROTECTED_KEYS, CallPlan, GatedState, ModelView, RequestCounters
+from gatedloop.nodes.wire.model_view import MODEL_VIEW_FIELD, view_of, view_record
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
 from gatedloop.tools.registry import ToolRegistry
 

@@ -163,7 +163,7 @@ class InputState(TypedDict):
 
 REQUESTER_FIELD = "requester"
 PROTECTED_KEYS = frozenset(GatedState.__annotations__) - {"messages"}
-"""gatedloop's own state keys, which a middleware hook never writes (nodes/agent_middleware.py)."""
+"""gatedloop's own state keys, which a middleware hook never writes (nodes/build/middleware.py)."""
 
 
 class OutputState(TypedDict):

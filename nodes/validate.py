@@ -21,15 +21,15 @@ from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent
 from gatedloop.checkpoints.grants import Grant
+from gatedloop.nodes.build.parts import LoopParts
 from gatedloop.nodes.gate.answers import error_message, record_answers
 from gatedloop.nodes.gate.call_arguments import checked_plan, plan_arguments, stored_form
 from gatedloop.nodes.gate.grants import covering_grants
-from gatedloop.nodes.gate.identity import requester_of
 from gatedloop.nodes.gate.proposals import NOT_PROPOSED, register_turn, unproposed
 from gatedloop.nodes.gate.turn_evidence import grantable_tools, open_grants
-from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.state import CallPlan, GatedState, Status, Verdict
+from gatedloop.nodes.wire.identity import requester_of
 from gatedloop.tools import errors
 from gatedloop.tools.policy import CallContext
 from gatedloop.tools.registry import CheckedCall

@@ -1,7 +1,8 @@
-"""gatedloop served by Aegra (issue 31): two real Aegra server processes (uvicorn, as docs/deploying.md starts them) on one Postgres database and one Redis
-queue, driven by the real `langgraph-sdk`, the graph built as docs/server.md says (no checkpointer, no `ledger=`:
-tests/support/aegra_payments.py). Every real payment is a row in an effects file, counted here. Served with
-`gatedloop.graph.aegra_auth` (issue 51): ana (staff) asks, bo (finance, a supervisor of her workspace) answers.
+"""gatedloop served by Aegra (issue 31): two real Aegra server processes (uvicorn, as docs/deploying.md starts them) on
+one Postgres database and one Redis queue, driven by the real `langgraph-sdk`, the graph built as docs/server.md says
+(no checkpointer, no `ledger=`: tests/support/aegra_payments.py). Every real payment is a row in an effects file,
+counted here. Served with `gatedloop.graph.aegra_auth` (issue 51): ana (staff) asks, bo (finance, a supervisor of her
+workspace) answers.
 
 Needs `GATEDLOOP_AEGRA` (the `aegra` executable of a Python 3.12+ venv with gatedloop installed:
 `.ci/aegra_venv.sh` makes one), the test Postgres (`GATEDLOOP_TEST_PG_URL`) and Redis (`GATEDLOOP_TEST_REDIS_URL`:
@@ -680,7 +681,7 @@ def test_aegra_s_user_is_scoped_to_her_workspace_and_the_graph_reads_the_person_
     """Aegra scopes by `identity`: the workspace. The person rides beside it and is who the gate sees, whatever the
     run's client puts in its `context`; a file without workspaces is one workspace."""
     from gatedloop.graph.aegra_auth import build_aegra_auth
-    from gatedloop.nodes.gate.identity import authenticated_context, caller_context
+    from gatedloop.nodes.wire.identity import authenticated_context, caller_context
     from gatedloop.tools.policy import CallContext
 
     user = aegra_user_of(build_aegra_auth(config_of(NORTH)), "ana-token-rules-0001")

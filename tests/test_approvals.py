@@ -16,7 +16,7 @@ from sample_app import Effects, build
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import runs
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools import CallContext
 
 SUPPORT = Path(__file__).parent / "support"

@@ -50,7 +50,7 @@ from sample_app import Effects, build
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.graph import runs
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools import CallContext
 
 pytestmark = pytest.mark.slow

@@ -32,7 +32,7 @@ from gatedloop.checkpoints import open_async_sqlite, open_sqlite
 from gatedloop.checkpoints.exact import InexactResume
 from gatedloop.graph import build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools import ToolPolicy
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, text_nested_deeper_than
 

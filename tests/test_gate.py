@@ -18,7 +18,7 @@ from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.evidence import ApprovalRecord
 from gatedloop.checkpoints.ledger import idempotency_key
 from gatedloop.graph import runs
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools import CallContext
 from gatedloop.tools.arguments import args_digest
 

@@ -10,10 +10,10 @@ from langchain_core.tools import tool
 
 from gatedloop.checkpoints.evidence import ApprovalRecord, CallRecord
 from gatedloop.nodes.gate.approvals import apply_decision, approval_request
-from gatedloop.nodes.gate.hitl import InvalidDecision
 from gatedloop.nodes.gate.settling import CANNOT_TELL, answered_step, settle_step
 from gatedloop.nodes.gate.turn_evidence import TurnEvidence
 from gatedloop.nodes.state import CallPlan
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools.arguments import args_digest
 from gatedloop.tools.policy import CallContext, ToolPolicy
 from gatedloop.tools.registry import ToolRegistry

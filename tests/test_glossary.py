@@ -13,7 +13,7 @@ from doc_text import section
 MODULES = {
     "running": "gatedloop.nodes.run.running",
     "outcomes": "gatedloop.nodes.gate.outcomes",
-    "hitl": "gatedloop.nodes.gate.hitl",
+    "hitl": "gatedloop.nodes.wire.hitl",
     "unknown": "gatedloop.nodes.run.unknown",
     "policy": "gatedloop.tools.policy",
     "ledger": "gatedloop.checkpoints.ledger",

@@ -17,7 +17,7 @@ from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.threads import InvalidThreadId, validate_thread_id
 from gatedloop.graph import Limits, build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools import CallContext, ToolPolicy
 from gatedloop.tools.results import TRUNCATION_MARKER
 

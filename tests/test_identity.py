@@ -1,4 +1,4 @@
-"""Who the graph believes is calling (gatedloop.nodes.gate.identity): the server's authenticated user when there is
+"""Who the graph believes is calling (gatedloop.nodes.wire.identity): the server's authenticated user when there is
 one, the runtime context otherwise. Driven through a real graph on a real SQLite file; the user is put where
 LangGraph Server puts it (`configurable["langgraph_auth_user"]`), in the shapes it takes there: a dict (after a JSON
 round trip), a user object with `dict()` (as the server's ProxyUser and StudioUser; langgraph_api cannot be imported
@@ -17,7 +17,7 @@ from langgraph_sdk.auth.types import StudioUser
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import build_graph
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
-from gatedloop.nodes.gate.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK, caller_context
+from gatedloop.nodes.wire.identity import AUTH_KIND_FIELD, LOCAL_USER_MARK, caller_context
 from gatedloop.tools import CallContext, ToolPolicy
 
 

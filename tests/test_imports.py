@@ -199,7 +199,7 @@ def test_one_import_gives_a_user_everything_including_the_postgres_openers():
     """`from gatedloop.graph import ...` is the documented path: each name is the object from its home module."""
     import gatedloop.graph as public
     from gatedloop.checkpoints import lease, postgres, sqlite
-    from gatedloop.nodes.gate import hitl
+    from gatedloop.nodes.wire import hitl
 
     assert public.ThreadBusy is lease.ThreadBusy and public.InvalidDecision is hitl.InvalidDecision
     assert public.open_sqlite is sqlite.open_sqlite
@@ -286,10 +286,11 @@ def test_the_notebooks_and_examples_import_only_public_modules():
 
 
 INSIDE_NODES = {
-    "base": ("state", "limits", "model_view"),
+    "base": ("state", "limits"),
+    "wire": ("wire",),
     "gate": ("gate",),
     "provider": ("provider",),
-    "parts": ("parts", "agent_middleware"),
+    "parts": ("build",),
     "run": ("run",),
     "nodes": ("model", "validate", "approve", "execute", "finalize", ""),
 }
@@ -306,7 +307,7 @@ def inner_layer(module: str) -> int:
 
 def test_imports_inside_nodes_point_to_the_same_layer_or_a_lower_one():
     """Issue 30: the gate imports neither the tool runner (nodes/run), nor the provider adapters, nor the
-    dependency bag (nodes/parts.py), nor a node; the runner does not import a node."""
+    dependency bag (nodes/build/parts.py), nor a node; the runner does not import a node."""
     nodes = {m: p for m, p in modules().items() if m.startswith("gatedloop.nodes")}
     upward = [
         f"{path.relative_to(ROOT)}:{line} imports {target}"

@@ -47,7 +47,7 @@ from pydantic import Field
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import build_graph
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
-from gatedloop.nodes.model_view import view_of, view_record
+from gatedloop.nodes.wire.model_view import view_of, view_record
 from gatedloop.tools import CallContext, ToolPolicy
 
 READ = ToolPolicy(effect="read", approval="never")

@@ -41,7 +41,7 @@ from gatedloop.graph.scripted import ScriptedChatModel
 from gatedloop.inbox import InboxBackend, create_app
 from gatedloop.inbox.identity import Reviewer, Sessions
 from gatedloop.inbox.notify import Deliverer, NotifyConfig, PassResult, Webhook, closed_reason, notify_config
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools import CallContext, ToolPolicy
 
 SECRET = "s3cret-for-tests"

@@ -13,7 +13,7 @@ from gate_app import build, effects_for
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.threads import UnknownThread
 from gatedloop.graph import runs
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 
 
 @dataclass(frozen=True)

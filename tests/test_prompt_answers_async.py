@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from gatedloop.checkpoints import open_async_sqlite, open_sqlite
 from gatedloop.graph import Limits, build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
-from gatedloop.nodes.gate.hitl import InvalidDecision
+from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools import CallContext, ToolPolicy
 
 CFG = {"configurable": {"thread_id": "p1"}}

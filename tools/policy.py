@@ -15,7 +15,7 @@ from gatedloop.tools.usage import UsageLimit
 Effect = Literal["read", "write"]
 DecisionType = Literal["approve", "edit", "reject", "respond"]
 """What a reviewer may answer for a gated call (LangChain's `DecisionType`); the checked answer itself is
-`gatedloop.nodes.gate.hitl.Decision`."""
+`gatedloop.nodes.wire.hitl.Decision`."""
 ALL_DECISIONS: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
 
 

@@ -2,11 +2,11 @@
 
 The state is untrusted (a client or `update_state` can write it); the ledger's evidence is not. Everything that
 decides whether a call may be asked about, run, or answered lives here, so a review of the gate is a review of
-these modules (each function takes what it needs, never the nodes' `LoopParts`, and none runs a tool):
+these modules (each function takes what it needs, never the nodes' `LoopParts`, and none runs a tool). The formats
+it reads and writes (requests, answers, who sent them, masking) are below it, in nodes/wire/:
 
 - call_arguments.py: a call's arguments read once, into the plan. proposals.py: which calls a model really proposed.
 - open_calls.py: no open call and no foreign answer before the model is asked (used by `model`).
-- hitl.py: the approval request and answer wire format. identity.py: who is calling (the one rule for who acts).
 - admission.py: may this call run, decided from the evidence, never from the state. turn_evidence.py: a turn's
   evidence read once, and the admission `approve` and `execute` share (and why both admit).
 - approvals.py: the approval request built from the evidence, each decision applied as a pure function, and the

@@ -1,7 +1,7 @@
 """An approval request and its answer, as the gate decides them: the request built from the turn's evidence, each
 decision applied to (the call, its evidence, the answer's sender, the policy, now) as a pure function, and the
 evidence the answer leaves (decisions, refusals, expiries), written here so the `approve` node never touches the
-ledger. Who answers is the sender bound to the answer when it entered (nodes/gate/senders.py), never whoever runs the
+ledger. Who answers is the sender bound to the answer when it entered (nodes/wire/senders.py), never whoever runs the
 node when LangGraph hands the answer back.
 """
 
@@ -20,7 +20,9 @@ from gatedloop.checkpoints.ledger import Audit, Evidence
 from gatedloop.nodes.gate.admission import EXTEND, SENT_BACK, approvers_so_far, expired, expires_at
 from gatedloop.nodes.gate.answers import error_message, result_message
 from gatedloop.nodes.gate.call_arguments import checked_plan, edited_call
-from gatedloop.nodes.gate.hitl import (
+from gatedloop.nodes.gate.turn_evidence import TurnEvidence
+from gatedloop.nodes.state import CallPlan, Verdict
+from gatedloop.nodes.wire.hitl import (
     ANONYMOUS,
     REPLACED,
     DecidedAction,
@@ -33,8 +35,6 @@ from gatedloop.nodes.gate.hitl import (
     decider,
     ladder_steps,
 )
-from gatedloop.nodes.gate.turn_evidence import TurnEvidence
-from gatedloop.nodes.state import CallPlan, Verdict
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text
 from gatedloop.tools.policy import MASK, CallContext, ToolPolicy

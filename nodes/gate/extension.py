@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 from gatedloop.checkpoints.evidence import ApprovalRecord, AuditEvent, CallRecord
 from gatedloop.checkpoints.ledger import Evidence, Outbox
 from gatedloop.nodes.gate.admission import EXTEND, expires_at
-from gatedloop.nodes.gate.hitl import InvalidDecision, decider
+from gatedloop.nodes.wire.hitl import InvalidDecision, decider
 from gatedloop.tools.policy import CallContext, ToolPolicy
 
 

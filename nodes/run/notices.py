@@ -28,16 +28,16 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
 from gatedloop.checkpoints.outbox import NotificationKind
-from gatedloop.nodes.gate.hitl import (
+from gatedloop.nodes.build.parts import LoopParts, Question
+from gatedloop.nodes.state import CallPlan
+from gatedloop.nodes.wire.hitl import (
     ANONYMOUS,
     GatedHITLRequest,
     LadderSteps,
     UnknownOutcomeRequest,
     approving_text,
 )
-from gatedloop.nodes.gate.masking import thread_redactor, thread_title
-from gatedloop.nodes.parts import LoopParts, Question
-from gatedloop.nodes.state import CallPlan
+from gatedloop.nodes.wire.masking import thread_redactor, thread_title
 from gatedloop.tools.policy import GATED_WRITE, CallContext
 
 UNKNOWN_PREFIX = "unknown:"

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.checkpoints.outbox import NotificationKind, notification_id
-from gatedloop.nodes.gate.hitl import ANONYMOUS, GatedActionRequest, GatedHITLRequest, UnknownOutcomeRequest
-from gatedloop.nodes.parts import AnsweredCall, LoopParts
+from gatedloop.nodes.build.parts import AnsweredCall, LoopParts
 from gatedloop.nodes.run.notices import unknown_request_id
 from gatedloop.nodes.state import CallPlan
+from gatedloop.nodes.wire.hitl import ANONYMOUS, GatedActionRequest, GatedHITLRequest, UnknownOutcomeRequest
 from gatedloop.tools.policy import CallContext
 
 

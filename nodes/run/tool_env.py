@@ -42,7 +42,7 @@ class ToolEnv:
     stream_writer: StreamWriter
     tools: tuple[BaseTool, ...] = ()
     tool_wrapper: Any = None
-    """The middleware's `checked_tool_wrapper` (nodes/agent_middleware.py), or None when no middleware wraps tool
+    """The middleware's `checked_tool_wrapper` (nodes/build/middleware.py), or None when no middleware wraps tool
     calls: given the check for each request a middleware hands on, their composed `wrap_tool_call`
     (nodes/run/wrapped_run.py). Held as a function so this module never imports `langchain`."""
 

@@ -24,20 +24,10 @@ from langgraph.func import task
 from langgraph.types import interrupt
 
 from gatedloop.checkpoints.running_step import task_namespace
+from gatedloop.nodes.build.parts import LoopParts
 from gatedloop.nodes.gate.admission import with_edited_args
-from gatedloop.nodes.gate.hitl import (
-    ANONYMOUS,
-    UNKNOWN_DECISIONS,
-    InvalidDecision,
-    UnknownOutcomeRequest,
-    check_unknown_answer,
-    decider,
-    ladder_steps,
-)
 from gatedloop.nodes.gate.outcomes import Outcome, error_outcome, finished_state, ok_outcome, stored_outcome
-from gatedloop.nodes.gate.senders import received
 from gatedloop.nodes.gate.settling import CANNOT_TELL, answered_step, settle_step
-from gatedloop.nodes.parts import LoopParts
 from gatedloop.nodes.run.notices import queue_unknown_notice
 from gatedloop.nodes.run.observed import report_settlement
 from gatedloop.nodes.run.running import (
@@ -49,6 +39,16 @@ from gatedloop.nodes.run.running import (
 )
 from gatedloop.nodes.run.tool_env import ToolEnv
 from gatedloop.nodes.state import CallPlan
+from gatedloop.nodes.wire.hitl import (
+    ANONYMOUS,
+    UNKNOWN_DECISIONS,
+    InvalidDecision,
+    UnknownOutcomeRequest,
+    check_unknown_answer,
+    decider,
+    ladder_steps,
+)
+from gatedloop.nodes.wire.senders import received
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text
 from gatedloop.tools.registry import ToolRegistry
@@ -257,7 +257,7 @@ def _requester(parts: LoopParts, thread_id: str, plan: CallPlan) -> str | None:
 
 
 def _attempt_key(question: int, answer: Any, arrival: str) -> str:
-    """One answer however often LangGraph hands it back: by its arrival (nodes/gate/senders.py), which stays the
+    """One answer however often LangGraph hands it back: by its arrival (nodes/wire/senders.py), which stays the
     same when LangGraph hands one answer to this task at a later position too (an unanswered re-run takes the
     stored answer again); an answer with no arrival (stored by an older version) by (task, position, answer)."""
     if arrival:
