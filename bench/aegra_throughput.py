@@ -25,11 +25,13 @@ either (the runs go on the one queue). `--warmup` threads per process run the sa
 A turn = one run, so 2 per thread (the request that pauses and the approval that finishes it). Turns/s = 2 x
 threads / (first request to last completion). Also printed: p50/p95 of a run's `runs.wait` time (queueing
 included), the machine's CPU busy share over the batch (/proc/stat), CPU seconds of each server, Postgres, Redis,
-this client and the rest (the machine's busy time less those: other work, processes that came and went), and which
-process ran the model calls and the payments. Checked: every thread `idle` with the run's status `completed`,
-exactly one payment per payee (the effects file), two model calls per thread. Prints one line per batch (a count
-may be repeated, `--processes 1 2 1 2`, each on a fresh database), the ratio of each count's median turns/s to the
-first count's, and exits 1 on any failure.
+this client and the rest (the machine's busy time less those: other work, processes that came and went), per run
+the servers' CPU on their event-loop thread and in their other threads (/proc/<pid>/task) and the database's commits
+and inserted rows (pg_stat_database), and which process ran the model calls and the payments. Checked: every
+thread `idle` with the run's status `completed` and the model's answer last, exactly one payment per payee (the
+effects file), two model calls per thread. Prints one line per batch (a count may be repeated, `--processes 1 2 1 2`,
+each on a fresh database), the ratio of each count's median turns/s to the first count's, and exits 1 on any
+failure.
 
 `--anchor` (issue 52) runs each batch twice, once for gatedloop and once for the anchor: graph `anchor` of the same
 server config, LangChain's `create_agent` with `HumanInTheLoopMiddleware` pausing on `pay`, the same waiting scripted
@@ -84,6 +86,7 @@ class Batch:
     cpu_s: dict[str, float] = field(default_factory=dict)
     spread: str = ""
     load: tuple[float, float] = (0.0, 0.0)
+    per_run: dict[str, float] = field(default_factory=dict)
 
     @property
     def turns_per_s(self) -> float:
@@ -123,6 +126,36 @@ def ticks_by_process() -> dict[int, tuple[str, int]]:
         fields = text.rpartition(")")[2].split()
         found[int(stat.parent.name)] = (name, int(fields[11]) + int(fields[12]))
     return found
+
+
+def server_threads(aegra: Deployment) -> collections.Counter[str]:
+    """Jiffies of the servers' event-loop threads (each process's first thread: uvicorn runs the loop there) and of
+    their other threads (`asyncio.to_thread`'s executor, connection pools' workers; a thread that ended is missed)."""
+    spent: collections.Counter[str] = collections.Counter()
+    for server in aegra.servers:
+        pid = server.process.pid if server.process else None
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat") if pid else ():
+            try:
+                fields = stat.read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            part = "event loop" if int(stat.parent.name) == pid else "other threads"
+            spent[part] += int(fields[11]) + int(fields[12])
+    return spent
+
+
+def database_counts(url: str) -> collections.Counter[str]:
+    """Transactions committed and rows inserted in the batch's database so far (pg_stat_database: a backend reports
+    its counts at most a second or so after its transactions, so this waits that long first)."""
+    import psycopg
+
+    time.sleep(2)
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit, tup_inserted FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return collections.Counter({"commits": row[0], "rows inserted": row[1]})
 
 
 def cpu_split(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]], aegra: Deployment) -> dict:
@@ -209,6 +242,7 @@ async def drive(aegra: Deployment, threads: int, warmup: int, via: str, batch: B
     try:
         for index in range(warmup * len(sdks)):
             await guarded(index, f"warm-{tag}-{index}", [])
+        before_db, before_threads = database_counts(aegra.database_url), server_threads(aegra)
         before_ticks, before_cpu = machine_ticks(), ticks_by_process()
         load_at_start = os.getloadavg()[0]
         started = time.monotonic()
@@ -220,6 +254,11 @@ async def drive(aegra: Deployment, threads: int, warmup: int, via: str, batch: B
         batch.busy = busy / max(1, after_ticks[1] - before_ticks[1])
         batch.cpu_s = cpu_split(before_cpu, after_cpu, aegra)
         batch.cpu_s["rest"] = busy / TICK - sum(batch.cpu_s.values())
+        runs = 2 * threads
+        for part, ticks in (server_threads(aegra) - before_threads).items():
+            batch.per_run[f"{part} ms"] = 1000 * ticks / TICK / runs
+        for what, count in (database_counts(aegra.database_url) - before_db).items():
+            batch.per_run[what] = count / runs
     finally:
         for sdk in sdks:
             await sdk.http.client.aclose()
@@ -263,11 +302,15 @@ def percentile(values: list[float], share: float) -> float:
 def line(batch: Batch) -> str:
     cpu = ", ".join(f"{k} {v:.1f}" for k, v in sorted(batch.cpu_s.items()))
     p50, p95 = statistics.median(batch.latencies or [float("nan")]), percentile(batch.latencies, 0.95)
+    run = batch.per_run
     return (
         f"{batch.system}, {batch.processes} process(es): {2 * batch.threads} turns ({batch.threads} threads) in "
         f"{batch.wall_s:.1f} s = {batch.turns_per_s:.1f} turns/s; run p50 {p50:.2f} s, p95 {p95:.2f} s; "
         f"{len(batch.failures)} failures; CPU busy {100 * batch.busy:.0f}% of {os.cpu_count()} cores, load average "
-        f"{batch.load[0]:.1f} -> {batch.load[1]:.1f} (CPU s: {cpu}); {batch.spread}"
+        f"{batch.load[0]:.1f} -> {batch.load[1]:.1f} (CPU s: {cpu}); per run: server CPU "
+        f"{run.get('event loop ms', 0):.1f} ms on the event loop + {run.get('other threads ms', 0):.1f} ms in other "
+        f"threads, Postgres {run.get('commits', 0):.1f} commits, {run.get('rows inserted', 0):.1f} rows inserted; "
+        f"{batch.spread}"
     )
 
 
