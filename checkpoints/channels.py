@@ -54,12 +54,26 @@ class DoublingDeltaChannel(DeltaChannel):
         new.min_interval = self.min_interval
         return new
 
+    def replay_writes(self, writes: Sequence[Any]) -> None:
+        super().replay_writes(writes)
+        if isinstance(writes, ReplayedWrites) and self.is_available():
+            writes.folded = self.value
+
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, DoublingDeltaChannel)
             and self.min_interval == other.min_interval
             and self.reducer == other.reducer
         )
+
+
+class ReplayedWrites(list[Any]):
+    """A history's writes as the history memo (checkpoints/history_memo.py) hands them to LangGraph. The
+    `DoublingDeltaChannel` that replays them keeps the value they rebuilt in `folded`, so the memo's next load
+    of the thread starts from that value and replays only the writes stored since, not the whole stretch since
+    the last snapshot again. A channel's value is never changed in place (the reducers build new ones)."""
+
+    folded: Any = None
 
 
 def fold_messages(history: list[BaseMessage] | None, writes: Sequence[Any]) -> list[BaseMessage]:

@@ -15,8 +15,15 @@ spent half their database calls on it).
 
 Correct by construction, or not used: a checkpoint id names one immutable checkpoint, so a memo entry is never
 stale; a walk that never meets the memoized checkpoint is the saver's full walk, memoized in turn. Histories
-are shared, not copied: LangGraph's reducers and gatedloop's nodes never mutate a message. Hand-written:
-LangGraph reads the history anew on every load.
+are shared, not copied: LangGraph's reducers and gatedloop's nodes never mutate a message.
+
+Each load is O(what was stored since the memoized checkpoint): the memo keeps the value the channel rebuilt at
+that checkpoint (`ReplayedWrites.folded`) and hands it over as the seed, with only the writes stored since. A
+snapshot stored since (a `DoublingDeltaChannel` writes one each time the history doubles) is not read while the
+memoized checkpoint may still come (its id is older than the snapshot's): the memoized value and the writes in
+between are that snapshot's value, as the same objects, where reading it would build every message anew. If the
+walk does not meet the memoized checkpoint, the snapshots are read as the saver's walk reads them.
+Hand-written: LangGraph reads the history anew on every load.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from langgraph.checkpoint.sqlite._delta import (
     build_delta_stage2_sql,
 )
 
+from gatedloop.checkpoints.channels import ReplayedWrites
+
 THREADS_KEPT = 256
 WRITES_KEPT = 50_000
 """The memo keeps the most recently loaded threads, at most `THREADS_KEPT` of them and at most `WRITES_KEPT`
@@ -45,7 +54,12 @@ Stage2Row = tuple[str, str, str, int, str, bytes, str]
 
 
 def _size(histories: Histories) -> int:
-    return 1 + sum(len(h["writes"]) for h in histories.values())
+    """Entries held: the writes, and a rebuilt value handed over as a seed (the bound is on memory)."""
+    return 1 + sum(len(h["writes"]) + _length(h.get("seed")) for h in histories.values())
+
+
+def _length(seed: Any) -> int:
+    return len(seed) if isinstance(seed, list | dict) else 0
 
 
 class HistoryMemo:
@@ -91,6 +105,7 @@ class _Walk:
         self.from_memo: set[str] = set()
         self.active = set(self.channels)
         self.walked: set[str] = set()
+        self.deferred: list[tuple[str, bytes, dict[str, int]]] = []  # rows read only if the memo is not met
 
     def known(self) -> Histories | None:
         """The memoized histories when the target is the memoized checkpoint itself (no query at all)."""
@@ -116,14 +131,33 @@ class _Walk:
         for ch in self.active:
             self.chain[ch].append(cid)  # this ancestor's writes made its child: they are part of the history
         if self.base is not None and cid == self.base[0]:
+            self.deferred.clear()  # the memoized value and the writes since stand for any snapshot on the way
             self.from_memo = set(self.active)
             self.active.clear()
             return True
+        if self.base is not None and cid > self.base[0]:  # newer than the memoized checkpoint: it may still come
+            self.deferred.append((type_tag, blob, {ch: len(self.chain[ch]) for ch in self.active}))
+            return False
+        self.finish()
+        if self.active:
+            self._seed(type_tag, blob)
+        return not self.active
+
+    def finish(self) -> None:
+        """The memoized checkpoint was not met: the deferred rows are read now, as the saver's walk reads them
+        (a channel seeded at one holds the writes of that row and the newer ones only)."""
+        deferred, self.deferred = self.deferred, []
+        for type_tag, blob, chain_lengths in deferred:
+            if self.active:
+                self._seed(type_tag, blob, chain_lengths)
+
+    def _seed(self, type_tag: str, blob: bytes, chain_lengths: Mapping[str, int] | None = None) -> None:
         values: Mapping[str, Any] = self.serde.loads_typed((type_tag, blob)).get("channel_values") or {}
         for ch in [ch for ch in self.active if ch in values]:
             self.seeds[ch] = values[ch]
             self.active.discard(ch)
-        return not self.active
+            if chain_lengths is not None:
+                del self.chain[ch][chain_lengths[ch] :]
 
     def stage2(self, has_task_path: bool) -> tuple[str, list[Any]]:
         """The writes query for the walked chain ('' when there is nothing to read)."""
@@ -143,13 +177,17 @@ class _Walk:
             stage2_rows=list(rows),
             serde=self.serde,
         )
-        if self.base is not None:
-            for ch in self.from_memo:
-                start = self.base[1][ch]
-                history: DeltaChannelHistory = {"writes": [*start["writes"], *found[ch]["writes"]]}
+        for ch, history in found.items():
+            start = self.base[1][ch] if self.base is not None and ch in self.from_memo else None
+            folded = getattr(start["writes"], "folded", None) if start is not None else None
+            if start is None:
+                history["writes"] = ReplayedWrites(history["writes"])
+            elif folded is not None:  # the value rebuilt at the memoized checkpoint, then what was stored since
+                found[ch] = {"seed": folded, "writes": ReplayedWrites(history["writes"])}
+            else:
+                found[ch] = {"writes": ReplayedWrites([*start["writes"], *history["writes"]])}
                 if "seed" in start:
-                    history["seed"] = start["seed"]
-                found[ch] = history
+                    found[ch]["seed"] = start["seed"]
         self.memo.put(self.thread, str(self.target), found)
         return found
 
@@ -183,6 +221,7 @@ class MemoizedHistorySync(_MemoOwner):
             for row in cur:
                 if walk.step(row):
                     break
+            walk.finish()
             sql, params = walk.stage2(saver._has_task_path)
             rows = cur.execute(sql, params).fetchall() if sql else []
         return walk.histories(rows)
@@ -207,6 +246,7 @@ class MemoizedHistoryAsync(_MemoOwner):
             async for row in cur:
                 if walk.step(row):
                     break
+            walk.finish()
             sql, params = walk.stage2(saver._has_task_path)
             if sql:
                 await cur.execute(sql, params)
