@@ -2,6 +2,8 @@
 
 - `long`: one thread of N turns (per-turn wall times, stored bytes sampled between turns, peak RSS), and
   optionally a copy of the file with the thread paused at an approval at given lengths (for `resume`).
+- `growth`: turns 26-50 of one thread and 376-400 of another (one read per turn), one turn of each in turn: the
+  long thread's growth with both windows under the same machine conditions.
 - `resume`: a fresh process opens a copy, loads the paused thread and approves it.
 - `concurrency`: many async threads at once on one file, with a stall watchdog (a hung run is reported,
   not waited on forever: a deadlocked executor thread cannot be stopped, so the child exits hard).
@@ -126,6 +128,38 @@ def long(
         "copies": copies,
         "rss_before_mb": before,
         "rss_peak_mb": _rss_mb(),
+    }
+
+
+def growth(system: Any, db: str, short: int, long_: int, window: int) -> dict[str, Any]:
+    """The long thread's growth measured side by side: two threads of one read per turn, brought untimed to
+    `short - window` and `long_ - window` turns, then their next `window` turns one of each in turn, so both
+    windows run under the same machine conditions (on a shared machine, `long`'s windows, seconds apart, see
+    different neighbours). CPU time (`process_time`, all threads) and the main thread's, per turn. A full garbage
+    collection first, so that the next one (one in several hundred turns, 80-90 ms whatever the thread's length)
+    does not land in one window by chance."""
+    timed: dict[str, list[tuple[float, float]]] = {"short": [], "long": []}
+    warm_up(system, f"{db}.warm")
+    with open_system(system, db) as graph:
+        for turn in range(1, long_ - window + 1):
+            run_turn(system, graph, "long", turn, "read")
+            if turn <= short - window:
+                run_turn(system, graph, "short", turn, "read")
+        gc.collect()  # a full collection costs the same at either length (the heap hardly grows with the thread)
+        for offset in range(window):
+            for name, turn in (("short", short - window + 1 + offset), ("long", long_ - window + 1 + offset)):
+                cpu, main = time.process_time(), time.thread_time()
+                run_turn(system, graph, name, turn, "read")
+                timed[name].append((time.process_time() - cpu, time.thread_time() - main))
+    mean = {name: [sum(t[i] for t in turns) / window * 1000 for i in (0, 1)] for name, turns in timed.items()}
+    return {
+        "turns": [short, long_],
+        "window": window,
+        "cpu_ms_per_turn": [round(mean["short"][0], 3), round(mean["long"][0], 3)],
+        "main_thread_cpu_ms_per_turn": [round(mean["short"][1], 3), round(mean["long"][1], 3)],
+        "growth": round(mean["long"][0] / mean["short"][0], 3),
+        "main_thread_growth": round(mean["long"][1] / mean["short"][1], 3),
+        "load_average": round(os.getloadavg()[0], 2),
     }
 
 
@@ -267,7 +301,7 @@ def _ints(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.probe")
     sub = parser.add_subparsers(dest="what", required=True)
-    for name in ("long", "resume", "concurrency", "memory"):
+    for name in ("long", "growth", "resume", "concurrency", "memory"):
         p = sub.add_parser(name)
         p.add_argument("--system", choices=SYSTEMS, required=True)
         p.add_argument("--db", required=True)
@@ -277,6 +311,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sample-every", type=int, default=25)
     p.add_argument("--pause-at", type=_ints, default=[])
     p.add_argument("--copy-prefix", default="")
+    p = sub.choices["growth"]
+    p.add_argument("--short", type=int, default=50, help="the short thread's last timed turn")
+    p.add_argument("--long", dest="long_", type=int, default=400, help="the long thread's last timed turn")
+    p.add_argument("--window", type=int, default=25, help="timed turns of each")
     p = sub.choices["resume"]
     p.add_argument("--thread", required=True)
     p.add_argument("--turn", type=int, required=True)
@@ -293,6 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.what == "long":
         result = long(args.system, args.kind, args.db, args.lengths, args.sample_every, args.pause_at, args.copy_prefix)
+    elif args.what == "growth":
+        result = growth(args.system, args.db, args.short, args.long_, args.window)
     elif args.what == "resume":
         result = resume(args.system, args.db, args.thread, args.turn)
     elif args.what == "concurrency":
