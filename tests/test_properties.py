@@ -6,6 +6,7 @@ Fixed seed (derandomize) and a small budget here; `bench/fuzz.py` runs the same 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -76,8 +77,12 @@ def make_tools(ran: list[tuple[str, dict[str, Any]]]):
     return [lookup, book]
 
 
+EXAMPLES = int(os.environ.get("GATEDLOOP_PROPERTY_EXAMPLES", "80"))
+"""Sized for the README's test command; CI runs 150 (.ci/run)."""
+
+
 @settings(
-    max_examples=150,
+    max_examples=EXAMPLES,
     derandomize=True,
     deadline=None,
     suppress_health_check=list(HealthCheck),
