@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inbox_browser import CHROMIUM, free_port, shot, wait_ready
+from inbox_browser import sign_in as signed_in
 from langchain_core.messages import ToolMessage
 
 from gatedloop.graph import runs
 from gatedloop.tools.policy import CallContext
 
 SUPPORT = Path(__file__).resolve().parent / "support"
-CHROMIUM = os.environ.get("GATEDLOOP_CHROMIUM", "/usr/bin/chromium")
-SHOTS = os.environ.get("GATEDLOOP_SCREENSHOTS")
 TOKENS = {
     "ana": "ana-token-0123456789",
     "cy": "cy-token-0123456789ab",
@@ -67,26 +65,6 @@ class Inbox:
         return [e for e in self.saver.ledger.audit(thread_id) if e["event"] == "decision"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the inbox exited: {log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"the inbox did not answer: {log.read_text()[-3000:]}")
-
-
 @pytest.fixture(scope="module")
 def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
     from inbox_app import app_parts
@@ -96,7 +74,7 @@ def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
     reviewers = folder / "reviewers.json"
     tokens = {TOKENS[u]: {"user_id": u, "roles": ROLES[u]} for u in TOKENS}
     reviewers.write_text(json.dumps({"supervisor_roles": ["events", "staff", "support"], "tokens": tokens}))
-    port = _free_port()
+    port = free_port()
     log = folder / "inbox.log"
     env = {**os.environ, "PYTHONPATH": str(SUPPORT), "GATEDLOOP_MODEL": "demo"}
     with app_parts(db) as (graph, saver, _tools, _policies, store), log.open("wb") as out:
@@ -108,7 +86,7 @@ def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            _wait_ready(f"{url}/inbox", proc, log)
+            wait_ready(f"{url}/inbox", proc, log)
             yield Inbox(url, graph, saver, store)
         finally:
             proc.terminate()
@@ -124,23 +102,11 @@ def browser() -> Iterator[Any]:
 
 
 def sign_in(browser: Any, inbox: Inbox, user: str) -> Any:
-    page = browser.new_context(viewport={"width": 1000, "height": 900}).new_page()
-    page.set_default_timeout(20_000)
-    page.goto(f"{inbox.url}/inbox")
-    page.fill("input[name=token]", TOKENS[user])
-    page.click("button:has-text('Sign in')")
-    page.wait_for_selector(f"header >> text={user}")
-    return page
+    return signed_in(browser, inbox.url, user, TOKENS[user])
 
 
 def card(page: Any, thread_id: str) -> Any:
     return page.locator(f'section[data-key="{thread_id}"]')
-
-
-def shot(page: Any, name: str) -> None:
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
 
 
 SEAT = "Reserve a seat in workshop WS-101 for {who}"
@@ -396,14 +362,14 @@ def test_gatedloop_inbox_serves_the_page_for_a_database_and_needs_a_reviewer(tmp
     command = [sys.executable, "-m", "gatedloop.cli.main", "--db", db, "inbox"]
     refused = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert refused.returncode == 2 and "--auth-file FILE" in refused.stderr and len(refused.stderr.splitlines()) == 1
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "inbox.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [*command, "--as", "ana", "--port", str(port), "--json"], env=env, stdout=out, stderr=out
         )
     try:
-        _wait_ready(f"http://127.0.0.1:{port}/inbox", proc, log)
+        wait_ready(f"http://127.0.0.1:{port}/inbox", proc, log)
         started = {"type": "inbox", "url": f"http://127.0.0.1:{port}/inbox", "db": db}
         assert [json.loads(line) for line in log.read_text().splitlines()] == [started]  # --json: its one line
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/inbox", timeout=10) as response:
