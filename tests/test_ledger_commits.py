@@ -102,11 +102,9 @@ def transactions(statements: list[str]) -> list[list[str]]:
     return found
 
 
-def test_a_decision_is_audited_in_the_transaction_that_records_it(db):
-    """An answer is one commit (issue 52): the reviewer's decision, its audit row, the `decided` notice and the
-    chain's entries (invariant 14); a crash keeps all or none. Then the write's claim, its finish and its answer.
-    And a new request takes no write lock just to clear a cancel flag that is not there."""
-    config = {"configurable": {"thread_id": "approved"}}
+def asked_then_answered(db: str, thread_id: str, decision: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """A refund asked, then answered with `decision`: every statement traced, and the answer's transactions."""
+    config = {"configurable": {"thread_id": thread_id}}
     with open_sqlite(db) as saver:
         graph = build_graph(
             ScriptedChatModel(responder=one_refund),
@@ -117,9 +115,16 @@ def test_a_decision_is_audited_in_the_transaction_that_records_it(db):
         with traced_writes(saver) as statements:
             graph.invoke({"messages": [("user", "refund A-1")]}, config, durability="sync")
             asked = len(statements)
-            out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync")
+            out = graph.invoke(Command(resume={"decisions": [decision]}), config, durability="sync")
     assert out["status"] == "completed"
-    answered = transactions(statements[asked:])
+    return statements, transactions(statements[asked:])
+
+
+def test_a_decision_is_audited_in_the_transaction_that_records_it(db):
+    """An answer is one commit (issue 52): the reviewer's decision, its audit row, the `decided` notice and the
+    chain's entries (invariant 14); a crash keeps all or none. Then the write's claim, its finish and its answer.
+    And a new request takes no write lock just to clear a cancel flag that is not there."""
+    statements, answered = asked_then_answered(db, "approved", {"type": "approve"})
     assert answered[0] == [
         "INSERT INTO GATEDLOOP_AUDIT",
         "INSERT INTO GATEDLOOP_APPROVALS",
@@ -134,21 +139,7 @@ def test_a_decision_is_audited_in_the_transaction_that_records_it(db):
 def test_a_rejection_and_its_answer_to_the_model_are_one_commit(db):
     """A rejection is a decision and an answer to the model at once: its approval record, audit row, recorded
     answer and notice in one transaction, and nothing else is written for it."""
-    config = {"configurable": {"thread_id": "rejected"}}
-    with open_sqlite(db) as saver:
-        graph = build_graph(
-            ScriptedChatModel(responder=one_refund),
-            [refund],
-            policies={"refund": ToolPolicy(effect="write", approval="always")},
-            checkpointer=saver,
-        )
-        with traced_writes(saver) as statements:
-            graph.invoke({"messages": [("user", "refund A-1")]}, config, durability="sync")
-            asked = len(statements)
-            decision = {"type": "reject", "message": "not this one"}
-            out = graph.invoke(Command(resume={"decisions": [decision]}), config, durability="sync")
-    assert out["status"] == "completed"
-    answered = transactions(statements[asked:])
+    _, answered = asked_then_answered(db, "rejected", {"type": "reject", "message": "not this one"})
     assert len(answered) == 2, answered  # the decision; then the `finished` notice when the request ends
     assert {"INSERT INTO GATEDLOOP_APPROVALS", "INSERT INTO GATEDLOOP_CALLS", "INSERT INTO GATEDLOOP_OUTBOX"} <= set(
         answered[0]
