@@ -158,7 +158,7 @@ def grant_in(
         "approvals_required": policy.approvals_required,
     }
     first = replace(made, confirmations=(Confirmation(made.granted_by, context.roles, now),))
-    shown = {**_shown(policy, bounds), "status": grant_status(policy, first, now)}
+    shown = {**_shown_of(bounds, policy.secret_args), "status": grant_status(policy, first, now)}
     ledger.create_grant(made, context.roles, detail, {**shown, "approvals_required": policy.approvals_required})
     return _view(registry, first, now)
 
@@ -177,8 +177,16 @@ def check_grant(
     """Whether `grant` with these arguments would be made, without making it: the same `GrantRefused` or
     `GrantNotAllowed`, or None. For a caller that must know before doing something else first (the inbox approves
     the call at hand, then grants similar ones)."""
-    registry, _ledger = _parts(graph)
-    _judged(registry, tool, context, uses, expires_in_s, where, requester, exactly)
+    check_grant_in(
+        _parts(graph)[0],
+        tool,
+        context=context,
+        uses=uses,
+        expires_in_s=expires_in_s,
+        where=where,
+        requester=requester,
+        exactly=exactly,
+    )
 
 
 def check_grant_in(
@@ -299,10 +307,6 @@ def _arguments(tool: BaseTool) -> dict[str, Any]:
     schema = tool.tool_call_schema
     found = schema if isinstance(schema, dict) else cast(Any, schema).model_json_schema()
     return dict(found.get("properties", {}))
-
-
-def _shown(policy: ToolPolicy, bounds: Bounds) -> dict[str, Any]:
-    return _shown_of(bounds, policy.secret_args)
 
 
 def _shown_of(bounds: Mapping[str, Mapping[str, Any]], secret: frozenset[str]) -> dict[str, Any]:
