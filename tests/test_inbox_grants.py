@@ -199,7 +199,7 @@ def test_the_stats_page_shows_a_supervisor_the_counts_and_flags_the_rubber_stamp
     window = _scripted_history(inbox.saver.ledger)
     vic = inbox.page(browser, "vic")
     vic.click("nav >> text=Stats")
-    archive = vic.locator('table.stats-tools tr[data-tool="archive"]').all_inner_texts()[0].split("\t")
+    archive = vic.locator('table.stats-tools tr[data-tool="archive"]').inner_text().split("\t")  # waits for the page
     assert archive[:4] == ["archive", "25", "23", "21"]  # asked, decided, approved
     assert archive[-4:] == ["1", "0", "0", "0"]  # expired; granted, sent back, refused by a limit
     assert vic.locator('tr[data-reviewer="old"]').count() == 1
