@@ -16,10 +16,11 @@ rolled back: the write never started, and the gate asks a person or refuses (nod
 covers a call, and what a call is charged, is decided by the gate (nodes/gate/grants.py); this module only keeps
 the rows. Every table here is evidence, chained like the rest (checkpoints/chain.py).
 
-A grant's creation, revocation and each use queue their notice (`grant_created`, `grant_revoked`, `grant_used`) in
-the transaction that writes them (checkpoints/outbox.py): no grant is made, revoked or used without its notice, and
-no notice tells of one that was rolled back. Bounds hold argument values, which only the caller's policy can mask:
-the caller passes them shown (`shown`); the rest of a notice is read from the row written.
+A grant's creation, each further granter's confirmation, its revocation and each use queue their notice
+(`grant_created`, `grant_confirmed`, `grant_revoked`, `grant_used`) in the transaction that writes them
+(checkpoints/outbox.py): no grant is made, confirmed, revoked or used without its notice, and no notice tells of one
+that was rolled back. Bounds hold argument values, which only the caller's policy can mask: the caller passes them
+shown (`shown`); the rest of a notice is read from the rows written.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any, Literal, NamedTuple
 from typing_extensions import TypedDict  # a plan field: pydantic (Studio's schemas) needs it on Python 3.11
 
 from gatedloop.checkpoints.chain import CHAINED, row_values
-from gatedloop.checkpoints.evidence import AuditEvent, audit_statements, placeholders
+from gatedloop.checkpoints.evidence import AuditEvent, audit_statements, placeholders, requester_from_json
 from gatedloop.checkpoints.outbox import notification_insert
 from gatedloop.checkpoints.pruning import Statements
 from gatedloop.tools.usage import window_start, window_words
@@ -237,12 +238,19 @@ def take_grant_use(
                 (thread_id, call_id, grant_id, args_digest, now),
                 False,
             )
-            detail = {"grant": grant_id, "tool": grant.tool, "uses_left": grant.uses_left}
+            asked = yield (
+                "SELECT requester FROM gatedloop_calls WHERE thread_id = ? AND call_id = ?",
+                (thread_id, call_id),
+                True,
+            )
+            requester = requester_from_json(str(row_values(asked[0])[0])).user_id if asked else None
+            detail = {"grant": grant_id, "tool": grant.tool, "uses_left": grant.uses_left, "requester": requester}
             for statement in audit_statements(thread_id, [AuditEvent(call_id, "grant_used", detail)]):
                 yield (*statement, False)
             notice = {
                 "grant_id": grant_id,
                 "tool": grant.tool,
+                "requester": requester,
                 "thread_id": thread_id,
                 "tool_call_id": call_id,
                 "uses": grant.uses,
@@ -326,9 +334,12 @@ class GrantStore:
         `shown`: its bounds masked, its status), in one transaction."""
         self._steps(_statements(_create(grant, roles, detail, shown or {})))
 
-    def confirm_grant(self, grant_id: str, granter: str, roles: frozenset[str], at: float) -> bool:
-        """A further granter's confirmation (False: she had confirmed it already), with its audit row."""
-        return bool(self._steps(_confirm(grant_id, granter, roles, at)))
+    def confirm_grant(
+        self, grant_id: str, granter: str, roles: frozenset[str], at: float, shown: Mapping[str, Any] | None = None
+    ) -> bool:
+        """A further granter's confirmation (False: she had confirmed it already), with its audit row and its notice
+        (with `shown`: the bounds masked, the status it leaves the grant in)."""
+        return bool(self._steps(_confirm(grant_id, granter, roles, at, shown or {})))
 
     def revoke_grant(self, grant_id: str, by: str, at: float, shown: Mapping[str, Any] | None = None) -> bool:
         """Revoke a grant (False: it was revoked already), with its audit row and its notice (with `shown`: its bounds
@@ -453,17 +464,44 @@ def _told(grant: Grant) -> dict[str, Any]:
     }
 
 
-def _confirm(grant_id: str, granter: str, roles: frozenset[str], at: float) -> Statements[bool]:
+def _confirm(
+    grant_id: str, granter: str, roles: frozenset[str], at: float, shown: Mapping[str, Any]
+) -> Statements[bool]:
     added = yield (
         "INSERT INTO gatedloop_grant_confirmations (grant_id, granter, roles, at) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (grant_id, granter) DO NOTHING",
         (grant_id, granter, json.dumps(sorted(roles)), at),
         True,
     )
-    if added:
-        event = AuditEvent(grant_id, f"grant_confirmed:{granter}", {"roles": sorted(roles)}, granter)
-        yield from _statements(audit_statements(GRANT_EVENTS_THREAD, [event]))
-    return bool(added)
+    if not added:
+        return False
+    event = AuditEvent(grant_id, f"grant_confirmed:{granter}", {"roles": sorted(roles)}, granter)
+    yield from _statements(audit_statements(GRANT_EVENTS_THREAD, [event]))
+    rows = yield (f"SELECT {GRANT_COLUMNS} FROM gatedloop_grants g WHERE g.grant_id = ?", (grant_id,), True)
+    granters = yield (
+        "SELECT granter FROM gatedloop_grant_confirmations WHERE grant_id = ? ORDER BY at, granter",
+        (grant_id,),
+        True,
+    )
+    grant = Grant.from_row(row_values(rows[0]))
+    notice = {
+        **shown,
+        **_told(grant),
+        "confirmed_by": granter,
+        "granted_by": [str(row_values(row)[0]) for row in granters],
+        "confirmed_at": at,
+    }
+    query, params = notification_insert(
+        GRANT_EVENTS_THREAD,
+        grant_id,
+        "grant_confirmed",
+        notice,
+        created_at=at,
+        expires_at=grant.expires_at,
+        part=granter,
+    )
+    yield query, params, False
+    return True
 
 
 def _revoke(grant_id: str, by: str, at: float, shown: Mapping[str, Any]) -> Statements[bool]:

@@ -5,7 +5,8 @@ outbox pattern: the row is in the same database as the evidence the request is b
 interrupt, and re-inserting it when the node re-runs on resume changes nothing): `request` for an approval request,
 `unknown` for a question about a write of unknown outcome, `reminder` and `escalated` queued with a request and
 due later, `decided` and `finished` when it is decided and when it ends (nodes/run/notices.py), and
-`grant_created`, `grant_revoked` and `grant_used` in the transaction that makes, revokes or uses a standing grant
+`grant_created`, `grant_confirmed`, `grant_revoked` and `grant_used` in the transaction that makes, confirms, revokes
+or uses a standing grant
 (checkpoints/grants.py, with `notification_insert`); the deliverer adds
 `expiring` for an approval request close to its expiry, one per deadline: an approver's extension moves the
 `request` row's `expires_at` (`extend_notification`, the one update of a notice), and the request is warned again
@@ -41,6 +42,7 @@ NotificationKind = Literal[
     "grant_created",
     "grant_revoked",
     "grant_used",
+    "grant_confirmed",
 ]
 KINDS: tuple[str, ...] = NotificationKind.__args__  # type: ignore[attr-defined]
 DeliveryState = Literal["pending", "delivered", "failed", "skipped"]

@@ -148,7 +148,8 @@ def audit_text(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
         decided = UNKNOWN_WORDS.get(str(detail.get("decision")), detail.get("decision"))
         return f"outcome unknown; decided{by}: {decided}{_reason(detail)}"
     if name == "grant_used":
-        return f"approved by the standing grant {detail.get('grant')} ({detail.get('uses_left')} uses left)"
+        whose = f" for {detail['requester']}" if detail.get("requester") else ""
+        return f"approved by the standing grant {detail.get('grant')}{whose} ({detail.get('uses_left')} uses left)"
     if name.startswith("sent_back:"):
         return f"sent back to a person: {detail.get('reason')}"
     if name == "limit_refused":

@@ -5,8 +5,8 @@
 The rules are the gate's (nodes/gate/grants.py): a grant is judged under the tool's policy of this graph, as an
 approval of the calls it would cover, and is pending until as many distinct authorized granters as the policy's
 `approvals_required` confirmed it. Who acts is the `context` given (the CLI's `--user`/`--roles`), as for an answer.
-Making and revoking a grant queue its notice (`grant_created`, `grant_revoked`) in the same transaction, its bounds
-masked by the tool's `secret_args` (checkpoints/grants.py).
+Making, confirming and revoking a grant queue its notice (`grant_created`, `grant_confirmed`, `grant_revoked`) in the
+same transaction, its bounds masked by the tool's `secret_args` (checkpoints/grants.py).
 """
 
 from __future__ import annotations
@@ -244,7 +244,14 @@ def confirm_grant(graph: CompiledStateGraph[Any, Any, Any, Any], grant_id: str, 
     refusal = granter_refusal(policy, found.tool, context, found.requester)
     if refusal is not None:
         raise GrantNotAllowed(refusal)
-    if not ledger.confirm_grant(grant_id, str(context.user_id), context.roles, now):
+    added = Confirmation(str(context.user_id), context.roles, now)
+    confirmed = replace(found, confirmations=(*found.confirmations, added))
+    shown = {
+        **_shown_of(found.bounds, policy.secret_args),
+        "status": grant_status(policy, confirmed, now),
+        "approvals_required": policy.approvals_required,
+    }
+    if not ledger.confirm_grant(grant_id, str(context.user_id), context.roles, now, shown):
         raise GrantNotAllowed(f"{context.user_id} is already a granter of {grant_id}; another granter must confirm it")
     return _view(registry, _existing(ledger, grant_id), now)
 

@@ -16,7 +16,8 @@ configured. Each pass:
    once due, like the request it belongs to, and recorded in the audit trail when it is sent. A notice that
    tells what happened (`approval_decided`: who decided what; `request_finished`: how a request a reviewer
    decided ended, and each tool answer) is always `pending`, unless older than `history_s` when first seen; so is
-   a standing grant's notice (`grant_created`, `grant_revoked`, and `grant_used` where the deliverer opts in with
+   a standing grant's notice (`grant_created`, `grant_confirmed`, `grant_revoked`, and `grant_used` where the
+   deliverer opts in with
    `grant_uses`, else `skipped`);
 3. sends every due delivery it can claim (a lease, taken by a conditional UPDATE; the lease of a deliverer that
    died passes on at once, an expired one too), and records the outcome: `delivered` on a 2xx, else another
@@ -90,6 +91,7 @@ EVENT_TYPES = {
     "unknown_reminder": "outcome_unknown_reminder",
     "unknown_escalated": "outcome_unknown_escalated",
     "grant_created": "grant_created",
+    "grant_confirmed": "grant_confirmed",
     "grant_revoked": "grant_revoked",
     "grant_used": "grant_used",
 }
@@ -105,6 +107,7 @@ HEADLINES = {
     "unknown_reminder": "Outcome unknown, still waiting for an answer",
     "unknown_escalated": "Outcome unknown, escalated to backup approvers",
     "grant_created": "Grant created",
+    "grant_confirmed": "Grant confirmed",
     "grant_revoked": "Grant revoked",
     "grant_used": "Grant used",
 }
@@ -120,7 +123,7 @@ LADDER = frozenset({"reminder", "escalated"})
 unknown outcome's question, unsettled)."""
 TELLS = frozenset({"decided", "finished"})
 """Notices that tell what happened (nobody is asked anything): never closed, only too old for a new endpoint."""
-GRANTS = frozenset({"grant_created", "grant_revoked", "grant_used"})
+GRANTS = frozenset({"grant_created", "grant_confirmed", "grant_revoked", "grant_used"})
 """A standing grant's notices: about no request (`request_id` is the grant's id; `thread_id` is "" but for a use,
 the thread of the call it approved). They tell, like `TELLS`; `grant_used` only to a deliverer that opts in."""
 GRANT_KEYS = {
@@ -139,6 +142,22 @@ GRANT_KEYS = {
         "approvals_required",
         "note",
     ),
+    "grant_confirmed": (
+        "grant_id",
+        "tool",
+        "bounds",
+        "bounds_text",
+        "requester",
+        "uses",
+        "uses_left",
+        "expires_at",
+        "confirmed_by",
+        "confirmed_at",
+        "granted_by",
+        "status",
+        "approvals_required",
+        "note",
+    ),
     "grant_revoked": (
         "grant_id",
         "tool",
@@ -152,7 +171,7 @@ GRANT_KEYS = {
         "revoked_at",
         "note",
     ),
-    "grant_used": ("grant_id", "tool", "thread_id", "tool_call_id", "uses", "uses_left", "used_at"),
+    "grant_used": ("grant_id", "tool", "requester", "thread_id", "tool_call_id", "uses", "uses_left", "used_at"),
 }
 """The generic body's keys of a grant's notices, beside id, type and url. Bounds are masked by the tool's
 `secret_args` when queued (graph/grants.py)."""
@@ -411,9 +430,14 @@ def grant_line(notice: Notification) -> str:
     p = notice.payload
     left = f"{p['uses_left']} of {p['uses']} uses left"
     if notice.kind == "grant_used":
-        return f"Grant {p['grant_id']} approved {p['tool']} ({p['tool_call_id']}) in thread {p['thread_id']}; {left}"
+        whose = f"{p['requester']}'s " if p.get("requester") else ""
+        call = f"{whose}{p['tool']} ({p['tool_call_id']}) in thread {p['thread_id']}"
+        return f"Grant {p['grant_id']} approved {call}; {left}"
     what = f"{p['tool']} where {p.get('bounds_text') or 'any arguments'}"
     whose = f", {p['requester']}'s calls" if p.get("requester") else ""
+    if notice.kind == "grant_confirmed":
+        by = f"{p['status']} (granted by {', '.join(p['granted_by'])})"
+        return f"Grant {p['grant_id']} confirmed by {p['confirmed_by']}: {what}{whose}; {by}"
     if notice.kind == "grant_revoked":
         return f"Grant {p['grant_id']} revoked by {p['revoked_by']}: {what}{whose}; {left}"
     note = f" ({p['note']})" if p.get("note") else ""

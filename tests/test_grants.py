@@ -237,7 +237,7 @@ def test_the_grant_commands(tmp_path: Path):
     gatedloop(tmp_path, "run", "pay bo 50", "--thread", "t1", code=0, user="ana", roles="staff")  # no request
     story = gatedloop(tmp_path, "show", "t1", code=0).stdout
     assert f"runs under the standing grant {grant_id}" in story
-    assert f"approved by the standing grant {grant_id} (2 uses left)" in story
+    assert f"approved by the standing grant {grant_id} for ana (2 uses left)" in story
 
     for options, problem in (
         ("--tool pay --where amount<100 --uses 3 --expires 2h", "--where 'amount<100': expected name=value"),

@@ -957,3 +957,50 @@ def test_a_slack_webhook_is_told_of_a_grant_in_one_line(db, receiver):
     assert body["text"].startswith(f"Grant {grant_id} created by bo: pay where to=bo; 2 uses; until ")
     assert body["text"].endswith("; live (rent)")
     assert body["blocks"][0]["text"]["text"].endswith("<http://inbox.example:8765/inbox/grants|Open in inbox>")
+
+
+def test_a_pending_grant_is_told_when_a_second_granter_makes_it_live_and_each_use_names_its_requester(
+    tmp_path, receiver
+):
+    """A grant of a two-approver tool is made pending by bo; cy's confirmation queues `grant_confirmed` in its own
+    transaction, saying who confirmed, every granter so far and the status it left (live); ana's wire inside it then
+    queues `grant_used` naming ana. A second confirmation by the same person is refused and queues nothing."""
+    from grants_app import ANA, BO, CY
+    from grants_app import build as grants_graph
+    from sample_app import Effects
+
+    from gatedloop.nodes.gate.grants import GrantNotAllowed
+
+    db = str(tmp_path / "runs.sqlite")
+    with open_sqlite(db) as saver:
+        graph = grants_graph(saver, Effects(tmp_path / "effects.sqlite"))
+        grant_id = runs.grant(graph, "wire", context=BO, where=["to=bo", "amount<=90"], uses=2, expires_in_s=600)
+        assert runs.confirm_grant(graph, grant_id, context=CY).status == "live"
+        with pytest.raises(GrantNotAllowed, match="already a granter"):
+            runs.confirm_grant(graph, grant_id, context=CY)
+        assert runs.start(graph, "w1", "wire bo 80", context=ANA)["status"] == "completed"
+        assert [kind for kind, _ in outbox_rows(db)] == ["grant_created", "grant_confirmed", "grant_used"]
+        assert deliverer(saver, Webhook(receiver.url), grant_uses=True).run_once().delivered == 3
+        assert deliverer(saver, Webhook(receiver.url + "?slack", "slack")).run_once().delivered == 2
+    made, confirmed, used, *slack = [body for _, body in receiver.posts]
+    assert made["status"] == "pending (1 of 2 granters)"
+    assert {k: v for k, v in confirmed.items() if k not in ("id", "expires_at", "confirmed_at")} == {
+        "type": "grant_confirmed",
+        "grant_id": grant_id,
+        "tool": "wire",
+        "bounds": {"amount": {"max": 90}, "to": {"eq": "bo"}},
+        "bounds_text": "amount<=90, to=bo",
+        "requester": None,
+        "uses": 2,
+        "uses_left": 2,
+        "confirmed_by": "cy",
+        "granted_by": ["bo", "cy"],
+        "status": "live",
+        "approvals_required": 2,
+        "note": None,
+        "url": "http://inbox.example:8765/inbox/grants",
+    }
+    assert (used["type"], used["requester"], used["thread_id"], used["uses_left"]) == ("grant_used", "ana", "w1", 1)
+    assert [body["text"] for body in slack][1] == (
+        f"Grant {grant_id} confirmed by cy: wire where amount<=90, to=bo; live (granted by bo, cy)"
+    )
