@@ -7,6 +7,7 @@ and a submitted form back into `gatedloop grant create`'s arguments (`--where` t
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ DEFAULT_USES = 5
 DEFAULT_EXPIRY = (8, "hours")
 SCALAR_KINDS = ("text", "integer", "number", "boolean")
 NUMBER_KINDS = ("integer", "number")
-OPS = {"eq": "equal to", "max": "at most", "any": "any value"}
+OPS = {"eq": "equal to", "max": "at most", "each": "each one of", "any": "any value"}
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,16 @@ def grant_forms(
 
 
 def _bounds(action: ActionView, secret: frozenset[str]) -> list[Bound]:
-    """Each argument equal to its value by default; a number may be widened to "at most"; an argument that cannot
-    be bounded (a secret, or not a single value) takes any value, and says why."""
+    """Each argument equal to its value by default; a number may be widened to "at most"; a list of plain values
+    bounded element by element ("each one of" its elements, comma-separated); an argument that cannot be bounded (a
+    secret, or not a single value) takes any value, and says why."""
     rows = []
     for field in action.fields:
+        items = _plain_items(field.value) if field.kind == "json" else None
         if field.name in secret:
             rows.append(Bound(field.name, "", ("any",), "a secret argument: a grant's bounds are shown to anyone"))
+        elif items is not None:
+            rows.append(Bound(field.name, ",".join(items), ("each", "any")))
         elif field.kind not in SCALAR_KINDS:
             rows.append(Bound(field.name, field.value, ("any",), "not a single value: a grant cannot bound it"))
         else:
@@ -108,6 +113,19 @@ def _bounds(action: ActionView, secret: frozenset[str]) -> list[Bound]:
             ops = ("eq", "max", "any") if field.kind in NUMBER_KINDS else ("eq", "any")
             rows.append(Bound(field.name, value, ops))
     return rows
+
+
+def _plain_items(text: str) -> list[str] | None:
+    """A list argument's elements as `--where 'name in a,b'` takes them (None: not a non-empty list of plain values
+    that a comma cannot split wrongly)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not value:
+        return None
+    items = [v if isinstance(v, str) else json.dumps(v) for v in value if isinstance(v, str | int | float | bool)]
+    return items if len(items) == len(value) and not any("," in i or not i or i != i.strip() for i in items) else None
 
 
 def grant_from_form(offered: GrantForm, form: FormData, index: int) -> GrantAsk:
@@ -124,8 +142,11 @@ def grant_from_form(offered: GrantForm, form: FormData, index: int) -> GrantAsk:
         op = text(f"op-{bound.name}") or bound.ops[0]
         if op not in bound.ops:
             raise FormError(f"grant: {bound.name} may be {' or '.join(OPS[o] for o in bound.ops)}, not {op!r}")
-        if op != "any":
-            where.append(f"{bound.name}{'=' if op == 'eq' else '<='}{text(f'value-{bound.name}')}")
+        value = text(f"value-{bound.name}")
+        if op == "each":
+            where.append(f"{bound.name} in {value}")
+        elif op != "any":
+            where.append(f"{bound.name}{'=' if op == 'eq' else '<='}{value}")
     try:
         uses = int(text("uses"))
     except ValueError:

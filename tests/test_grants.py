@@ -281,3 +281,44 @@ def test_audit_verify_passes_with_grants_and_fails_when_a_grant_row_is_edited(ap
         conn.execute("UPDATE gatedloop_grants SET uses = 99 WHERE grant_id = ?", (grant_id,))
     failed = run_cli(verify, env)
     assert failed.returncode == 1 and f'gatedloop_grants ["{grant_id}"]' in failed.stderr, failed.stderr
+
+
+def test_a_list_argument_is_bounded_element_by_element_and_refused_where_a_bound_could_not_hold(tmp_path: Path):
+    """`to in bo,cy` on a list argument covers a call whose every recipient is bo or cy (in any order, repeated);
+    one more recipient outside it asks. `=`, a range, or any rule on an object argument is refused with how to
+    bound it instead, rather than made into a grant that could never cover a call."""
+    from langchain_core.tools import tool
+
+    from gatedloop.graph import build_graph
+    from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+
+    sent: list[list[str]] = []
+
+    @tool
+    def announce(to: list[str], headers: dict[str, str]) -> str:
+        """Announce to several people (write)."""
+        sent.append(to)
+        return "announced"
+
+    def responder(messages: list[Any]) -> Any:
+        if messages[-1].type == "tool":
+            return reply("done")
+        return reply(calls=[call("announce", {"to": str(messages[-1].content).split(), "headers": {}}, "a1")])
+
+    policies = {"announce": ToolPolicy(effect="write", approvers=frozenset({"finance"}), grantable=True)}
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(ScriptedChatModel(responder=responder), [announce], policies=policies, checkpointer=saver)
+        for where, problem in (
+            (["to=bo"], "'to' is a list: bound its elements with 'to in a,b'"),
+            (["to<=3"], "'to' is a list: bound its elements"),
+            (["headers=x"], "'headers' is an object: a grant cannot bound it"),
+        ):
+            with pytest.raises(GrantRefused, match=problem):
+                runs.grant(graph, "announce", context=BO, where=where, uses=5, expires_in_s=60)
+        grant_id = runs.grant(graph, "announce", context=BO, where=["to in bo,cy"], uses=5, expires_in_s=60)
+        assert runs.grants(graph)[0].bounds == "to in bo,cy"
+        for thread, text in (("l1", "cy bo"), ("l2", "bo bo")):
+            assert runs.start(graph, thread, text, context=ANA)["status"] == "completed"
+        assert "__interrupt__" in runs.start(graph, "l3", "bo dee", context=ANA)  # dee is outside: a person decides
+        assert sent == [["cy", "bo"], ["bo", "bo"]]
+        assert [v.uses_left for v in runs.grants(graph) if v.grant_id == grant_id] == [3]

@@ -122,6 +122,23 @@ def test_approve_and_grant_runs_the_next_identical_call_and_revoke_makes_it_ask_
     assert inbox.ask("g3", "pay bo 50").get("__interrupt__")  # revoked: the next payment asks a person again
 
 
+def test_a_list_argument_is_granted_element_by_element(browser, inbox):
+    """A call with a list of recipients offers "each one of" them (comma-separated, editable); the grant then covers
+    a later call to any of them, and one to someone else still asks."""
+    assert inbox.ask("l1", "announce bo cy").get("__interrupt__")
+    bo = inbox.page(browser, "bo")
+    announce = call_of(bo, "l1", "announce")
+    announce.locator("details.grant summary").click()
+    assert announce.locator("select[name='grant-0-op-to'] option").all_inner_texts() == ["each one of", "any value"]
+    assert announce.locator("input[name='grant-0-value-to']").input_value() == "bo,cy"
+    announce.locator("input[name='grant-0-value-to']").fill("bo,cy,dee")
+    announce.locator("button.grant-send").click()
+    assert "where to in bo,cy,dee" in bo.wait_for_selector(".flash.ok >> text=l1").inner_text()
+    assert inbox.ask("l2", "announce dee bo")["status"] == "completed"  # inside: no request
+    assert inbox.ask("l3", "announce eve").get("__interrupt__")  # outside: a person decides
+    assert [args["to"] for _, args, _ in inbox.effects.rows("announce")] == [["bo", "cy"], ["dee", "bo"]]
+
+
 def test_no_grant_form_without_the_role_nor_for_a_tool_that_is_not_grantable(browser, inbox):
     """One request with a payment (finance, grantable) and a letter (support, not grantable): each reviewer decides
     her own call; only bo, on the payment, is offered a grant. On the Grants page sue, who may not decide payments,

@@ -3,10 +3,11 @@ the tool's policy in force and the time.
 
 A grant is a reviewer's approval given ahead of time, so it is judged as one: under the tool's rule as it is now
 (`grantable`, `approvers`, `approvals_required`, `self_approval`), each granter like a reviewer of the call it would
-cover. It covers a call only inside its bounds (each constrained argument equal to a value, one of values, or in a
-numeric range), for its requester (or anyone), while open (not revoked, expired or used up: the claim checks these
-again, atomically, checkpoints/grants.py), and never a call a reviewer edited. What a write is charged against
-each of its policy's limits is decided here too; the ledger only adds it up.
+cover. It covers a call only inside its bounds (each constrained argument equal to a value, one of values, in a
+numeric range, or for a list argument each of its elements one of values), for its requester (or anyone), while
+open (not revoked, expired or used up: the claim checks these again, atomically, checkpoints/grants.py), and never a
+call a reviewer edited. What a write is charged against each of its policy's limits is decided here too; the ledger
+only adds it up.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from gatedloop.tools.policy import MASK, CallContext, ToolPolicy
 from gatedloop.tools.usage import UsageLimit
 
 Bounds = dict[str, dict[str, Any]]
-"""argument -> {"eq": value} | {"in": [values]} | {"min": n, "max": n} (either or both)."""
+"""argument -> {"eq": value} | {"in": [values]} | {"min": n, "max": n} (either or both) | {"each_in": [values]} (a list
+argument: every element one of the values)."""
 
 WHERE_FORMS = "name=value, name<=n, name>=n or 'name in a,b'"
 _IN = re.compile(r"^\s*(\w+)\s+in\s+(.+?)\s*$")
@@ -40,9 +42,10 @@ class GrantNotAllowed(GrantRefused):
 
 def parse_where(texts: Sequence[str], properties: Mapping[str, Mapping[str, Any]], secret: frozenset[str]) -> Bounds:
     """`--where` texts as bounds, each value read as the tool's argument schema (`properties`) types it, so
-    `to=123` is the text "123" for a string argument and the number for a numeric one. A name the tool does not
-    take, a secret argument (a grant's bounds are listed), a range on a non-number, or two rules for one argument
-    that cannot both hold is refused."""
+    `to=123` is the text "123" for a string argument and the number for a numeric one. A list argument takes only
+    `name in a,b`: each of its elements one of these (its items' schema types them). A name the tool does not take,
+    a secret argument (a grant's bounds are listed), an object argument, a range on a non-number, `=` on a list, or
+    two rules for one argument that cannot both hold is refused."""
     bounds: Bounds = {}
     for text in texts:
         name, op, raw = _split(text)
@@ -53,7 +56,21 @@ def parse_where(texts: Sequence[str], properties: Mapping[str, Mapping[str, Any]
             raise GrantRefused(f"--where {text!r}: {name!r} is a secret argument; a grant's bounds are shown to anyone")
         kind = _json_type(properties[name])
         rule = bounds.setdefault(name, {})
-        if op == "in":
+        if kind == "object":
+            raise GrantRefused(
+                f"--where {text!r}: {name!r} is an object: a grant cannot bound it (leave it out: any value)"
+            )
+        if kind == "array":
+            if op != "in":
+                raise GrantRefused(
+                    f"--where {text!r}: {name!r} is a list: bound its elements with '{name} in a,b' (each one of these)"
+                )
+            item_kind = _json_type(properties[name].get("items") or {})
+            values = [_value(part.strip(), item_kind, text) for part in raw.split(",") if part.strip()]
+            if not values:
+                raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
+            _add(rule, "each_in", values, text)
+        elif op == "in":
             values = [_value(part.strip(), kind, text) for part in raw.split(",") if part.strip()]
             if not values:
                 raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
@@ -108,7 +125,7 @@ def _split(text: str) -> tuple[str, str, str]:
 
 def _add(rule: dict[str, Any], key: str, value: Any, text: str) -> None:
     """A value rule (=, in) stands alone; a range may have one lower and one upper bound."""
-    clash = bool(rule) if key in ("eq", "in") else bool({"eq", "in", key} & set(rule))
+    clash = bool(rule) if key in ("eq", "in", "each_in") else bool({"eq", "in", "each_in", key} & set(rule))
     if clash:
         raise GrantRefused(f"--where {text!r}: the argument already has a rule that this one contradicts or repeats")
     rule[key] = value
@@ -155,6 +172,8 @@ def within_bounds(bounds: Mapping[str, Mapping[str, Any]], args: Mapping[str, An
             return False
         if "in" in rule and not any(_same(value, allowed) for allowed in rule["in"]):
             return False
+        if "each_in" in rule and not _each_within(value, rule["each_in"]):
+            return False
         if ("min" in rule or "max" in rule) and not _number_within(value, rule.get("min"), rule.get("max")):
             return False
     return True
@@ -169,6 +188,11 @@ def _same(value: Any, expected: Any) -> bool:
     return type(value) is type(expected) and value == expected
 
 
+def _each_within(value: Any, allowed: Sequence[Any]) -> bool:
+    """A list each of whose elements is one of `allowed` (an empty list too: it asks for nothing outside them)."""
+    return isinstance(value, list) and all(any(_same(item, a) for a in allowed) for item in value)
+
+
 def _number_within(value: Any, low: float | None, high: float | None) -> bool:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return False
@@ -181,8 +205,9 @@ def describe_bounds(bounds: Mapping[str, Mapping[str, Any]]) -> str:
     for name, rule in sorted(bounds.items()):
         if "eq" in rule:
             parts.append(f"{name}={_shown(rule['eq'])}")
-        if "in" in rule:
-            parts.append(f"{name} in {','.join(_shown(v) for v in rule['in'])}")
+        for key in ("in", "each_in"):  # a list's rule reads as it was given: the argument's type tells them apart
+            if key in rule:
+                parts.append(f"{name} in {','.join(_shown(v) for v in rule[key])}")
         if "min" in rule:
             parts.append(f"{name}>={rule['min']:g}")
         if "max" in rule:

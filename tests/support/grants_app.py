@@ -97,6 +97,8 @@ def _args(name: str, words: list[str]) -> dict[str, Any]:
         return {"to": words[0], "amount": float(words[1])}
     if name == "mail":
         return {"to": words[0], "body": " ".join(words[1:])}
+    if name == "announce":
+        return {"to": words}
     return {"to": words[0]} if name == "email" else {}
 
 

@@ -1,5 +1,6 @@
 """The inbox over the payments agent of grants_app (grantable `pay` with a limit, `wire` granted by two, `mail`
-not grantable and decided by `support` here), for the browser tests of the grant forms, the Grants page and the
+not grantable and decided by `support` here, and `announce(to: list)`, grantable, whose grant bounds each
+recipient), for the browser tests of the grant forms, the Grants page and the
 Stats page; served by uvicorn in this process.
 
     python tests/support/inbox_grants_app.py DB PORT AUTH_JSON
@@ -16,7 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from grants_app import POLICIES, make_tools, responder
+from grants_app import FINANCE, POLICIES, make_tools, responder
+from langchain_core.tools import BaseTool, tool
 from sample_app import Effects
 
 from gatedloop.checkpoints import open_sqlite
@@ -24,7 +26,21 @@ from gatedloop.graph import build_graph
 from gatedloop.graph.scripted import ScriptedChatModel
 from gatedloop.tools import ToolPolicy
 
-POLICIES_HERE = {**POLICIES, "mail": ToolPolicy(effect="write", approvers=frozenset({"support"}))}
+POLICIES_HERE = {
+    **POLICIES,
+    "mail": ToolPolicy(effect="write", approvers=frozenset({"support"})),
+    "announce": ToolPolicy(effect="write", approvers=FINANCE, grantable=True),
+}
+
+
+def tools_here(effects: Effects) -> list[BaseTool]:
+    @tool
+    def announce(to: list[str]) -> str:
+        """Announce something to several people (write)."""
+        effects.add("announce", {"to": to}, None)
+        return "announced"
+
+    return [*make_tools(effects), announce]
 
 
 @contextmanager
@@ -32,7 +48,7 @@ def app_parts(db: str) -> Iterator[tuple[Any, Any, Effects]]:
     effects = Effects(Path(db).with_name("effects.sqlite"))
     with open_sqlite(db) as saver:
         model = ScriptedChatModel(responder=responder)
-        graph = build_graph(model, make_tools(effects), policies=POLICIES_HERE, checkpointer=saver, name="pay")
+        graph = build_graph(model, tools_here(effects), policies=POLICIES_HERE, checkpointer=saver, name="pay")
         yield graph, saver, effects
 
 
