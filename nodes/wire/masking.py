@@ -54,13 +54,18 @@ def thread_redactor(
     reviewer typed in an edit (`edited`: call id -> the arguments the ledger keeps for it, name -> value)."""
     values: list[str] = []
     names: dict[str, str] = {}
+    secrets: dict[str, frozenset[str]] = {}  # by tool: a long thread calls few tools, most with no secret
     for message in messages:
         if not isinstance(message, AIMessage):
             continue
         for call in message.tool_calls:
-            names[str(call.get("id"))] = call["name"]
-            secret = policy(call["name"]).secret_args
-            values.extend(_text(v) for k, v in (call.get("args") or {}).items() if k in secret)
+            name = call["name"]
+            names[str(call.get("id"))] = name
+            secret = secrets.get(name)
+            if secret is None:
+                secret = secrets[name] = policy(name).secret_args
+            if secret:
+                values.extend(_text(v) for k, v in (call.get("args") or {}).items() if k in secret)
     for call_id, args in (edited or {}).items():
         secret = policy(names.get(call_id, "")).secret_args
         values.extend(_text(v) for k, v in args.items() if k in secret)
