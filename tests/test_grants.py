@@ -285,7 +285,8 @@ def test_audit_verify_passes_with_grants_and_fails_when_a_grant_row_is_edited(ap
 
 def test_a_list_argument_is_bounded_element_by_element_and_refused_where_a_bound_could_not_hold(tmp_path: Path):
     """`to in bo,cy` on a list argument covers a call whose every recipient is bo or cy (in any order, repeated);
-    one more recipient outside it asks. `=`, a range, or any rule on an object argument is refused with how to
+    one more recipient outside it asks. An optional list (`cc`, default None) bounded the same way may be left out,
+    but a copy to someone outside it asks. `=`, a range, or any rule on an object argument is refused with how to
     bound it instead, rather than made into a grant that could never cover a call."""
     from langchain_core.tools import tool
 
@@ -295,15 +296,17 @@ def test_a_list_argument_is_bounded_element_by_element_and_refused_where_a_bound
     sent: list[list[str]] = []
 
     @tool
-    def announce(to: list[str], headers: dict[str, str]) -> str:
+    def announce(to: list[str], headers: dict[str, str] | None = None, cc: list[str] | None = None) -> str:
         """Announce to several people (write)."""
-        sent.append(to)
+        sent.append(to + (cc or []))
         return "announced"
 
     def responder(messages: list[Any]) -> Any:
         if messages[-1].type == "tool":
             return reply("done")
-        return reply(calls=[call("announce", {"to": str(messages[-1].content).split(), "headers": {}}, "a1")])
+        to, _, cc = str(messages[-1].content).partition(" cc ")
+        args = {"to": to.split(), **({"cc": cc.split()} if cc else {})}
+        return reply(calls=[call("announce", args, "a1")])
 
     policies = {"announce": ToolPolicy(effect="write", approvers=frozenset({"finance"}), grantable=True)}
     with open_sqlite(tmp_path / "runs.sqlite") as saver:
@@ -315,10 +318,12 @@ def test_a_list_argument_is_bounded_element_by_element_and_refused_where_a_bound
         ):
             with pytest.raises(GrantRefused, match=problem):
                 runs.grant(graph, "announce", context=BO, where=where, uses=5, expires_in_s=60)
-        grant_id = runs.grant(graph, "announce", context=BO, where=["to in bo,cy"], uses=5, expires_in_s=60)
-        assert runs.grants(graph)[0].bounds == "to in bo,cy"
-        for thread, text in (("l1", "cy bo"), ("l2", "bo bo")):
+        where = ["to in bo,cy", "cc in bo"]
+        grant_id = runs.grant(graph, "announce", context=BO, where=where, uses=5, expires_in_s=60)
+        assert runs.grants(graph)[0].bounds == "cc in bo, to in bo,cy"
+        for thread, text in (("l1", "cy bo"), ("l2", "bo bo cc bo")):
             assert runs.start(graph, thread, text, context=ANA)["status"] == "completed"
         assert "__interrupt__" in runs.start(graph, "l3", "bo dee", context=ANA)  # dee is outside: a person decides
-        assert sent == [["cy", "bo"], ["bo", "bo"]]
+        assert "__interrupt__" in runs.start(graph, "l4", "bo cc eve", context=ANA)  # and so is a copy to eve
+        assert sent == [["cy", "bo"], ["bo", "bo", "bo"]]
         assert [v.uses_left for v in runs.grants(graph) if v.grant_id == grant_id] == [3]

@@ -24,7 +24,8 @@ from gatedloop.tools.usage import UsageLimit
 
 Bounds = dict[str, dict[str, Any]]
 """argument -> {"eq": value} | {"in": [values]} | {"min": n, "max": n} (either or both) | {"each_in": [values]} (a list
-argument: every element one of the values)."""
+argument: every element one of the values; with `"or_absent": true`, an optional list whose default is empty may
+also be left out or null: it then has no element)."""
 
 WHERE_FORMS = "name=value, name<=n, name>=n or 'name in a,b'"
 _IN = re.compile(r"^\s*(\w+)\s+in\s+(.+?)\s*$")
@@ -43,7 +44,8 @@ class GrantNotAllowed(GrantRefused):
 def parse_where(texts: Sequence[str], properties: Mapping[str, Mapping[str, Any]], secret: frozenset[str]) -> Bounds:
     """`--where` texts as bounds, each value read as the tool's argument schema (`properties`) types it, so
     `to=123` is the text "123" for a string argument and the number for a numeric one. A list argument takes only
-    `name in a,b`: each of its elements one of these (its items' schema types them). A name the tool does not take,
+    `name in a,b`: each of its elements one of these (its items' schema types them); if it is optional with an empty
+    default (`cc: list[str] | None = None`), a call may also leave it out. A name the tool does not take,
     a secret argument (a grant's bounds are listed), an object argument, a range on a non-number, `=` on a list, or
     two rules for one argument that cannot both hold is refused."""
     bounds: Bounds = {}
@@ -54,7 +56,8 @@ def parse_where(texts: Sequence[str], properties: Mapping[str, Mapping[str, Any]
             raise GrantRefused(f"--where {text!r}: the tool has no argument {name!r} (its arguments: {known})")
         if name in secret:
             raise GrantRefused(f"--where {text!r}: {name!r} is a secret argument; a grant's bounds are shown to anyone")
-        kind = _json_type(properties[name])
+        spec = _non_null(properties[name])
+        kind = _json_type(spec)
         rule = bounds.setdefault(name, {})
         if kind == "object":
             raise GrantRefused(
@@ -65,11 +68,13 @@ def parse_where(texts: Sequence[str], properties: Mapping[str, Mapping[str, Any]
                 raise GrantRefused(
                     f"--where {text!r}: {name!r} is a list: bound its elements with '{name} in a,b' (each one of these)"
                 )
-            item_kind = _json_type(properties[name].get("items") or {})
+            item_kind = _json_type(_non_null(spec.get("items") or {}))
             values = [_value(part.strip(), item_kind, text) for part in raw.split(",") if part.strip()]
             if not values:
                 raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
             _add(rule, "each_in", values, text)
+            if properties[name].get("default", ...) in (None, []):  # left out, it has no element
+                rule["or_absent"] = True
         elif op == "in":
             values = [_value(part.strip(), kind, text) for part in raw.split(",") if part.strip()]
             if not values:
@@ -131,6 +136,16 @@ def _add(rule: dict[str, Any], key: str, value: Any, text: str) -> None:
     rule[key] = value
 
 
+def _non_null(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An optional argument's schema (`anyOf` one type and null, as pydantic writes `X | None`) as that one type's."""
+    options = schema.get("anyOf")
+    if isinstance(options, list):
+        typed = [o for o in options if isinstance(o, Mapping) and o.get("type") != "null"]
+        if len(typed) == 1 and len(options) == 2:
+            return typed[0]
+    return schema
+
+
 def _json_type(schema: Mapping[str, Any]) -> str | None:
     kind = schema.get("type")
     return kind if isinstance(kind, str) else None
@@ -165,6 +180,8 @@ def _number(raw: str, text: str) -> int | float:
 def within_bounds(bounds: Mapping[str, Mapping[str, Any]], args: Mapping[str, Any]) -> bool:
     """Every bounded argument present and inside its rule; an argument the bounds do not name may be anything."""
     for name, rule in bounds.items():
+        if rule.get("or_absent") and args.get(name) is None:
+            continue
         if name not in args:
             return False
         value = args[name]
