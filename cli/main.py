@@ -364,9 +364,15 @@ def cmd_extend(args: argparse.Namespace) -> int:
     with open_app(args.db, named=named_graph(args.graph), with_model=False) as (graph, _saver):
         require_thread(graph, thread_id, args.db)
         thread_graph.check_thread_graph(graph, thread_id)
-        until = runs.extend(graph, thread_id, context=context_of(args), request_id=args.request)
-    out.record("extend", thread_id=thread_id, request_id=args.request, until=until)
-    out.say(f"request {args.request} of thread {thread_id} may be decided until {day_and_clock(until)}")
+        extended = runs.extend(graph, thread_id, context=context_of(args), request_id=args.request)
+    until = extended.until
+    out.record("extend", thread_id=thread_id, request_id=args.request, until=until, kept=extended.kept)
+    if not extended.kept:
+        out.say(f"request {args.request} of thread {thread_id} may be decided until {day_and_clock(until)}")
+        return EXIT_COMPLETED
+    out.say(f"{', '.join(extended.extended)} of thread {thread_id} may be decided until {day_and_clock(until)}")
+    for where, why in extended.kept.items():
+        out.say(f"  {where} keeps its deadline: {why}")
     return EXIT_COMPLETED
 
 

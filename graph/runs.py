@@ -32,7 +32,7 @@ from gatedloop.graph.late_answers import AlreadyDecided as AlreadyDecided
 from gatedloop.graph.late_answers import bound_to, positional, too_late
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.graph.thread_graph import claim_thread, ledger_of
-from gatedloop.nodes.gate.extension import extend_request
+from gatedloop.nodes.gate.extension import Extended, extend_request
 from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.nodes.wire.resume import check_answer
 from gatedloop.tools.policy import CallContext
@@ -219,10 +219,12 @@ def _values(snapshot: StateSnapshot) -> dict[str, Any]:
 
 def extend(
     graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, *, context: CallContext, request_id: str
-) -> float:
-    """An approver (`context`, who may decide every call of it) gives the pending approval request `request_id`
-    its time to live again, from now; the new deadline. Nothing is decided and the request keeps waiting; the
-    extension is a record in the ledger (nodes/gate/extension.py). InvalidDecision, nothing recorded, otherwise."""
+) -> Extended:
+    """An approver (`context`) gives the calls of the pending approval request `request_id` that she may decide their
+    time to live again, from now: `until` (their new deadline), `extended` and `kept` (each call that keeps its
+    deadline, with why: another reviewer's, or one she extended already). Nothing is decided and the request keeps
+    waiting; the extension is a record in the ledger (nodes/gate/extension.py). InvalidDecision, nothing recorded,
+    when she may extend none of its calls."""
     parts, ledger = parts_of(graph), ledger_of(graph)
     if parts is None or ledger is None:
         raise TypeError(f"{type(graph).__name__} is not a graph from gatedloop.graph.build_graph")

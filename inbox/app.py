@@ -49,6 +49,7 @@ from gatedloop.inbox.pending import (
 from gatedloop.inbox.review import answers_by_call, call_story, find_request, thread_story
 from gatedloop.inbox.slack_actions import SlackActions
 from gatedloop.inbox.stats import ReviewHistories, stats_context
+from gatedloop.nodes.gate.extension import Extended
 from gatedloop.nodes.gate.grants import GrantRefused
 from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.nodes.wire.masking import thread_redactor
@@ -115,7 +116,7 @@ class InboxBackend:
         context = context_for(self.graph.context_schema, reviewer.context, {})  # the request's other fields reused
         return runs.resume(self.graph, view.thread_id, answer, context=context, wait_s=ANSWER_WAIT_S)
 
-    def extend(self, reviewer: Reviewer, origin: str, view: PendingView) -> float:
+    def extend(self, reviewer: Reviewer, origin: str, view: PendingView) -> Extended:
         """Give the waiting request its time to live again, as this reviewer (`runs.extend`); the new deadline."""
         return runs.extend(self.graph, view.thread_id, context=reviewer.context, request_id=view.request_id)
 
@@ -578,10 +579,14 @@ def _extend(backend: InboxBackend, reviewer: Reviewer, origin: str, thread_id: s
     if view is None or view.request_id != request_id:
         return Flash("error", f"Thread {thread_id}: this request was already answered or cancelled.", thread_id)
     try:
-        until = backend.extend(reviewer, origin, view)
+        extended = backend.extend(reviewer, origin, view)
     except InvalidDecision as exc:
         return Flash("error", f"Thread {thread_id}: not extended: {exc}", thread_id)
-    return Flash("ok", f"Thread {thread_id}: extended; it may be decided until {day_and_clock(until)}.", thread_id)
+    until = day_and_clock(extended.until)
+    if not extended.kept:
+        return Flash("ok", f"Thread {thread_id}: extended; it may be decided until {until}.", thread_id)
+    kept = "; ".join(f"{where} keeps its deadline: {why}" for where, why in extended.kept.items())
+    return Flash("ok", f"Thread {thread_id}: extended {', '.join(extended.extended)} until {until}; {kept}.", thread_id)
 
 
 def _refused(view: PendingView, form: FormData, text: str) -> tuple[Flash, Draft]:

@@ -41,7 +41,7 @@ from gatedloop.inbox.pending import (
     with_extensions,
 )
 from gatedloop.inbox.refusals import refusal_in
-from gatedloop.nodes.gate.extension import extend_request
+from gatedloop.nodes.gate.extension import Extended, extend_request
 from gatedloop.nodes.wire.hitl import InvalidDecision
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
@@ -164,7 +164,7 @@ class ServedBackend(InboxBackend):
         reads histories), so grants of a served graph are made with the CLI (`GRANTS_ELSEWHERE`)."""
         return None
 
-    def extend(self, reviewer: Reviewer, origin: str, view: PendingView) -> float:
+    def extend(self, reviewer: Reviewer, origin: str, view: PendingView) -> Extended:
         """The extension is the ledger's record (the server's database): no run is needed, none is made."""
         assert view.request is not None
         policy = self.graphs.get(view.graph, ServedGraph()).policy

@@ -48,7 +48,7 @@ def test_an_approvers_extension_lets_an_approval_past_the_first_deadline_run_onc
         with pytest.raises(InvalidDecision, match="is not the pending one"):
             runs.extend(graph, "t1", context=BO, request_id="req-other")
         wait_until(first - TTL / 2)
-        until = runs.extend(graph, "t1", context=BO, request_id=request["request_id"])
+        until = runs.extend(graph, "t1", context=BO, request_id=request["request_id"]).until
         assert until > first
         with pytest.raises(InvalidDecision, match="bo extended this request already"):
             runs.extend(graph, "t1", context=BO, request_id=request["request_id"])
@@ -128,7 +128,7 @@ def test_an_extension_and_its_notice_move_are_one_commit(db):
         statements: list[str] = []
         saver.ledger._writer.set_trace_callback(statements.append)
         try:
-            until = runs.extend(graph, "t-commit", context=BO, request_id=request["request_id"])
+            until = runs.extend(graph, "t-commit", context=BO, request_id=request["request_id"]).until
         finally:
             saver.ledger._writer.set_trace_callback(None)
         begun = [s.split()[0].upper() for s in statements].count("BEGIN")

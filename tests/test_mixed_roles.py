@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,7 @@ from langgraph.types import Command
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.checkpoints.ledger_for import ledger_for
-from gatedloop.graph import build_graph
+from gatedloop.graph import InvalidDecision, build_graph, runs
 from gatedloop.graph.scripted import ScriptedChatModel, call, reply
 from gatedloop.tools import CallContext, ToolPolicy
 
@@ -197,7 +198,7 @@ DESK_AGENT = textwrap.dedent(
     from langchain_core.messages import ToolMessage
     from langchain_core.tools import tool
 
-    from gatedloop.graph import build_graph
+    from gatedloop.graph import InvalidDecision, build_graph, runs
     from gatedloop.graph.scripted import ScriptedChatModel, call, reply
     from gatedloop.tools import ToolPolicy
 
@@ -229,8 +230,10 @@ DESK_AGENT = textwrap.dedent(
 
 
     POLICIES = {
-        "refund": ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"})),
-        "send_email": ToolPolicy(effect="write", approval="always", approvers=frozenset({"support"})),
+        "refund": ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"}), approval_ttl_s=3600),
+        "send_email": ToolPolicy(
+            effect="write", approval="always", approvers=frozenset({"support"}), approval_ttl_s=3600
+        ),
     }
     graph = build_graph(ScriptedChatModel(responder=responder), [refund, send_email], policies=POLICIES, name="desk")
     '''
@@ -270,6 +273,21 @@ def test_the_cli_decides_the_calls_the_reviewer_may_decide_and_says_who_else_is_
     desk_cli("--user", "cy", "--roles", "staff", *answer, code=6)  # decides none of them: refused as before
     desk_cli("--user", "sue", "--roles", "support", *answer, code=0)
     assert effects.read_text().splitlines() == ["refund A-1001", "email ana@example.com"]
+
+
+def test_the_cli_extends_the_calls_the_reviewer_may_decide_and_says_which_keep_their_deadline(desk_cli):
+    asked = desk_cli("--user", "ana", "run", "refund A-1001 and email", "--thread", "t1", code=3)
+    request = re.search(r"--request (\S+)", asked.stdout).group(1)  # type: ignore[union-attr]
+    extend = ("extend", "t1", "--request", request)
+    told = desk_cli("--user", "bo", "--roles", "finance", *extend, code=0).stdout.splitlines()
+    assert told[0].startswith("refund (r1) of thread t1 may be decided until ")
+    assert told[1:] == ["  send_email (e1) keeps its deadline: deciding this call needs one of the roles ['support']"]
+    record = json.loads(desk_cli("--json", "--user", "sue", "--roles", "support", *extend, code=0).stdout)
+    assert record["type"] == "extend" and record["kept"] == {
+        "refund (r1)": "deciding this call needs one of the roles ['finance']"
+    }
+    refused = desk_cli("--user", "cy", "--roles", "staff", *extend, code=6)
+    assert "refund (r1): deciding this call needs one of the roles ['finance']" in refused.stdout + refused.stderr
 
 
 def test_threads_and_show_say_what_a_request_waits_for_per_role(desk_cli):
@@ -372,3 +390,77 @@ def test_a_call_that_expires_while_another_is_decided_is_answered_expired_and_th
     answers = {m.tool_call_id: m.text for m in out["messages"] if isinstance(m, ToolMessage)}
     assert json.loads(answers["e1"])["error"]["type"] == "approval_expired" and answers["r1"] == "refunded"
     assert out["status"] == "completed"
+
+
+def test_each_reviewer_extends_the_calls_she_may_decide_and_the_others_keep_their_deadlines(tmp_path: Path, desk_cli):
+    """In a request of a refund (finance) and a letter (support), both expiring, bo extends the refund alone and is
+    told the letter keeps its deadline and why; the request's notice keeps the earlier deadline (the letter's). Past
+    the letter's deadline, bo's approval of the refund still counts and the letter is answered expired. ana, who may
+    decide neither, extends nothing and is told why for each; a second extension by bo is refused."""
+    desk = Desk()
+    model = ScriptedChatModel(
+        script=[reply(calls=[call("refund", REFUND, "r1"), call("send_email", EMAIL, "e1")]), reply("done")]
+    )
+    ttl = 2.0
+    policies = {
+        "refund": ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"}), approval_ttl_s=ttl),
+        "send_email": ToolPolicy(
+            effect="write", approval="always", approvers=frozenset({"support"}), approval_ttl_s=ttl
+        ),
+    }
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(model, desk.tools, policies=policies, checkpointer=saver)
+        request = _pending(graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA))
+        first = min(a["expires_at"] for a in request["action_requests"])
+        with pytest.raises(InvalidDecision) as refused:
+            runs.extend(graph, "t1", context=ANA, request_id=request["request_id"])
+        assert "refund (r1): deciding this call needs one of the roles ['finance']" in str(refused.value)
+        assert "send_email (e1): deciding this call needs one of the roles ['support']" in str(refused.value)
+        time.sleep(ttl / 2)
+        extended = runs.extend(graph, "t1", context=BO, request_id=request["request_id"])
+        assert extended.extended == ["refund (r1)"] and extended.until > first + ttl / 3
+        assert extended.kept == {"send_email (e1)": "deciding this call needs one of the roles ['support']"}
+        with sqlite3.connect(tmp_path / "runs.sqlite") as conn:
+            query = "SELECT expires_at FROM gatedloop_outbox WHERE kind = 'request' AND thread_id = 't1'"
+            [(notice_expires,)] = conn.execute(query).fetchall()
+        assert notice_expires == pytest.approx(first)  # the letter's deadline, the earlier one, is the request's
+        with pytest.raises(InvalidDecision, match="bo extended this request already"):
+            runs.extend(graph, "t1", context=BO, request_id=request["request_id"])
+        time.sleep(max(0.0, first + 0.2 - time.time()))  # past the letter's deadline, within the refund's new one
+        out = graph.invoke(Command(resume=_approve("r1")), CFG, context=BO)
+    assert desk.effects == ["refund A-1001"]
+    answers = {m.tool_call_id: m.text for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert json.loads(answers["e1"])["error"]["type"] == "approval_expired" and answers["r1"] == "refunded"
+
+
+def test_the_inbox_tells_a_reviewer_which_calls_her_extension_moved_and_which_keep_their_deadline(tmp_path: Path):
+    from contextlib import contextmanager
+
+    from starlette.testclient import TestClient
+
+    from gatedloop.inbox import InboxBackend, create_app
+    from gatedloop.inbox.identity import Reviewer, Sessions
+
+    desk = Desk()
+    model = ScriptedChatModel(
+        script=[reply(calls=[call("refund", REFUND, "r1"), call("send_email", EMAIL, "e1")]), reply("done")]
+    )
+    policies = {
+        name: ToolPolicy(effect="write", approval="always", approvers=frozenset({role}), approval_ttl_s=600)
+        for name, role in (("refund", "finance"), ("send_email", "support"))
+    }
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(model, desk.tools, policies=policies, checkpointer=saver)
+        request = _pending(graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA))
+
+        @contextmanager
+        def backend() -> Any:
+            yield InboxBackend.over(graph, saver)
+
+        bo = Reviewer("bo", frozenset({"finance"}), "fixed")
+        with TestClient(create_app(backend, Sessions(None, bo))) as client:
+            csrf = client.get("/inbox").text.split('name="csrf" value="')[1].split('"')[0]
+            form = {"csrf": csrf, "thread_id": "t1", "request_id": request["request_id"]}
+            shown = client.post("/inbox/extend", data=form).text
+    assert "Thread t1: extended refund (r1) until " in shown
+    assert "send_email (e1) keeps its deadline: deciding this call needs one of the roles [&#39;support&#39;]" in shown

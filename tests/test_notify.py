@@ -416,7 +416,7 @@ def test_an_extended_request_is_warned_again_before_its_new_deadline_past_the_fi
         clock.offset = first - 0.1 - time.time()
         assert sender.run_once().delivered == 1  # within 0.2 s of the first deadline
         time.sleep(0.5)  # the extension (on the gate's real clock) gives a deadline 0.5 s past the first one
-        until = runs.extend(graph, "t1", context=BO, request_id=request["request_id"])
+        until = runs.extend(graph, "t1", context=BO, request_id=request["request_id"]).until
         assert until >= first + 0.5
         clock.offset = first + 0.1 - time.time()
         assert sender.run_once().delivered == 0  # past the first deadline, not yet near the new one
