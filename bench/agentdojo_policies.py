@@ -160,15 +160,33 @@ class StandingGrant:
 
 
 def workspace_grants(env: Any) -> list[StandingGrant]:
-    """The workspace user's colleagues are the contacts at her own company's domain (from her account's address).
-    A grant bounds scalar arguments only, so the calls that would gain most, `send_email` and
-    `create_calendar_event` to colleagues, cannot be granted: their `recipients` and `participants` are lists."""
+    """The workspace user's colleagues are the contacts at her own company's domain (from her account's address):
+    mail and invitations to colleagues only (every recipient, copy and blind copy; every participant), read access
+    to a file for one, and moving her own meetings."""
     domain = env.inbox.account_email.split("@")[1]
-    colleagues = sorted({c.email for c in env.inbox.contact_list if c.email.endswith(f"@{domain}")})
+    colleagues = ",".join(sorted({c.email for c in env.inbox.contact_list if c.email.endswith(f"@{domain}")}))
     return [
         StandingGrant(
+            "send_email",
+            (f"recipients in {colleagues}", f"cc in {colleagues}", f"bcc in {colleagues}"),
+            uses=5,
+            why=f"mail whose every recipient, copy and blind copy is a colleague (a contact at {domain})",
+        ),
+        StandingGrant(
+            "create_calendar_event",
+            (f"participants in {colleagues}",),
+            uses=5,
+            why="an event whose every participant is a colleague (each is sent the invitation by e-mail)",
+        ),
+        StandingGrant(
+            "add_calendar_event_participants",
+            (f"participants in {colleagues}",),
+            uses=5,
+            why="colleagues added to an event of the user's (each is sent the invitation by e-mail)",
+        ),
+        StandingGrant(
             "share_file",
-            (f"email in {','.join(colleagues)}", "permission=r"),
+            (f"email in {colleagues}", "permission=r"),
             uses=5,
             why=f"read access to a file for a colleague (a contact at {domain})",
         ),
