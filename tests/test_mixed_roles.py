@@ -464,3 +464,41 @@ def test_the_inbox_tells_a_reviewer_which_calls_her_extension_moved_and_which_ke
             shown = client.post("/inbox/extend", data=form).text
     assert "Thread t1: extended refund (r1) until " in shown
     assert "send_email (e1) keeps its deadline: deciding this call needs one of the roles [&#39;support&#39;]" in shown
+
+
+def test_escalation_is_per_call_a_backup_role_decides_only_the_call_whose_policy_names_it(tmp_path: Path):
+    """The refund escalates to `ops` after 0.5 s; the letter has no backup. Before the escalation olga (ops) may
+    decide neither call; after it she may decide the refund, alone, and an answer of hers naming the letter is
+    refused whole, recording nothing; sue then decides the letter and both writes run once."""
+    desk = Desk()
+    model = ScriptedChatModel(
+        script=[reply(calls=[call("refund", REFUND, "r1"), call("send_email", EMAIL, "e1")]), reply("done")]
+    )
+    olga = CallContext(user_id="olga", roles={"ops"})
+    policies = {
+        "refund": ToolPolicy(
+            effect="write",
+            approval="always",
+            approvers=frozenset({"finance"}),
+            escalate_after_s=0.5,
+            backup_approvers=frozenset({"ops"}),
+        ),
+        "send_email": ToolPolicy(effect="write", approval="always", approvers=frozenset({"support"})),
+    }
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(model, desk.tools, policies=policies, checkpointer=saver)
+        request = _pending(graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA))
+        refund = next(a for a in request["action_requests"] if a["tool_call_id"] == "r1")
+        assert refund["backup_approvers"] == ["ops"]
+        refused = _pending(graph.invoke(Command(resume=_approve("r1")), CFG, context=olga))
+        assert "(after 0.5 s waiting, or one of ['ops'])" in refused["error"]
+        time.sleep(max(0.0, refund["escalates_at"] - time.time()) + 0.1)
+        refused = _pending(graph.invoke(Command(resume=_approve("r1", "e1")), CFG, context=olga))
+        assert "send_email (e1): deciding this call needs one of the roles ['support']" in refused["error"]
+        assert refused.get("decided") in (None, [])  # refused whole: the refund is not decided either
+        waiting = _pending(graph.invoke(Command(resume=_approve("r1")), CFG, context=olga))
+        assert [a["tool_call_id"] for a in waiting["action_requests"]] == ["e1"] and desk.effects == []
+        out = graph.invoke(Command(resume=_approve("e1")), CFG, context=SUE)
+        decisions = [(e["actor"], e["call_id"]) for e in saver.ledger.audit("t1") if e["event"] == "decision"]
+    assert desk.effects == ["refund A-1001", "email ana@example.com"] and out["status"] == "completed"
+    assert sorted(decisions) == [("olga", "r1"), ("sue", "e1")]
