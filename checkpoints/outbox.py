@@ -239,9 +239,9 @@ class OutboxStore:
         return [Notification.from_row(row) for row in rows]
 
     def unwarned(self, now: float) -> list[Notification]:
-        """Request notices whose deadline (as extended: `extend_notification`) is still ahead and that no expiry
-        notice warns of yet: none has an `expires_at`, the deadline it warns of, as late. Only requests whose
-        deadline is ahead are read, never every request ever queued."""
+        """Request notices still open (the row's `expires_at`, its calls' last deadline as extended:
+        `extend_notification`, is ahead) that no expiry notice warns of as late yet; the deliverer warns before each
+        of their calls' deadlines in turn. Only requests still open are read, never every request ever queued."""
         rows = self._run(
             f"SELECT {NOTIFICATION_COLUMNS} FROM gatedloop_outbox o WHERE kind='request' AND expires_at > ?"
             " AND NOT EXISTS (SELECT 1 FROM gatedloop_outbox e WHERE e.kind='expiring'"

@@ -63,7 +63,7 @@ from gatedloop.checkpoints.ledger import SqlLedger
 from gatedloop.checkpoints.outbox import Delivery, DeliveryState, Notification, notification_id
 from gatedloop.graph.pending import by_decider, deciders_of
 from gatedloop.inbox.slack import TOKEN_ENV, approval_message, web_client
-from gatedloop.nodes.gate.admission import SENT_BACK, shown_deadline
+from gatedloop.nodes.gate.admission import SENT_BACK, request_deadline_at, shown_deadlines
 from gatedloop.nodes.run.notices import UNKNOWN_PREFIX
 
 log = logging.getLogger("gatedloop.notify")
@@ -513,7 +513,7 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
     actions = notice.payload["actions"]
     ids = [a["tool_call_id"] for a in actions]
     approvals = ledger.approvals(notice.thread_id, ids)
-    deadline = request_deadline(notice, approvals)
+    deadline = request_deadline(notice, approvals, now)
     if deadline is not None and now >= deadline:
         return "expired before delivery"
     if notice.kind == "expiring" and deadline != notice.expires_at:  # deadlines only move later
@@ -522,6 +522,8 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
         return "thread cancelled"
     records = ledger.calls(notice.thread_id, ids)
     asked_at = _asked_at(ledger, notice)
+    deadlines = call_deadlines(notice, approvals)
+    expired = False
     for action in actions:
         call_id = action["tool_call_id"]
         record = records.get(call_id)
@@ -538,9 +540,11 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
             or any(a.decision == "edit" for a in mine)
             or len(approvers) >= action["approvals_required"]
         )
-        if not decided:
+        if not decided and now >= deadlines.get(call_id, math.inf):
+            expired = True  # this call is answered expired when the graph next runs; another may still wait
+        elif not decided:
             return None
-    return "decided before delivery"
+    return "expired before delivery" if expired else "decided before delivery"
 
 
 def _asked_at(ledger: SqlLedger, notice: Notification) -> float:
@@ -552,10 +556,16 @@ def _asked_at(ledger: SqlLedger, notice: Notification) -> float:
     return asked.created_at if asked is not None else notice.created_at
 
 
-def request_deadline(notice: Notification, approvals: Sequence[ApprovalRecord]) -> float | None:
-    """When an approval request expires, with the approvers' extensions (`shown_deadline`)."""
+def call_deadlines(notice: Notification, approvals: Sequence[ApprovalRecord]) -> dict[str, float]:
+    """Each call's deadline, with the approvers' extensions (`shown_deadlines`)."""
     calls = [(a["tool_call_id"], a.get("requested_at"), a.get("expires_at")) for a in notice.payload["actions"]]
-    found = shown_deadline(calls, approvals)
+    return shown_deadlines(calls, approvals)
+
+
+def request_deadline(notice: Notification, approvals: Sequence[ApprovalRecord], now: float) -> float | None:
+    """When an approval request expires as seen at `now`: its calls' earliest deadline still ahead, else its last
+    (`request_deadline_at`); a notice queued without its calls' deadlines, its own."""
+    found = request_deadline_at(call_deadlines(notice, approvals).values(), now)
     return found if found is not None else notice.expires_at
 
 
@@ -623,7 +633,7 @@ class Deliverer:
         body) and is told apart by it (`part`), so two deliverers queue it once."""
         for notice in self.ledger.unwarned(now):
             ids = [a["tool_call_id"] for a in notice.payload["actions"]]
-            deadline = request_deadline(notice, self.ledger.approvals(notice.thread_id, ids))
+            deadline = request_deadline(notice, self.ledger.approvals(notice.thread_id, ids), now)
             assert deadline is not None  # `unwarned` selects requests with an expiry
             ttl = notice.payload["expires_at"] - notice.payload["requested_at"]  # as queued: the row's may be extended
             if now < deadline - min(self.config.expiry_warning_s, ttl / 2):

@@ -22,7 +22,7 @@ from langgraph.graph.state import CompiledStateGraph
 from gatedloop.checkpoints.ledger import Evidence, Ledger
 from gatedloop.graph.pending import DecidedCall, PendingRequest
 from gatedloop.inbox.forms import FormField, edit_fields
-from gatedloop.nodes.gate.admission import shown_deadline
+from gatedloop.nodes.gate.admission import EXTEND, request_deadline_at, shown_deadlines
 from gatedloop.nodes.wire.masking import Redactor, content_text, thread_redactor, thread_title
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
 
@@ -330,13 +330,20 @@ def pending_view(
 
 def with_extensions(view: PendingView, ledger: Evidence) -> PendingView:
     """The view with its deadline as approvers' extensions left it (they change no checkpoint, so the cached view
-    and the interrupt still hold the first one); read only for a request that expires."""
+    and the interrupt still hold the first one), and as a call that expired left it (the request's time is then its
+    other calls': `request_deadline_at`); read only for a request that expires."""
     if view.expires_at is None or view.request is None or view.kind != "approval":
         return view
     calls = [(c.tool_call_id, c.requested_at, c.expires_at) for c in view.request.calls]
-    found = shown_deadline(calls, ledger.approvals(view.thread_id, [c[0] for c in calls]))
+    approvals = ledger.approvals(view.thread_id, [c[0] for c in calls])
+    found = request_deadline_at(shown_deadlines(calls, approvals).values(), time.time())
     deadline = found if found is not None else view.expires_at
-    return view if deadline == view.expires_at else replace(view, expires_at=deadline, extended=True)
+    extended = any(a.decision == EXTEND for a in approvals)
+    return (
+        view
+        if (deadline, extended) == (view.expires_at, view.extended)
+        else replace(view, expires_at=deadline, extended=extended)
+    )
 
 
 def _epoch(ts: Any) -> float | None:

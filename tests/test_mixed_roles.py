@@ -502,3 +502,36 @@ def test_escalation_is_per_call_a_backup_role_decides_only_the_call_whose_policy
         decisions = [(e["actor"], e["call_id"]) for e in saver.ledger.audit("t1") if e["event"] == "decision"]
     assert desk.effects == ["refund A-1001", "email ana@example.com"] and out["status"] == "completed"
     assert sorted(decisions) == [("olga", "r1"), ("sue", "e1")]
+
+
+def test_a_request_stays_open_for_its_other_calls_after_one_of_them_expires(tmp_path: Path):
+    """The letter expires after 1 s, the refund after 600. Past the letter's deadline the request is not closed:
+    the deliverer still counts it open (its reminder goes out), the card shows the refund's deadline and no
+    "(extended)", and the outbox row stays open until the refund's deadline. Once the refund is decided (and the
+    letter answered expired in the same run) it is closed."""
+    from gatedloop.checkpoints.outbox import notification_id
+    from gatedloop.inbox.notify import closed_reason
+    from gatedloop.inbox.pending import PendingRequests
+
+    desk = Desk()
+    model = ScriptedChatModel(
+        script=[reply(calls=[call("refund", REFUND, "r1"), call("send_email", EMAIL, "e1")]), reply("done")]
+    )
+    policies = {
+        "refund": ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"}), approval_ttl_s=600),
+        "send_email": ToolPolicy(effect="write", approval="always", approvers=frozenset({"support"}), approval_ttl_s=1),
+    }
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(model, desk.tools, policies=policies, checkpointer=saver)
+        request = _pending(graph.invoke({"messages": [("user", "refund A-1001 and email")]}, CFG, context=ANA))
+        deadline = {a["tool_call_id"]: a["expires_at"] for a in request["action_requests"]}
+        notice = saver.ledger.notification(notification_id("t1", request["request_id"], "request"))
+        assert notice is not None and notice.expires_at == deadline["r1"]  # open until the last call's deadline
+        assert notice.payload["expires_at"] == deadline["e1"]  # the first deadline a reviewer faces
+        time.sleep(max(0.0, deadline["e1"] - time.time()) + 0.2)
+        assert closed_reason(saver.ledger, notice, time.time()) is None  # the refund still waits for finance
+        view = PendingRequests(graph, saver.ledger, lambda: ["t1"], desk.tools, policies).get("t1")
+        assert view is not None and view.expires_at == deadline["r1"] and not view.extended
+        graph.invoke(Command(resume=_approve("r1")), CFG, context=BO)
+        assert closed_reason(saver.ledger, notice, time.time()) == "decided before delivery"
+    assert desk.effects == ["refund A-1001"]

@@ -218,18 +218,27 @@ def extended_deadline(deadline: float, ttl: float, extensions: Sequence[float]) 
     return deadline
 
 
-def shown_deadline(
+def shown_deadlines(
     calls: Iterable[tuple[str, float | None, float | None]], approvals: Sequence[ApprovalRecord]
-) -> float | None:
-    """A request's deadline from what it showed, (call id, requested_at, expires_at) per call, and the recorded
-    extensions: for the deliverer and the inbox, which know the request as shown, not its policy (who may extend
-    was checked when the extension was recorded; the gate checks again). The earliest call's; None if none expires."""
-    deadlines = [
-        extended_deadline(until, until - at, [a.at for a in approvals if a.call_id == call_id and a.decision == EXTEND])
+) -> dict[str, float]:
+    """Each call's deadline from what its request showed, (call id, requested_at, expires_at) per call, and the
+    recorded extensions: for the deliverer and the inbox, which know the request as shown, not its policy (who may
+    extend was checked when the extension was recorded; the gate checks again). Calls that never expire are left out."""
+    return {
+        call_id: extended_deadline(
+            until, until - at, [a.at for a in approvals if a.call_id == call_id and a.decision == EXTEND]
+        )
         for call_id, at, until in calls
         if at is not None and until is not None
-    ]
-    return min(deadlines) if deadlines else None
+    }
+
+
+def request_deadline_at(deadlines: Iterable[float], now: float) -> float | None:
+    """A request's deadline as shown at `now`: the earliest of its calls' still ahead (a call that expired no longer
+    holds the request's time: the others may still be decided), else the latest (it expired); None if none expires."""
+    found = sorted(deadlines)
+    ahead = [d for d in found if d > now]
+    return ahead[0] if ahead else (found[-1] if found else None)
 
 
 def _authorized_extension(policy: ToolPolicy, record: CallRecord, approval: ApprovalRecord) -> bool:

@@ -41,7 +41,7 @@ class Extended(NamedTuple):
 
 class Extension(NamedTuple):
     """What an extension decided: its approval records of type `extend`, their audit rows, what its reviewer is told,
-    and the request's earliest deadline after it (its notice's)."""
+    and the request's last deadline after it (until when its notice stays open)."""
 
     records: list[ApprovalRecord]
     events: list[AuditEvent]
@@ -82,7 +82,7 @@ def decide_extension(
     events: list[AuditEvent] = []
     extended: dict[str, float] = {}
     kept: dict[str, str] = {}
-    deadlines: list[float] = []  # every call's after the extension: the request's notice keeps the earliest
+    deadlines: list[float] = []  # every call's after the extension: the request's notice is open until the last
     for action in request.get("action_requests") or []:
         call_id, name = str(action["tool_call_id"]), str(action["name"])
         where = f"{name} ({call_id})"
@@ -111,7 +111,7 @@ def decide_extension(
         why = "; ".join(f"{where}: {reason}" for where, reason in kept.items())
         raise InvalidDecision(why or "no approval request is waiting; nothing to extend")
     told = Extended(min(extended.values()), list(extended), kept)
-    return Extension(extensions, events, told, min(deadlines))
+    return Extension(extensions, events, told, max(deadlines))
 
 
 def _extender(

@@ -49,10 +49,13 @@ def queue_approval_notice(
     """Queued by `approve` rather than with the calls' registration in `validate`: the request id is computed
     there, and that node also makes requests `validate` never saw (an edit that needs more approvals, a call dropped
     at admission), so the notice names exactly the request a reviewer is shown. It carries the thread's `title`
-    from its `messages`, as the inbox's card shows it (`thread_title`, redacted of the thread's secrets)."""
+    from its `messages`, as the inbox's card shows it (`thread_title`, redacted of the thread's secrets). Its body's
+    `expires_at` is the first deadline a reviewer faces (its calls' earliest); its row stays open until the last
+    (`open_until`): a call that expired leaves the others to decide, and their reminders to send."""
     actions = request["action_requests"]
     deadlines = [a["expires_at"] for a in actions if a["expires_at"] is not None]
     expires = min(deadlines) if deadlines else None
+    open_until = max(deadlines) if deadlines else None
     payload = {
         "request_id": request["request_id"],
         "thread_id": thread_id,
@@ -79,12 +82,17 @@ def queue_approval_notice(
             for a in actions
         ],
     }
-    _queue_question(parts, thread_id, "approval", payload, [a["name"] for a in actions])
-    _queue_ladder(parts, thread_id, request["request_id"], actions, payload, expires)
+    _queue_question(parts, thread_id, "approval", payload, [a["name"] for a in actions], open_until)
+    _queue_ladder(parts, thread_id, request["request_id"], actions, payload, open_until)
 
 
 def _queue_question(
-    parts: LoopParts, thread_id: str, question: Question, payload: dict[str, Any], tools: Sequence[str]
+    parts: LoopParts,
+    thread_id: str,
+    question: Question,
+    payload: dict[str, Any],
+    tools: Sequence[str],
+    open_until: float | None,
 ) -> None:
     """The notice that asks (`request` or `unknown`). With telemetry on, it keeps the asking run's trace context
     (`trace`: where the answer's span is put, whichever process answers), and a question asked for the first time
@@ -94,7 +102,7 @@ def _queue_question(
         payload["trace"] = telemetry.trace_context()
     kind: NotificationKind = "request" if question == "approval" else "unknown"
     new = parts.ledger.record_notification(
-        thread_id, payload["request_id"], kind, payload, created_at=parts.clock(), expires_at=payload["expires_at"]
+        thread_id, payload["request_id"], kind, payload, created_at=parts.clock(), expires_at=open_until
     )
     if new and telemetry is not None:
         telemetry.asked(question, tools)
@@ -161,7 +169,7 @@ def queue_unknown_notice(
             for c in request["calls"]
         ],
     }
-    _queue_question(parts, thread_id, "unknown_outcome", payload, [c["name"] for c in request["calls"]])
+    _queue_question(parts, thread_id, "unknown_outcome", payload, [c["name"] for c in request["calls"]], None)
     _queue_ladder(parts, thread_id, request_id, request["calls"], payload, None)
 
 
