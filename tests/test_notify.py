@@ -379,6 +379,36 @@ def test_a_failing_receiver_is_retried_with_backoff_and_status_shows_the_error(d
     assert receiver.bad_signatures == 0
 
 
+def test_a_request_whose_calls_expire_at_different_times_is_warned_before_each_while_a_call_waits(db, receiver):
+    """The letter expires after 100 s, the refund after 1000: a warning before each deadline, none in between, and
+    the request's reminders are not closed by the letter's expiry (the refund may still be decided)."""
+    from dataclasses import replace
+
+    from desk_app import POLICIES as DESK
+
+    clock = Clock()
+    policies = {
+        "refund": replace(DESK["refund"], approval_ttl_s=1000),
+        "send_email": replace(DESK["send_email"], approval_ttl_s=100),
+    }
+    with open_sqlite(db) as saver:
+        graph = desk_graph(saver, [], policies)
+        config = {"configurable": {"thread_id": "t1"}}
+        request = graph.invoke({"messages": [("user", "refund and tell ana")]}, config, context=ANA)
+        deadline = {a["tool_call_id"]: a["expires_at"] for a in request["__interrupt__"][0].value["action_requests"]}
+        sender = deliverer(saver, Webhook(receiver.url), clock=clock, expiry_warning_s=30)
+        assert sender.run_once().delivered == 1
+        for at, told in ((deadline["e1"] - 10, 1), (deadline["e1"] + 5, 0), (deadline["r1"] - 10, 1)):
+            clock.offset = at - time.time()
+            assert sender.run_once().delivered == told, at
+    told = [(b["type"], b["expires_at"]) for _, b in receiver.posts]
+    assert told == [
+        ("approval_requested", deadline["e1"]),  # the first deadline a reviewer faces
+        ("approval_expiring", deadline["e1"]),
+        ("approval_expiring", deadline["r1"]),
+    ]
+
+
 def test_an_expiry_notice_goes_out_once_and_only_for_a_request_still_undecided(db, receiver):
     clock = Clock()
     with open_sqlite(db) as saver:

@@ -17,7 +17,7 @@ POLICIES = {
 }
 
 
-def desk_graph(saver: Any, effects: list[str]) -> Any:
+def desk_graph(saver: Any, effects: list[str], policies: dict[str, ToolPolicy] = POLICIES) -> Any:
     """The desk on `saver`: refund `r1` (order A-1001) and send_email `e1` (to ana), then "done"."""
 
     @tool
@@ -37,4 +37,4 @@ def desk_graph(saver: Any, effects: list[str]) -> Any:
         call("send_email", {"to": "ana", "body": "ok"}, "e1"),
     ]
     model = ScriptedChatModel(script=[reply(calls=calls), reply("done")])
-    return build_graph(model, [refund, send_email], policies=POLICIES, checkpointer=saver)
+    return build_graph(model, [refund, send_email], policies=policies, checkpointer=saver)
