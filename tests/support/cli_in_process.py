@@ -20,6 +20,10 @@ from gatedloop.cli.main import main
 def run_cli(argv: list[str], env: Mapping[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     stdout, stderr = io.StringIO(), io.StringIO()
     saved_env, saved_path, saved_cwd, saved_stdin = dict(os.environ), list(sys.path), Path.cwd(), sys.stdin
+    saved_bytecode = sys.dont_write_bytecode
+    # No .pyc for the user's module: a test that rewrites it within the same second at the same size (a policy typo
+    # fixed: "finanse" -> "finance") would otherwise import the old code from it, as its mtime and size still match.
+    sys.dont_write_bytecode = True
     os.environ.clear()
     os.environ.update(env)
     if cwd is not None:
@@ -38,6 +42,7 @@ def run_cli(argv: list[str], env: Mapping[str, str], cwd: Path | None = None) ->
                 code = 1
     finally:
         sys.stdin = saved_stdin
+        sys.dont_write_bytecode = saved_bytecode
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
