@@ -126,31 +126,12 @@ TELLS = frozenset({"decided", "finished"})
 GRANTS = frozenset({"grant_created", "grant_confirmed", "grant_revoked", "grant_used"})
 """A standing grant's notices: about no request (`request_id` is the grant's id; `thread_id` is "" but for a use,
 the thread of the call it approved). They tell, like `TELLS`; `grant_used` only to a deliverer that opts in."""
+GRANT_TERMS = ("grant_id", "tool", "bounds", "bounds_text", "requester", "uses", "uses_left", "expires_at")
+"""What every notice of a grant made, confirmed or revoked says of it."""
 GRANT_KEYS = {
-    "grant_created": (
-        "grant_id",
-        "tool",
-        "bounds",
-        "bounds_text",
-        "requester",
-        "uses",
-        "uses_left",
-        "expires_at",
-        "granted_by",
-        "created_at",
-        "status",
-        "approvals_required",
-        "note",
-    ),
+    "grant_created": (*GRANT_TERMS, "granted_by", "created_at", "status", "approvals_required", "note"),
     "grant_confirmed": (
-        "grant_id",
-        "tool",
-        "bounds",
-        "bounds_text",
-        "requester",
-        "uses",
-        "uses_left",
-        "expires_at",
+        *GRANT_TERMS,
         "confirmed_by",
         "confirmed_at",
         "granted_by",
@@ -158,19 +139,7 @@ GRANT_KEYS = {
         "approvals_required",
         "note",
     ),
-    "grant_revoked": (
-        "grant_id",
-        "tool",
-        "bounds",
-        "bounds_text",
-        "requester",
-        "uses",
-        "uses_left",
-        "expires_at",
-        "revoked_by",
-        "revoked_at",
-        "note",
-    ),
+    "grant_revoked": (*GRANT_TERMS, "revoked_by", "revoked_at", "note"),
     "grant_used": ("grant_id", "tool", "requester", "thread_id", "tool_call_id", "uses", "uses_left", "used_at"),
 }
 """The generic body's keys of a grant's notices, beside id, type and url. Bounds are masked by the tool's
@@ -513,7 +482,8 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
     actions = notice.payload["actions"]
     ids = [a["tool_call_id"] for a in actions]
     approvals = ledger.approvals(notice.thread_id, ids)
-    deadline = request_deadline(notice, approvals, now)
+    deadlines = call_deadlines(notice, approvals)
+    deadline = _deadline_at(notice, deadlines, now)
     if deadline is not None and now >= deadline:
         return "expired before delivery"
     if notice.kind == "expiring" and deadline != notice.expires_at:  # deadlines only move later
@@ -522,7 +492,6 @@ def closed_reason(ledger: SqlLedger, notice: Notification, now: float) -> str | 
         return "thread cancelled"
     records = ledger.calls(notice.thread_id, ids)
     asked_at = _asked_at(ledger, notice)
-    deadlines = call_deadlines(notice, approvals)
     expired = False
     for action in actions:
         call_id = action["tool_call_id"]
@@ -565,7 +534,11 @@ def call_deadlines(notice: Notification, approvals: Sequence[ApprovalRecord]) ->
 def request_deadline(notice: Notification, approvals: Sequence[ApprovalRecord], now: float) -> float | None:
     """When an approval request expires as seen at `now`: its calls' earliest deadline still ahead, else its last
     (`request_deadline_at`); a notice queued without its calls' deadlines, its own."""
-    found = request_deadline_at(call_deadlines(notice, approvals).values(), now)
+    return _deadline_at(notice, call_deadlines(notice, approvals), now)
+
+
+def _deadline_at(notice: Notification, deadlines: Mapping[str, float], now: float) -> float | None:
+    found = request_deadline_at(deadlines.values(), now)
     return found if found is not None else notice.expires_at
 
 
