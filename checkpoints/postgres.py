@@ -57,10 +57,13 @@ LEASE_SERVER_OPTIONS = (
 )
 
 
-def lease_key(thread_id: str) -> int:
-    """The advisory-lock key of a thread: 64 bits of a hash, namespaced so other users of advisory locks
-    in the same database are unlikely to collide with it (a collision only makes a thread look busy)."""
-    return int.from_bytes(hashlib.sha256(f"gatedloop:lease:{thread_id}".encode()).digest()[:8], "big", signed=True)
+def lease_key(schema: str, thread_id: str) -> int:
+    """The advisory-lock key of a thread in `schema`: 64 bits of a hash, namespaced so other users of advisory
+    locks in the same database are unlikely to collide with it (a collision only makes a thread look busy).
+    Advisory locks are per database, not per schema: without the schema, two deployments sharing a database in
+    schemas of their own would see each other's thread "t1" as busy."""
+    name = f"gatedloop:lease:{schema}:{thread_id}"
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
 def _with_defaults(url: str, **defaults: Any) -> str:
@@ -82,8 +85,8 @@ def _lease_conninfo(url: str) -> str:
 def hold_lease(url: str, thread_id: str, *, wait_s: float = 0.0) -> Iterator[None]:
     """Hold the thread's advisory lock for the block on a connection of its own; ThreadBusy if another
     session holds it for longer than `wait_s`. Two holders in one process exclude each other too."""
-    key = lease_key(thread_id)
     with psycopg.connect(_lease_conninfo(url), autocommit=True) as conn:
+        key = lease_key(_current_schema(conn), thread_id)
         deadline = time.monotonic() + wait_s
         while not _try_lock(conn, key):
             if time.monotonic() >= deadline:
@@ -95,6 +98,13 @@ def hold_lease(url: str, thread_id: str, *, wait_s: float = 0.0) -> Iterator[Non
             # closing the session releases the lock anyway; unlocking first keeps a session-pooling proxy honest
             with suppress(psycopg.Error):
                 conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def _current_schema(conn: Connection[Any]) -> str:
+    """Where the connection's tables are: the first schema of its search path that exists ('' if none does)."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute("SELECT coalesce(current_schema(), '')").fetchone()
+    return str(row[0]) if row is not None else ""
 
 
 def _try_lock(conn: Connection[Any], key: int) -> bool:

@@ -110,6 +110,36 @@ def test_an_old_outbox_is_upgraded_in_its_own_schema_whatever_another_schema_hol
             admin.execute(f"DROP SCHEMA {old_schema} CASCADE")
 
 
+# ------------------------------------------------------------------------------ deployments side by side
+
+
+def test_two_deployments_in_schemas_of_one_database_run_the_same_thread_id_at_once(pg_url: str):
+    """Advisory locks are per database: keyed by thread id alone, a deployment's thread "t1" looked busy while
+    another schema's "t1" ran (eight racing processes of one test failed with ThreadBusy because another test,
+    in a schema of its own, ran threads of the same names). Within one schema the lease still excludes."""
+    import psycopg
+
+    from gatedloop.checkpoints.lease import ThreadBusy
+    from gatedloop.checkpoints.postgres import hold_lease
+
+    suffix = new_thread_id("schema").split("-", 1)[1]
+    schemas = [f"lease_a_{suffix}", f"lease_b_{suffix}"]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        for schema in schemas:
+            admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        first, second = (url_in_schema(pg_url, schema) for schema in schemas)
+        with hold_lease(first, "t1"), hold_lease(second, "t1"):
+            with pytest.raises(ThreadBusy), hold_lease(first, "t1"):
+                pass
+            with pytest.raises(ThreadBusy), hold_lease(second, "t1"):
+                pass
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            for schema in schemas:
+                admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
 # ---------------------------------------------------------------------------------------- the async twin
 
 
