@@ -18,6 +18,7 @@ from gatedloop.cli.output import Output
 from gatedloop.cli.stats import window_start
 from gatedloop.graph import runs
 from gatedloop.graph.display import day_and_clock
+from gatedloop.graph.grants import GrantView
 from gatedloop.graph.parts_of import parts_of
 from gatedloop.nodes.gate.grants import WHERE_FORMS, GrantNotAllowed, GrantRefused
 from gatedloop.tools.policy import CallContext
@@ -106,7 +107,7 @@ def cmd_grant_list(args: argparse.Namespace) -> int:
         [
             v.grant_id,
             v.tool,
-            v.bounds + (f" (requester {v.requester})" if v.requester else ""),
+            _bounds_cell(v),
             f"{v.uses_left}/{v.uses}",
             day_and_clock(v.expires_at),
             ", ".join(v.granted_by),
@@ -163,9 +164,27 @@ def _described_limits(graph: Any) -> dict[tuple[str, str], str]:
     return {(tool, limit.key): limit.describe() for tool, policy in policies.items() for limit in policy.limits}
 
 
+BOUNDS_WIDTH = 40
+"""Bounds longer than this are listed a clause per line (a grant of mail to a team names every address)."""
+
+
+def _bounds_cell(view: GrantView) -> str:
+    whose = [f"(requester {view.requester})"] if view.requester else []
+    if len(view.bounds) <= BOUNDS_WIDTH:
+        return " ".join([view.bounds, *whose])
+    return "\n".join([*(c + "," for c in view.clauses[:-1]), view.clauses[-1], *whose])
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [header, *rows]]
+    """Columns as wide as their widest line; a cell with several lines makes its row as many lines tall."""
+    cells = [[cell.split("\n") for cell in row] for row in [header, *rows]]
+    widths = [max(len(line) for row in cells for line in row[i]) for i in range(len(header))]
+    lines = []
+    for row in cells:
+        for k in range(max(len(cell) for cell in row)):
+            parts = [(cell[k] if k < len(cell) else "").ljust(w) for cell, w in zip(row, widths, strict=True)]
+            lines.append("  ".join(parts).rstrip())
+    return lines
 
 
 def _positive_int(text: str) -> int:

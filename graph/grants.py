@@ -28,6 +28,7 @@ from gatedloop.nodes.gate.grants import (
     Bounds,
     GrantNotAllowed,
     GrantRefused,
+    bound_clauses,
     describe_bounds,
     exact_bounds,
     grant_status,
@@ -50,6 +51,8 @@ class GrantView:
     grant_id: str
     tool: str
     bounds: str
+    clauses: tuple[str, ...]
+    """The bounds one by one, as `--where` gave them (`bounds` joins them), for a display that wraps them."""
     requester: str | None
     uses: int
     uses_left: int
@@ -335,6 +338,7 @@ def _view(registry: ToolRegistry, found: Grant, now: float) -> GrantView:
         grant_id=found.grant_id,
         tool=found.tool,
         bounds=describe_bounds(found.bounds),
+        clauses=tuple(bound_clauses(found.bounds)),
         requester=found.requester,
         uses=found.uses,
         uses_left=found.uses_left,

@@ -261,6 +261,18 @@ def test_the_grant_commands(tmp_path: Path):
     assert "already revoked by bo" in gatedloop(tmp_path, "grant", "revoke", grant_id, code=2).stderr
     assert "revoked - rent" in gatedloop(tmp_path, "grant", "list", code=0).stdout
 
+    team = ("--where", "to in bo,cy,dee,eve,fay,gus", "--where", "amount>=1", "--where", "amount<=100")
+    gatedloop(tmp_path, "grant", "create", "--tool", "pay", *team, "--uses", "9", "--expires", "1d", code=0)
+    listed = gatedloop(tmp_path, "grant", "list", code=0).stdout.splitlines()
+    at = listed[0].index("bounds")  # long bounds wrap a clause per line, in their own column
+    [first] = [k for k, line in enumerate(listed) if line[at:].startswith("amount>=1,")]
+    assert [line[at:].split("  ")[0] for line in listed[first : first + 3]] == [
+        "amount>=1,",
+        "amount<=100,",
+        "to in bo,cy,dee,eve,fay,gus",
+    ]
+    assert listed[first].split()[-1] == "live" and listed[first + 1][:at].strip() == ""
+
 
 def test_audit_verify_passes_with_grants_and_fails_when_a_grant_row_is_edited(app: App, tmp_path: Path):
     """The chain covers the grants: `audit verify` passes, the write's receipt names the grant it ran under (and

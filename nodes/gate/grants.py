@@ -218,6 +218,11 @@ def _number_within(value: Any, low: float | None, high: float | None) -> bool:
 
 def describe_bounds(bounds: Mapping[str, Mapping[str, Any]]) -> str:
     """Bounds in the `--where` forms they were given in: "to=bo, amount<=100"."""
+    return ", ".join(bound_clauses(bounds)) or "any arguments"
+
+
+def bound_clauses(bounds: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each bound in its `--where` form, by argument name: ["amount<=100", "to=bo"]."""
     parts = []
     for name, rule in sorted(bounds.items()):
         if "eq" in rule:
@@ -229,7 +234,7 @@ def describe_bounds(bounds: Mapping[str, Mapping[str, Any]]) -> str:
             parts.append(f"{name}>={rule['min']:g}")
         if "max" in rule:
             parts.append(f"{name}<={rule['max']:g}")
-    return ", ".join(parts) or "any arguments"
+    return parts
 
 
 def _shown(value: Any) -> str:
