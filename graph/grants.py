@@ -313,10 +313,34 @@ def limit_usage(graph: CompiledStateGraph[Any, Any, Any, Any], since: float | No
 
 
 def _arguments(tool: BaseTool) -> dict[str, Any]:
-    """The tool's arguments as the model is shown them (`tool_call_schema`: nothing gatedloop injects), by name."""
+    """The tool's arguments as the model is shown them (`tool_call_schema`: nothing gatedloop injects), by name, each
+    schema's references to the tool's definitions inlined (pydantic refers to a nested model, `list[Item]`, by
+    `$ref`), so a bound on a field sees the field's type."""
     schema = tool.tool_call_schema
     found = schema if isinstance(schema, dict) else cast(Any, schema).model_json_schema()
-    return dict(found.get("properties", {}))
+    definitions = found.get("$defs") or found.get("definitions") or {}
+    return {name: _inlined(spec, definitions, 0) for name, spec in (found.get("properties") or {}).items()}
+
+
+def _inlined(schema: Any, definitions: Mapping[str, Any], depth: int) -> Any:
+    """`schema` with local `$ref`s replaced by the definitions they name, to a few levels (a recursive model stops
+    there: its deeper fields cannot be bounded anyway)."""
+    if not isinstance(schema, Mapping) or depth > 4:
+        return schema
+    ref = schema.get("$ref")
+    named = ref.rsplit("/", 1)[-1] if isinstance(ref, str) else ""
+    if named in definitions:
+        rest = {key: value for key, value in schema.items() if key != "$ref"}
+        return _inlined({**definitions[named], **rest}, definitions, depth + 1)
+    inlined = dict(schema)
+    if isinstance(schema.get("items"), Mapping):
+        inlined["items"] = _inlined(schema["items"], definitions, depth + 1)
+    if isinstance(schema.get("properties"), Mapping):
+        inlined["properties"] = {k: _inlined(v, definitions, depth + 1) for k, v in schema["properties"].items()}
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            inlined[key] = [_inlined(option, definitions, depth + 1) for option in schema[key]]
+    return inlined
 
 
 def _shown_of(bounds: Mapping[str, Mapping[str, Any]], secret: frozenset[str]) -> dict[str, Any]:

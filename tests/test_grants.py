@@ -23,11 +23,12 @@ import pytest
 from backends import Backend, isolated
 from cli_in_process import run_cli
 from grants_app import ANA, BO, CY, DEE, HOOKS, build, run_race
+from pydantic import BaseModel
 from sample_app import Effects
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import ToolPolicy, runs
-from gatedloop.nodes.gate.grants import GrantNotAllowed, GrantRefused
+from gatedloop.nodes.gate.grants import GrantNotAllowed, GrantRefused, within_bounds
 
 PAY_BO = ["to=bo", "amount<=100"]
 
@@ -326,7 +327,8 @@ def test_a_list_argument_is_bounded_element_by_element_and_refused_where_a_bound
         for where, problem in (
             (["to=bo"], "'to' is a list: bound its elements with 'to in a,b'"),
             (["to<=3"], "'to' is a list: bound its elements"),
-            (["headers=x"], "'headers' is an object: a grant cannot bound it"),
+            (["headers=x"], "'headers' is an object with no declared fields: a grant cannot bound it"),
+            (["headers.x=y"], "'headers' has no declared fields to bound"),
         ):
             with pytest.raises(GrantRefused, match=problem):
                 runs.grant(graph, "announce", context=BO, where=where, uses=5, expires_in_s=60)
@@ -339,3 +341,84 @@ def test_a_list_argument_is_bounded_element_by_element_and_refused_where_a_bound
         assert "__interrupt__" in runs.start(graph, "l4", "bo cc eve", context=ANA)  # and so is a copy to eve
         assert sent == [["cy", "bo"], ["bo", "bo", "bo"]]
         assert [v.uses_left for v in runs.grants(graph) if v.grant_id == grant_id] == [3]
+
+
+class Item(BaseModel):
+    """A line of an order (a model of the module: the tool's annotations are read from its globals)."""
+
+    sku: str
+    qty: int
+
+
+class Payment(BaseModel):
+    currency: str
+    amount: float
+
+
+def test_the_fields_of_an_object_and_of_every_object_of_a_list_are_bounded(tmp_path: Path):
+    """A tool taking pydantic models (`items: list[Item]`, `payment: Payment`, referred to by `$ref` in its schema):
+    `items.sku in A,B` and `items.qty<=5` bound every line of the order, `payment.currency=EUR` and
+    `payment.amount<=100` the payment's fields. An order inside them runs with no request; a line of another product,
+    a sixth unit, another currency or a larger amount asks. A rule on a whole object or
+    a list of objects is refused, naming the fields to bound instead. A line without the bounded field, or a line
+    that is not an object, is outside (the tool's own schema refuses such a call before any grant is looked at)."""
+    from langchain_core.tools import tool
+
+    from gatedloop.graph import build_graph
+    from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+
+    ordered: list[str] = []
+
+    @tool
+    def order(items: list[Item], payment: Payment, note: str = "") -> str:
+        """Order items and pay for them (write)."""
+        ordered.append(",".join(f"{i.qty}x{i.sku}" for i in items) + f" {payment.amount:g} {payment.currency}")
+        return "ordered"
+
+    def responder(messages: list[Any]) -> Any:
+        if messages[-1].type == "tool":
+            return reply("done")
+        return reply(calls=[call("order", json.loads(str(messages[-1].content)), "o1")])
+
+    def order_of(items: list[dict[str, Any]], currency: str = "EUR", amount: float = 40) -> str:
+        return json.dumps({"items": items, "payment": {"currency": currency, "amount": amount}})
+
+    policies = {"order": ToolPolicy(effect="write", approvers=frozenset({"finance"}), grantable=True)}
+    with open_sqlite(tmp_path / "runs.sqlite") as saver:
+        graph = build_graph(ScriptedChatModel(responder=responder), [order], policies=policies, checkpointer=saver)
+        for where, problem in (
+            (
+                ["items in A"],
+                r"'items' is a list of objects: bound its elements' fields with 'items.field in a,b' "
+                r"\(its fields: qty, sku\)",
+            ),
+            (
+                ["payment=EUR"],
+                r"'payment' is an object: bound its fields with 'payment.field=value' "
+                r"\(its fields: amount, currency\)",
+            ),
+            (["items.colour=red"], "'items' has no field 'colour' \\(its fields: qty, sku\\)"),
+            (["note.x=1"], "'note' has no declared fields to bound"),
+            (["items.qty>=b"], "'b' is not a number"),
+            (["items.sku>=1"], "'items.sku' is a string, not a number"),
+            (["items.sku=A", "items.sku in A,B"], "already has a rule"),
+        ):
+            with pytest.raises(GrantRefused, match=problem):
+                runs.grant(graph, "order", context=BO, where=where, uses=5, expires_in_s=60)
+        where = ["items.sku in A,B", "items.qty<=5", "payment.currency=EUR", "payment.amount<=100"]
+        runs.grant(graph, "order", context=BO, where=where, uses=5, expires_in_s=60)
+        shown = "items.qty<=5, items.sku in A,B, payment.amount<=100, payment.currency=EUR"
+        assert runs.grants(graph)[0].bounds == shown
+        inside = order_of([{"sku": "A", "qty": 2}, {"sku": "B", "qty": 5}])
+        assert runs.start(graph, "in", inside, context=ANA)["status"] == "completed"
+        for thread, text in (
+            ("sku", order_of([{"sku": "A", "qty": 1}, {"sku": "C", "qty": 1}])),
+            ("qty", order_of([{"sku": "A", "qty": 6}])),
+            ("currency", order_of([{"sku": "A", "qty": 1}], currency="USD")),
+            ("amount", order_of([{"sku": "A", "qty": 1}], amount=100.5)),
+        ):
+            assert "__interrupt__" in runs.start(graph, thread, text, context=ANA), thread
+        assert ordered == ["2xA,5xB 40 EUR"]
+    each_line = {"items": {"each": {"qty": {"max": 5}}}}  # as stored; the tool's schema refuses such a call earlier
+    assert not within_bounds(each_line, {"items": [{"sku": "A"}]}) and not within_bounds(each_line, {"items": ["A"]})
+    assert within_bounds(each_line, {"items": []}) and not within_bounds({"p": {"fields": {"a": {"eq": 1}}}}, {"p": 1})

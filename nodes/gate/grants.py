@@ -4,7 +4,8 @@ the tool's policy in force and the time.
 A grant is a reviewer's approval given ahead of time, so it is judged as one: under the tool's rule as it is now
 (`grantable`, `approvers`, `approvals_required`, `self_approval`), each granter like a reviewer of the call it would
 cover. It covers a call only inside its bounds (each constrained argument equal to a value, one of values, in a
-numeric range, or for a list argument each of its elements one of values), for its requester (or anyone), while
+numeric range, for a list argument each of its elements one of values, and the same rules on the fields of an object
+argument or of every element of a list of objects), for its requester (or anyone), while
 open (not revoked, expired or used up: the claim checks these again, atomically, checkpoints/grants.py), and never a
 call a reviewer edited. What a write is charged against each of its policy's limits is decided here too; the ledger
 only adds it up.
@@ -24,12 +25,15 @@ from gatedloop.tools.usage import UsageLimit
 
 Bounds = dict[str, dict[str, Any]]
 """argument -> {"eq": value} | {"in": [values]} | {"min": n, "max": n} (either or both) | {"each_in": [values]} (a list
-argument: every element one of the values; with `"or_absent": true`, an optional list whose default is empty may
-also be left out or null: it then has no element)."""
+argument: every element one of the values) | {"fields": Bounds} (an object argument: its fields so bounded) |
+{"each": Bounds} (a list of objects: every element's fields so bounded). With `"or_absent": true`, an optional list
+whose default is empty may also be left out or null: it then has no element."""
 
-WHERE_FORMS = "name=value, name<=n, name>=n or 'name in a,b'"
-_IN = re.compile(r"^\s*(\w+)\s+in\s+(.+?)\s*$")
-_COMPARED = re.compile(r"^\s*(\w+)\s*(<=|>=|=)\s*(.*?)\s*$")
+WHERE_FORMS = "name=value, name<=n, name>=n or 'name in a,b' (name.field for an object's or a list's objects' fields)"
+_NAME = r"(\w+(?:\.\w+)?)"
+_IN = re.compile(rf"^\s*{_NAME}\s+in\s+(.+?)\s*$")
+_COMPARED = re.compile(rf"^\s*{_NAME}\s*(<=|>=|=)\s*(.*?)\s*$")
+_NESTED = ("fields", "each")
 
 
 class GrantRefused(ValueError):
@@ -42,53 +46,106 @@ class GrantNotAllowed(GrantRefused):
 
 
 def parse_where(texts: Sequence[str], properties: Mapping[str, Mapping[str, Any]], secret: frozenset[str]) -> Bounds:
-    """`--where` texts as bounds, each value read as the tool's argument schema (`properties`) types it, so
-    `to=123` is the text "123" for a string argument and the number for a numeric one. A list argument takes only
-    `name in a,b`: each of its elements one of these (its items' schema types them); if it is optional with an empty
-    default (`cc: list[str] | None = None`), a call may also leave it out. A name the tool does not take,
-    a secret argument (a grant's bounds are listed), an object argument, a range on a non-number, `=` on a list, or
-    two rules for one argument that cannot both hold is refused."""
+    """`--where` texts as bounds, each value read as the tool's argument schema (`properties`, references inlined)
+    types it, so `to=123` is the text "123" for a string argument and the number for a numeric one. A list argument
+    takes only `name in a,b`: each of its elements one of these (its items' schema types them); if it is optional
+    with an empty default (`cc: list[str] | None = None`), a call may also leave it out. An object argument, or a list
+    of objects, is bounded by its fields: `payment.currency=EUR`, `items.qty<=5` (every element's). A name the tool
+    does not take, a secret argument (a grant's bounds are listed), a rule on a whole object, a range on a
+    non-number, `=` on a list, or two rules for one argument that cannot both hold is refused."""
     bounds: Bounds = {}
     for text in texts:
         name, op, raw = _split(text)
-        if name not in properties:
+        arg, _, field = name.partition(".")
+        if arg not in properties:
             known = ", ".join(sorted(properties)) or "none"
-            raise GrantRefused(f"--where {text!r}: the tool has no argument {name!r} (its arguments: {known})")
-        if name in secret:
-            raise GrantRefused(f"--where {text!r}: {name!r} is a secret argument; a grant's bounds are shown to anyone")
-        spec = _non_null(properties[name])
-        kind = _json_type(spec)
-        rule = bounds.setdefault(name, {})
-        if kind == "object":
-            raise GrantRefused(
-                f"--where {text!r}: {name!r} is an object: a grant cannot bound it (leave it out: any value)"
-            )
-        if kind == "array":
-            if op != "in":
-                raise GrantRefused(
-                    f"--where {text!r}: {name!r} is a list: bound its elements with '{name} in a,b' (each one of these)"
-                )
-            item_kind = _json_type(_non_null(spec.get("items") or {}))
-            values = [_value(part.strip(), item_kind, text) for part in raw.split(",") if part.strip()]
-            if not values:
-                raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
-            _add(rule, "each_in", values, text)
-            if properties[name].get("default", ...) in (None, []):  # left out, it has no element
-                rule["or_absent"] = True
-        elif op == "in":
-            values = [_value(part.strip(), kind, text) for part in raw.split(",") if part.strip()]
-            if not values:
-                raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
-            _add(rule, "in", values, text)
-        elif op == "=":
-            _add(rule, "eq", _value(raw, kind, text), text)
+            raise GrantRefused(f"--where {text!r}: the tool has no argument {arg!r} (its arguments: {known})")
+        if arg in secret:
+            raise GrantRefused(f"--where {text!r}: {arg!r} is a secret argument; a grant's bounds are shown to anyone")
+        spec = _non_null(properties[arg])
+        rule = bounds.setdefault(arg, {})
+        if field:
+            _field_rule(rule, arg, field, spec, op, raw, text)
+        elif _json_type(spec) == "array":
+            _list_rule(rule, arg, spec, op, raw, text)
         else:
-            if kind not in ("number", "integer", None):
-                raise GrantRefused(f"--where {text!r}: {name!r} is a {kind}, not a number: a range cannot bound it")
-            _add(rule, "max" if op == "<=" else "min", _number(raw, text), text)
-        if "min" in rule and "max" in rule and rule["min"] > rule["max"]:
-            raise GrantRefused(f"--where: {name} >= {rule['min']:g} and <= {rule['max']:g} admit no value")
+            _value_rule(rule, arg, spec, op, raw, text)
+        if _json_type(spec) == "array" and properties[arg].get("default", ...) in (None, []):
+            rule["or_absent"] = True  # left out, it has no element
     return bounds
+
+
+def _value_rule(rule: dict[str, Any], name: str, spec: Mapping[str, Any], op: str, raw: str, text: str) -> None:
+    """`=`, `in` or a range on one value (an argument, or a field of an object)."""
+    kind = _json_type(spec)
+    if kind in ("object", "array"):
+        raise GrantRefused(f"--where {text!r}: {_unbounded_whole(name, kind, spec)}; leave it out for any value")
+    if op == "in":
+        values = [_value(part.strip(), kind, text) for part in raw.split(",") if part.strip()]
+        if not values:
+            raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
+        _add(rule, "in", values, text)
+    elif op == "=":
+        _add(rule, "eq", _value(raw, kind, text), text)
+    else:
+        if kind not in ("number", "integer", None):
+            raise GrantRefused(f"--where {text!r}: {name!r} is a {kind}, not a number: a range cannot bound it")
+        _add(rule, "max" if op == "<=" else "min", _number(raw, text), text)
+    if "min" in rule and "max" in rule and rule["min"] > rule["max"]:
+        raise GrantRefused(f"--where: {name} >= {rule['min']:g} and <= {rule['max']:g} admit no value")
+
+
+def _list_rule(rule: dict[str, Any], name: str, spec: Mapping[str, Any], op: str, raw: str, text: str) -> None:
+    """`name in a,b` on a list of values: each of its elements one of these."""
+    items = _non_null(spec.get("items") or {})
+    item_kind = _json_type(items)
+    if item_kind == "object":
+        raise GrantRefused(
+            f"--where {text!r}: {name!r} is a list of objects: bound its elements' fields with "
+            f"'{name}.field in a,b'{_fields_hint(items)}"
+        )
+    if op != "in":
+        raise GrantRefused(
+            f"--where {text!r}: {name!r} is a list: bound its elements with '{name} in a,b' (each one of these)"
+        )
+    values = [_value(part.strip(), item_kind, text) for part in raw.split(",") if part.strip()]
+    if not values:
+        raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
+    _add(rule, "each_in", values, text)
+
+
+def _field_rule(
+    rule: dict[str, Any], arg: str, field: str, spec: Mapping[str, Any], op: str, raw: str, text: str
+) -> None:
+    """A rule on a field of an object argument (`fields`), or of every object of a list argument (`each`)."""
+    kind = _json_type(spec)
+    holder = _non_null(spec.get("items") or {}) if kind == "array" else spec
+    fields = holder.get("properties")
+    if _json_type(holder) != "object" or not isinstance(fields, Mapping) or not fields:
+        raise GrantRefused(f"--where {text!r}: {arg!r} has no declared fields to bound")
+    if field not in fields:
+        known = ", ".join(sorted(fields)) or "none"
+        raise GrantRefused(f"--where {text!r}: {arg!r} has no field {field!r} (its fields: {known})")
+    key = "each" if kind == "array" else "fields"
+    if set(rule) - {key, "or_absent"}:
+        raise GrantRefused(f"--where {text!r}: the argument already has a rule that this one contradicts or repeats")
+    _value_rule(
+        rule.setdefault(key, {}).setdefault(field, {}), f"{arg}.{field}", _non_null(fields[field]), op, raw, text
+    )
+
+
+def _fields_hint(spec: Mapping[str, Any]) -> str:
+    fields = spec.get("properties")
+    return f" (its fields: {', '.join(sorted(fields))})" if isinstance(fields, Mapping) and fields else ""
+
+
+def _unbounded_whole(name: str, kind: str, spec: Mapping[str, Any]) -> str:
+    """Why a rule on a whole object (or on a list inside an object) cannot be a bound, and what can."""
+    if "." in name:
+        return f"{name!r} is {'an object' if kind == 'object' else 'a list'}: a grant bounds one level of fields"
+    if not spec.get("properties"):
+        return f"{name!r} is an object with no declared fields: a grant cannot bound it"
+    return f"{name!r} is an object: bound its fields with '{name}.field=value'{_fields_hint(spec)}"
 
 
 def exact_bounds(
@@ -129,8 +186,10 @@ def _split(text: str) -> tuple[str, str, str]:
 
 
 def _add(rule: dict[str, Any], key: str, value: Any, text: str) -> None:
-    """A value rule (=, in) stands alone; a range may have one lower and one upper bound."""
-    clash = bool(rule) if key in ("eq", "in", "each_in") else bool({"eq", "in", "each_in", key} & set(rule))
+    """A value rule (=, in) stands alone; a range may have one lower and one upper bound; fields' rules stand with
+    no rule on their whole object."""
+    alone = {"eq", "in", "each_in", *_NESTED}
+    clash = bool(set(rule) - {"or_absent"}) if key in alone else bool({*alone, key} & set(rule))
     if clash:
         raise GrantRefused(f"--where {text!r}: the argument already has a rule that this one contradicts or repeats")
     rule[key] = value
@@ -193,7 +252,16 @@ def within_bounds(bounds: Mapping[str, Mapping[str, Any]], args: Mapping[str, An
             return False
         if ("min" in rule or "max" in rule) and not _number_within(value, rule.get("min"), rule.get("max")):
             return False
+        if "fields" in rule and not (isinstance(value, Mapping) and within_bounds(rule["fields"], value)):
+            return False
+        if "each" in rule and not _each_object_within(value, rule["each"]):
+            return False
     return True
+
+
+def _each_object_within(value: Any, fields: Mapping[str, Mapping[str, Any]]) -> bool:
+    """A list each of whose elements is an object with its bounded fields inside their rules (an empty list too)."""
+    return isinstance(value, list) and all(isinstance(item, Mapping) and within_bounds(fields, item) for item in value)
 
 
 def _same(value: Any, expected: Any) -> bool:
@@ -221,19 +289,23 @@ def describe_bounds(bounds: Mapping[str, Mapping[str, Any]]) -> str:
     return ", ".join(bound_clauses(bounds)) or "any arguments"
 
 
-def bound_clauses(bounds: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Each bound in its `--where` form, by argument name: ["amount<=100", "to=bo"]."""
+def bound_clauses(bounds: Mapping[str, Mapping[str, Any]], prefix: str = "") -> list[str]:
+    """Each bound in its `--where` form, by argument name: ["amount<=100", "to=bo"] (a field's as "items.qty<=5")."""
     parts = []
     for name, rule in sorted(bounds.items()):
+        shown = f"{prefix}{name}"
         if "eq" in rule:
-            parts.append(f"{name}={_shown(rule['eq'])}")
+            parts.append(f"{shown}={_shown(rule['eq'])}")
         for key in ("in", "each_in"):  # a list's rule reads as it was given: the argument's type tells them apart
             if key in rule:
-                parts.append(f"{name} in {','.join(_shown(v) for v in rule[key])}")
+                parts.append(f"{shown} in {','.join(_shown(v) for v in rule[key])}")
         if "min" in rule:
-            parts.append(f"{name}>={rule['min']:g}")
+            parts.append(f"{shown}>={rule['min']:g}")
         if "max" in rule:
-            parts.append(f"{name}<={rule['max']:g}")
+            parts.append(f"{shown}<={rule['max']:g}")
+        for key in _NESTED:
+            if key in rule:
+                parts.extend(bound_clauses(rule[key], f"{shown}."))
     return parts
 
 
