@@ -95,37 +95,83 @@ def grant_forms(
     return forms
 
 
+NOT_SINGLE = "not a single value: a grant cannot bound it"
+
+
 def _bounds(action: ActionView, secret: frozenset[str]) -> list[Bound]:
     """Each argument equal to its value by default; a number may be widened to "at most"; a list of plain values
-    bounded element by element ("each one of" its elements, comma-separated); an argument that cannot be bounded (a
-    secret, or not a single value) takes any value, and says why."""
+    bounded element by element ("each one of" its elements, comma-separated); an object by each of its fields, and a
+    list of objects by each field of its elements ("items.sku" each one of the skus the call has); an argument that
+    cannot be bounded (a secret, or not a single value) takes any value, and says why."""
     rows = []
     for field in action.fields:
-        items = _plain_items(field.value) if field.kind == "json" else None
+        value = _json(field.value) if field.kind == "json" else None
         if field.name in secret:
             rows.append(Bound(field.name, "", ("any",), "a secret argument: a grant's bounds are shown to anyone"))
-        elif items is not None:
-            rows.append(Bound(field.name, ",".join(items), ("each", "any")))
+        elif isinstance(value, dict) and value:
+            rows.extend(_value_row(f"{field.name}.{key}", value[key]) for key in sorted(value))
+        elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            rows.extend(_each_field_rows(field.name, value))
+        elif isinstance(value, list):
+            rows.append(_each_row(field.name, value))
         elif field.kind not in SCALAR_KINDS:
-            rows.append(Bound(field.name, field.value, ("any",), "not a single value: a grant cannot bound it"))
+            rows.append(Bound(field.name, field.value, ("any",), NOT_SINGLE))
         else:
-            value = ("true" if field.value else "false") if field.kind == "boolean" else field.value
+            shown = ("true" if field.value else "false") if field.kind == "boolean" else field.value
             ops = ("eq", "max", "any") if field.kind in NUMBER_KINDS else ("eq", "any")
-            rows.append(Bound(field.name, value, ops))
+            rows.append(Bound(field.name, shown, ops))
     return rows
 
 
-def _plain_items(text: str) -> list[str] | None:
-    """A list argument's elements as `--where 'name in a,b'` takes them (None: not a non-empty list of plain values
-    that a comma cannot split wrongly)."""
+def _json(text: str) -> Any:
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except ValueError:
         return None
-    if not isinstance(value, list) or not value:
+
+
+def _value_row(name: str, value: Any) -> Bound:
+    """A field of an object argument: equal to its value (a number may be widened to "at most")."""
+    if isinstance(value, bool):
+        return Bound(name, "true" if value else "false", ("eq", "any"))
+    if isinstance(value, int | float):
+        return Bound(name, json.dumps(value), ("eq", "max", "any"))
+    if isinstance(value, str) and value:
+        return Bound(name, value, ("eq", "any"))
+    return Bound(name, json.dumps(value), ("any",), NOT_SINGLE)
+
+
+def _each_row(name: str, values: list[Any], ranged: bool = False) -> Bound:
+    """A list of plain values (or, `ranged`, the values a field takes across a list's objects, which may also be
+    bounded by "at most"): "each one of" them."""
+    items = _plain_items(values)
+    if items is None:
+        return Bound(name, json.dumps(values), ("any",), "not plain values a comma can list: a grant cannot bound it")
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    return Bound(
+        name, ",".join(dict.fromkeys(items)), ("each", "max", "any") if ranged and numbers else ("each", "any")
+    )
+
+
+def _each_field_rows(name: str, objects: list[dict[str, Any]]) -> list[Bound]:
+    """A list of objects: a row per field, "each one of" the values its objects have (a field some object lacks, or
+    that is not a plain value, takes any value)."""
+    rows = []
+    for key in sorted({key for item in objects for key in item}):
+        if any(key not in item for item in objects):
+            rows.append(Bound(f"{name}.{key}", "", ("any",), "not in every element: a grant cannot bound it"))
+        else:
+            rows.append(_each_row(f"{name}.{key}", [item[key] for item in objects], ranged=True))
+    return rows
+
+
+def _plain_items(values: list[Any]) -> list[str] | None:
+    """A list's elements as `--where 'name in a,b'` takes them (None: not a non-empty list of plain values that a
+    comma cannot split wrongly)."""
+    if not values:
         return None
-    items = [v if isinstance(v, str) else json.dumps(v) for v in value if isinstance(v, str | int | float | bool)]
-    return items if len(items) == len(value) and not any("," in i or not i or i != i.strip() for i in items) else None
+    items = [v if isinstance(v, str) else json.dumps(v) for v in values if isinstance(v, str | int | float | bool)]
+    return items if len(items) == len(values) and not any("," in i or not i or i != i.strip() for i in items) else None
 
 
 def grant_from_form(offered: GrantForm, form: FormData, index: int) -> GrantAsk:

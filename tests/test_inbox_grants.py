@@ -139,6 +139,34 @@ def test_a_list_argument_is_granted_element_by_element(browser, inbox):
     assert [args["to"] for _, args, _ in inbox.effects.rows("announce")] == [["bo", "cy"], ["dee", "bo"]]
 
 
+def test_an_object_and_a_list_of_objects_are_granted_field_by_field(browser, inbox):
+    """An order's lines (`items: list[Line]`) offer a row per field, each one of the values its lines have (the
+    quantities may be widened to "at most"); its payment (`payment: Payment`) a row per field, equal to the call's.
+    The grant then covers a later order inside every field's bound, and one of another product still asks."""
+    assert inbox.ask("o1", "order A:2 B:5 EUR 40").get("__interrupt__")
+    bo = inbox.page(browser, "bo")
+    order = call_of(bo, "o1", "order")
+    order.locator("details.grant summary").click()
+    rows = order.locator("table.grant-bounds th").all_inner_texts()
+    assert rows == ["items.qty", "items.sku", "payment.amount", "payment.currency"]
+    assert order.locator("input[name='grant-0-value-items.sku']").input_value() == "A,B"
+    assert order.locator("input[name='grant-0-value-payment.currency']").input_value() == "EUR"
+    quantity = order.locator("select[name='grant-0-op-items.qty'] option").all_inner_texts()
+    assert quantity == ["each one of", "at most", "any value"]
+    order.locator("select[name='grant-0-op-items.qty']").select_option("max")
+    order.locator("input[name='grant-0-value-items.qty']").fill("5")
+    order.locator("input[name='grant-0-value-items.sku']").fill("A,B,C")
+    order.locator("select[name='grant-0-op-payment.amount']").select_option("max")
+    order.locator("input[name='grant-0-value-payment.amount']").fill("100")
+    order.locator("button.grant-send").click()
+    note = bo.wait_for_selector(".flash.ok >> text=o1").inner_text()
+    assert "where items.qty<=5, items.sku in A,B,C, payment.amount<=100, payment.currency=EUR" in note, note
+    assert inbox.ask("o2", "order C:5 A:1 EUR 90")["status"] == "completed"  # inside every bound: no request
+    assert inbox.ask("o3", "order D:1 EUR 10").get("__interrupt__")  # another product: a person decides
+    assert inbox.ask("o4", "order A:1 USD 10").get("__interrupt__")  # another currency too
+    assert [len(args["items"]) for _, args, _ in inbox.effects.rows("order")] == [2, 2]
+
+
 def test_no_grant_form_without_the_role_nor_for_a_tool_that_is_not_grantable(browser, inbox):
     """One request with a payment (finance, grantable) and a letter (support, not grantable): each reviewer decides
     her own call; only bo, on the payment, is offered a grant. On the Grants page sue, who may not decide payments,

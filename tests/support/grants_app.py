@@ -99,6 +99,9 @@ def _args(name: str, words: list[str]) -> dict[str, Any]:
         return {"to": words[0], "body": " ".join(words[1:])}
     if name == "announce":
         return {"to": words}
+    if name == "order":  # order A:2 B:5 EUR 40
+        lines = [{"sku": w.split(":")[0], "qty": int(w.split(":")[1])} for w in words[:-2]]
+        return {"items": lines, "payment": {"currency": words[-2], "amount": float(words[-1])}}
     return {"to": words[0]} if name == "email" else {}
 
 

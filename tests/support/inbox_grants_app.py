@@ -1,7 +1,7 @@
 """The inbox over the payments agent of grants_app (grantable `pay` with a limit, `wire` granted by two, `mail`
-not grantable and decided by `support` here, and `announce(to: list)`, grantable, whose grant bounds each
-recipient), for the browser tests of the grant forms, the Grants page and the
-Stats page; served by uvicorn in this process.
+not grantable and decided by `support` here, `announce(to: list)`, grantable, whose grant bounds each recipient,
+and `order(items: list[Line], payment: Payment)`, whose grant bounds fields), for the browser tests of the grant
+forms, the Grants page and the Stats page; served by uvicorn in this process.
 
     python tests/support/inbox_grants_app.py DB PORT AUTH_JSON
 
@@ -19,6 +19,7 @@ from typing import Any
 
 from grants_app import FINANCE, POLICIES, make_tools, responder
 from langchain_core.tools import BaseTool, tool
+from pydantic import BaseModel
 from sample_app import Effects
 
 from gatedloop.checkpoints import open_sqlite
@@ -30,7 +31,18 @@ POLICIES_HERE = {
     **POLICIES,
     "mail": ToolPolicy(effect="write", approvers=frozenset({"support"})),
     "announce": ToolPolicy(effect="write", approvers=FINANCE, grantable=True),
+    "order": ToolPolicy(effect="write", approvers=FINANCE, grantable=True),
 }
+
+
+class Line(BaseModel):
+    sku: str
+    qty: int
+
+
+class Payment(BaseModel):
+    currency: str
+    amount: float
 
 
 def tools_here(effects: Effects) -> list[BaseTool]:
@@ -40,7 +52,13 @@ def tools_here(effects: Effects) -> list[BaseTool]:
         effects.add("announce", {"to": to}, None)
         return "announced"
 
-    return [*make_tools(effects), announce]
+    @tool
+    def order(items: list[Line], payment: Payment) -> str:
+        """Order items and pay for them (write)."""
+        effects.add("order", {"items": [i.model_dump() for i in items], "payment": payment.model_dump()}, None)
+        return "ordered"
+
+    return [*make_tools(effects), announce, order]
 
 
 @contextmanager
