@@ -749,12 +749,12 @@ def test_forged_state_with_a_middleware_list_runs_nothing_the_gate_did_not_admit
         assert len(paid) <= 1 and all(args == LEGIT for _, args, _ in paid)
 
 
-def test_a_200_turn_thread_with_approvals_under_summarization_is_sent_as_create_agent_sends_it(db):
-    """200 requests, each a gated write approved and answered, under SummarizationMiddleware in both loops (with
+def test_a_100_turn_thread_with_approvals_under_summarization_is_sent_as_create_agent_sends_it(db):
+    """100 requests, each a gated write approved and answered, under SummarizationMiddleware in both loops (with
     HumanInTheLoopMiddleware in create_agent): the model is sent the same conversations (the same summaries at the
     same points), the summarizer is asked as often, each write ran once; gatedloop's stored thread stays whole,
     every call answered once, and every conversation sent pairs each answer with its call."""
-    turns = 200
+    turns = 100
     results: dict[str, Any] = {}
     for loop in ("create_agent", "gatedloop"):
         SENT.clear()
