@@ -401,7 +401,7 @@ def test_each_reviewer_extends_the_calls_she_may_decide_and_the_others_keep_thei
     model = ScriptedChatModel(
         script=[reply(calls=[call("refund", REFUND, "r1"), call("send_email", EMAIL, "e1")]), reply("done")]
     )
-    ttl = 2.0
+    ttl = 3.0  # the refund's approval comes 0.2 s past the letter's deadline and has ttl / 2 - 0.2 s left on its own
     policies = {
         "refund": ToolPolicy(effect="write", approval="always", approvers=frozenset({"finance"}), approval_ttl_s=ttl),
         "send_email": ToolPolicy(
