@@ -81,10 +81,7 @@ def _value_rule(rule: dict[str, Any], name: str, spec: Mapping[str, Any], op: st
     if kind in ("object", "array"):
         raise GrantRefused(f"--where {text!r}: {_unbounded_whole(name, kind, spec)}; leave it out for any value")
     if op == "in":
-        values = [_value(part.strip(), kind, text) for part in raw.split(",") if part.strip()]
-        if not values:
-            raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
-        _add(rule, "in", values, text)
+        _add(rule, "in", _listed(raw, kind, text), text)
     elif op == "=":
         _add(rule, "eq", _value(raw, kind, text), text)
     else:
@@ -108,10 +105,7 @@ def _list_rule(rule: dict[str, Any], name: str, spec: Mapping[str, Any], op: str
         raise GrantRefused(
             f"--where {text!r}: {name!r} is a list: bound its elements with '{name} in a,b' (each one of these)"
         )
-    values = [_value(part.strip(), item_kind, text) for part in raw.split(",") if part.strip()]
-    if not values:
-        raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
-    _add(rule, "each_in", values, text)
+    _add(rule, "each_in", _listed(raw, item_kind, text), text)
 
 
 def _field_rule(
@@ -132,6 +126,14 @@ def _field_rule(
     _value_rule(
         rule.setdefault(key, {}).setdefault(field, {}), f"{arg}.{field}", _non_null(fields[field]), op, raw, text
     )
+
+
+def _listed(raw: str, kind: str | None, text: str) -> list[Any]:
+    """The values of `name in a,b`, each read as `kind`; at least one."""
+    values = [_value(part.strip(), kind, text) for part in raw.split(",") if part.strip()]
+    if not values:
+        raise GrantRefused(f"--where {text!r}: 'in' needs at least one value")
+    return values
 
 
 def _fields_hint(spec: Mapping[str, Any]) -> str:
