@@ -47,8 +47,8 @@ def studio_db_path() -> Path:
 
 @asynccontextmanager
 async def studio_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
-    """Open `open_async_sqlite(GATEDLOOP_DB)` for the server's lifetime (WAL, busy timeout, ledger tables), or
-    `open_async_postgres` when `GATEDLOOP_DB` is a Postgres URL."""
+    """Open `open_async_sqlite(GATEDLOOP_DB, on_loop=False)` for the server's lifetime (WAL, busy timeout, ledger
+    tables), or `open_async_postgres` when `GATEDLOOP_DB` is a Postgres URL."""
     target = os.environ.get(DB_ENV) or ""
     if target.startswith(POSTGRES_PREFIXES):
         from gatedloop.checkpoints.postgres import open_async_postgres
@@ -56,7 +56,8 @@ async def studio_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
         async with open_async_postgres(target) as pg_saver:
             yield pg_saver
         return
-    async with open_async_sqlite(studio_db_path()) as saver:
+    # Through aiosqlite: the server's loop serves every client, and `langgraph dev` refuses blocking calls on it.
+    async with open_async_sqlite(studio_db_path(), on_loop=False) as saver:
         yield saver
 
 

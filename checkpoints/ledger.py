@@ -433,6 +433,11 @@ class Ledger(Claims, Audit, CancelFlags, Evidence, ThreadGraphs, Outbox, Grants,
     A function that needs one part names that part (`Claims`, `Evidence`, ...), so what it may touch is in its
     signature; docs/development.md says how to add a backend."""
 
+    on_loop: bool
+    """Whether async nodes call this ledger in place, on the event loop's thread (a local SQLite file whose every
+    statement runs there, `open_async_sqlite`), or hand each use to a worker thread so its waits never hold the
+    loop (any other ledger)."""
+
     def one_commit(self) -> AbstractContextManager[Ledger]:
         """A view whose writes are committed together when the block ends (`SqlLedger.one_commit`)."""
         ...
@@ -454,6 +459,9 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
 
     postgres = False
     """Whether appenders must take the chain's advisory lock (Postgres); SQLite's write lock serializes them."""
+
+    on_loop = False
+    """See `Ledger.on_loop`: True only for the ledger of `open_async_sqlite`'s on-loop saver."""
 
     _chain_started = False
     _signer: Signer | None = None
@@ -670,8 +678,15 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
 class SqliteLedger(SqlLedger):
     """Ledger, audit trail and cancel flags in one SQLite file (usually the checkpoint file)."""
 
-    def __init__(self, path: str | Path, *, recreate: bool = False, connection: sqlite3.Connection | None = None):
-        self.path = str(path)
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        recreate: bool = False,
+        connection: sqlite3.Connection | None = None,
+        on_loop: bool = False,
+    ):
+        self.path, self.on_loop = str(path), on_loop
         if connection is not None:
             # Read-only use (`open_sqlite_readonly`): the caller's connection, nothing created or changed.
             self._lock, self._conn = threading.Lock(), connection

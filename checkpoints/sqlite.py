@@ -9,13 +9,21 @@ what LangGraph Server uses beyond LangGraph's SQLite savers: `delete_for_runs` (
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, closing, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
@@ -28,6 +36,7 @@ from gatedloop.checkpoints.ledger import BUSY_TIMEOUT_MS, SqliteLedger, switch_t
 from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
 
 T = TypeVar("T")
+S = TypeVar("S", bound="GatedSqliteSaver")  # the sync saver, or its on-loop subclass
 
 
 class _LedgerAndLease(LedgerThreads):
@@ -69,9 +78,69 @@ class GatedSqliteSaver(ExactResumeWrites, MemoizedHistorySync, _LedgerAndLease, 
             self._transact(statements)
 
 
+class GatedOnLoopSqliteSaver(GatedSqliteSaver):
+    """`GatedSqliteSaver` for `ainvoke`/`astream`: its async methods run the sync ones in place, on the event loop's
+    thread, and so does its ledger (`Ledger.on_loop`), so an async turn hands nothing to another thread but a tool.
+
+    Why: a statement on a local SQLite file takes tens of microseconds, less than handing it to a thread and back
+    (aiosqlite sends every statement to its connection's thread, and a sync node is run on the default executor);
+    under 50 concurrent threads those hand-offs cost more CPU than the gate's work itself (docs/performance.md).
+    No transaction stays open across an `await`, so the ledger's writes and the checkpoint's never wait on each
+    other inside a process. The cost: while another process holds the file's write lock, the loop waits for it
+    (up to the busy timeout). A server whose loop must never block (`langgraph dev`'s blockbuster) opens
+    `open_async_sqlite(path, on_loop=False)`. Hand-written: LangGraph's `SqliteSaver` refuses async calls and its
+    `AsyncSqliteSaver` is the aiosqlite one."""
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.get_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for found in self.list(config, filter=filter, before=before, limit=limit):
+            yield found
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self.get_delta_channel_history(config=config, channels=channels)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self.delete_thread(thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.delete_for_runs(run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.copy_thread(source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self.prune(thread_ids, strategy=strategy)
+
+
 class GatedAsyncSqliteSaver(ExactResumeWrites, MemoizedHistoryAsync, _LedgerAndLease, AsyncSqliteSaver):
-    """LangGraph's `AsyncSqliteSaver`, plus what `GatedSqliteSaver` adds (the ledger and the lease, the history
-    memo, exact resume values)."""
+    """LangGraph's `AsyncSqliteSaver` (aiosqlite: every statement on its connection's thread, the loop never
+    waits), plus what `GatedSqliteSaver` adds (the ledger and the lease, the history memo, exact resume values):
+    `open_async_sqlite(path, on_loop=False)`, for servers."""
 
     async def _atransact(self, statements: Statements[None]) -> None:
         await self.setup()
@@ -122,15 +191,21 @@ def open_sqlite(path: str | Path, *, recreate_ledger: bool = False) -> Iterator[
     """A synchronous SQLite checkpointer on `path` (created if missing), with its ledger.
 
     A file with checkpoints but no ledger table raises `LedgerError` unless `recreate_ledger=True`."""
+    with _opened(path, recreate_ledger, GatedSqliteSaver) as saver:
+        yield saver
+
+
+@contextmanager
+def _opened(path: str | Path, recreate_ledger: bool, saver_type: type[S]) -> Iterator[S]:
     target = _prepare(path)
     conn = sqlite3.connect(target, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     ledger = None
     try:
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA synchronous=NORMAL")
-        saver = GatedSqliteSaver(conn)
+        saver = saver_type(conn)
         saver.setup()
-        ledger = SqliteLedger(target, recreate=recreate_ledger)
+        ledger = SqliteLedger(target, recreate=recreate_ledger, on_loop=issubclass(saver_type, GatedOnLoopSqliteSaver))
         saver.ledger, saver.path = ledger, target
         yield saver
     finally:
@@ -171,8 +246,19 @@ def open_sqlite_readonly(path: str | Path) -> Iterator[GatedSqliteSaver]:
 
 
 @asynccontextmanager
-async def open_async_sqlite(path: str | Path, *, recreate_ledger: bool = False) -> AsyncIterator[GatedAsyncSqliteSaver]:
-    """The async twin of `open_sqlite`, for `ainvoke`/`astream` and many concurrent threads."""
+async def open_async_sqlite(
+    path: str | Path, *, recreate_ledger: bool = False, on_loop: bool = True
+) -> AsyncIterator[GatedOnLoopSqliteSaver | GatedAsyncSqliteSaver]:
+    """The async twin of `open_sqlite`, for `ainvoke`/`astream` and many concurrent threads.
+
+    `on_loop` (the default): SQLite's statements, the checkpoints' and the ledger's, run on the event loop's
+    thread (`GatedOnLoopSqliteSaver`), the fastest way under many threads at once; the loop waits while another
+    process holds the write lock. `on_loop=False`: through aiosqlite, the gate's ledger work on worker threads,
+    for a loop that serves other work and must never wait on a lock (`GatedAsyncSqliteSaver`)."""
+    if on_loop:
+        with _opened(path, recreate_ledger, GatedOnLoopSqliteSaver) as on_loop_saver:
+            yield on_loop_saver
+        return
     target = _prepare(path)
     async with aiosqlite.connect(target, timeout=BUSY_TIMEOUT_MS / 1000) as conn:
         await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")

@@ -21,7 +21,7 @@ from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from gatedloop.nodes.build.parts import LoopParts
+from gatedloop.nodes.build.parts import LoopParts, gate_node
 from gatedloop.nodes.gate.admission import for_state
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.approvals import (
@@ -125,7 +125,7 @@ def make_approve_node(parts: LoopParts):
             report_expiry(answering, thread_id, request, [p for p in gated if p not in live])
             return _update(answering, state, thread_id, list(plans.values()), answers, error=None, decided=request)
 
-    return approve
+    return gate_node(parts, approve)
 
 
 def _expired(parts: LoopParts, thread_id: str, plan: CallPlan, answers: list[ToolMessage]) -> CallPlan:

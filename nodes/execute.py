@@ -125,8 +125,8 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
         return turn.update()
 
     async def aexecute(state: GatedState, runtime: Runtime) -> dict[str, Any]:
-        # Ledger calls are blocking SQLite: off the event loop, which an async checkpointer needs to commit.
-        turn = await asyncio.to_thread(_Turn, parts, state, runtime)
+        # The turn's admission and its answers use the ledger: in place or on a thread (`ledger_call`).
+        turn = await parts.ledger_call(_Turn, parts, state, runtime)
         if turn.early is not None:
             return turn.early
         for step in turn.steps():
@@ -141,7 +141,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
             outcome = await write_task(turn.thread_id, masked, turn.run)
             settled = await settle_task(turn.thread_id, masked, outcome, True, turn.env) if _unknown(outcome) else None
             turn.record_write(step, outcome, settled)
-        return await asyncio.to_thread(turn.update)
+        return await parts.ledger_call(turn.update)
 
     return RunnableCallable(execute, aexecute, name="execute")
 

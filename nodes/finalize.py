@@ -15,7 +15,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
-from gatedloop.nodes.build.parts import LoopParts
+from gatedloop.nodes.build.parts import LoopParts, gate_node
 from gatedloop.nodes.gate.answers import record_answers
 from gatedloop.nodes.gate.open_calls import leftover_answers
 from gatedloop.nodes.gate.views import kept_view
@@ -67,7 +67,9 @@ def make_finalize_node(parts: LoopParts):
             update.update(_after_agent(parts, thread_id, {**state, **update}, messages, runtime))
         return update
 
-    return finalize
+    if parts.middleware is not None and parts.middleware.after_agent:
+        return finalize  # a user's after_agent hooks may block: on LangGraph's executor, as a sync node
+    return gate_node(parts, finalize)
 
 
 def _after_agent(

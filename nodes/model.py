@@ -7,7 +7,6 @@ the conversation, the model is asked again per `Limits.model_retries`, then the 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Generator, Sequence
@@ -166,8 +165,8 @@ def make_model_node(parts: LoopParts) -> RunnableCallable:
         return turn.update()
 
     async def amodel(state: GatedState, runtime: Runtime) -> dict[str, Any]:
-        # Closing open calls and the cancel flag use the ledger (blocking SQLite): off the event loop.
-        turn = await asyncio.to_thread(_ModelTurn, parts, settle_task, state, runtime)
+        # Closing open calls and the cancel flag use the ledger: in place or on a thread (`ledger_call`).
+        turn = await parts.ledger_call(_ModelTurn, parts, settle_task, state, runtime)
         steps, result = turn.steps(), None
         while (step := _advance(steps, result)) is not None:
             result = await step.arun(turn, runtime)
@@ -237,7 +236,7 @@ class _Accept:
         turn.accept(self.response)
 
     async def arun(self, turn: _ModelTurn, runtime: Runtime) -> None:
-        await asyncio.to_thread(turn.accept, self.response)
+        await turn.parts.ledger_call(turn.accept, self.response)
 
 
 @dataclass(frozen=True)
@@ -251,7 +250,7 @@ class _KeepView:
         keep_view(turn.parts.ledger, turn.thread_id, self.view)
 
     async def arun(self, turn: _ModelTurn, runtime: Runtime) -> None:
-        await asyncio.to_thread(keep_view, turn.parts.ledger, turn.thread_id, self.view)
+        await turn.parts.ledger_call(keep_view, turn.parts.ledger, turn.thread_id, self.view)
 
 
 _Step = _Hooks | _Call | _Accept | _KeepView

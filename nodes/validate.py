@@ -21,7 +21,7 @@ from langgraph.runtime import Runtime
 
 from gatedloop.checkpoints.evidence import AuditEvent
 from gatedloop.checkpoints.grants import Grant
-from gatedloop.nodes.build.parts import LoopParts
+from gatedloop.nodes.build.parts import LoopParts, gate_node
 from gatedloop.nodes.gate.answers import error_message, record_answers
 from gatedloop.nodes.gate.call_arguments import checked_plan, plan_arguments, stored_form
 from gatedloop.nodes.gate.grants import covering_grants
@@ -81,7 +81,7 @@ def make_validate_node(parts: LoopParts):
             update.update(stop=stop[0], stop_detail=stop[1])
         return update
 
-    return validate
+    return gate_node(parts, validate)
 
 
 def _shown(parts: LoopParts, name: str, args: Any) -> Any:

@@ -273,7 +273,7 @@ def test_the_async_savers_sync_methods_run_on_their_loop_from_another_thread(kin
         else:
             from gatedloop.checkpoints import open_async_sqlite
 
-            opened = open_async_sqlite(tmp_path / "async.sqlite")
+            opened = open_async_sqlite(tmp_path / "async.sqlite", on_loop=False)  # the aiosqlite saver
         async with opened as saver:
             graph = build(saver, Effects(tmp_path / "effects.sqlite"), asking_responder)
             source, copy = new_thread_id("src"), new_thread_id("copy")
@@ -288,3 +288,25 @@ def test_the_async_savers_sync_methods_run_on_their_loop_from_another_thread(kin
 
     original, copied = asyncio.run(main())
     assert copied == original and len(original) == 4
+
+
+def test_the_on_loop_savers_async_thread_ops_copy_prune_and_roll_back_in_place(tmp_path: Path) -> None:
+    """`open_async_sqlite`'s default saver runs LangGraph Server's thread operations in place on the loop."""
+    from gatedloop.checkpoints import open_async_sqlite
+
+    async def main() -> tuple[list[str], list[str], int]:
+        async with open_async_sqlite(tmp_path / "async.sqlite") as saver:
+            graph = build(saver, Effects(tmp_path / "effects.sqlite"), asking_responder)
+            source, copy = new_thread_id("src"), new_thread_id("copy")
+            await graph.ainvoke({"messages": [("user", "ask q")]}, cfg(source))
+            await saver.acopy_thread(source, copy)
+            await saver.aprune([copy])
+            await saver.adelete_for_runs([str(uuid.uuid4())])
+            values = [(await graph.aget_state(cfg(t))).values for t in (source, copy)]
+            await saver.aprune([copy], strategy="delete")
+            left = len([c async for c in saver.alist(cfg(copy))])
+            return *[summary(v["messages"]) for v in values], left  # type: ignore[return-value]
+
+    original, copy, left = asyncio.run(main())
+    assert copy == original and len(original) == 4
+    assert left == 0

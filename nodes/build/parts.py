@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar
 
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import Runnable
+from langgraph._internal._runnable import RunnableCallable  # as langgraph.prebuilt.ToolNode: sync + async twins
 
 from gatedloop.checkpoints.ledger import Ledger
 from gatedloop.nodes.gate.checked_histories import CheckedHistories
@@ -24,6 +26,9 @@ if TYPE_CHECKING:  # langchain (for middleware) is imported only when a graph is
     from gatedloop.nodes.build.middleware import Middlewares, ModelCall
 
 SystemPrompt = str | Callable[[Any, Any], "str | SystemMessage | None"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 Question = Literal["approval", "unknown_outcome"]
 """What a person is asked: to decide gated calls, or whether a write whose outcome is unknown happened."""
@@ -96,6 +101,14 @@ class LoopParts:
         with self.ledger.one_commit() as ledger:
             yield replace(self, ledger=ledger)
 
+    async def ledger_call(self, work: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """`work`, which uses the ledger, run from an async node where the ledger may wait: in place on an on-loop
+        ledger (`Ledger.on_loop`: a local SQLite file, where a hand-off costs more than the statements), else on a
+        worker thread (`asyncio.to_thread`, the caller's context copied) so that no wait holds the event loop."""
+        if self.ledger.on_loop:
+            return work(*args, **kwargs)
+        return await asyncio.to_thread(work, *args, **kwargs)
+
     def prompt(self, state: Any, context: Any) -> list[BaseMessage]:
         """The system message every model call starts with; built per call, never stored in the state."""
         prompt = self.system_prompt
@@ -144,3 +157,14 @@ def fresh_counters(now: float) -> RequestCounters:
         "per_tool": {},
         "retries": 0,
     }
+
+
+def gate_node(parts: LoopParts, node: Callable[[Any, Any], dict[str, Any]]) -> RunnableCallable:
+    """A gate node (`validate`, `approve`, `finalize`: the gate's checks and ledger work, no user I/O) with an async
+    twin that runs it through `ledger_call`, so under `ainvoke` it runs in place on an on-loop ledger rather than
+    on LangGraph's executor, where a sync node goes by default."""
+
+    async def in_loop_or_thread(state: Any, runtime: Any) -> dict[str, Any]:
+        return await parts.ledger_call(node, state, runtime)
+
+    return RunnableCallable(node, in_loop_or_thread, name=node.__name__)
