@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiosqlite
 from langchain.agents import create_agent
@@ -52,11 +52,42 @@ def open_system(system: System, path: str | Path) -> Iterator[Any]:
         conn.close()
 
 
+class OnLoopSqliteSaver(SqliteSaver):
+    """LangGraph's `SqliteSaver` answering the async calls in place, on the loop: the anchor on the kind of driver
+    gatedloop's `open_async_sqlite` uses by default, to tell what the driver alone buys (`--driver on-loop`)."""
+
+    async def aget_tuple(self, config: Any) -> Any:
+        return self.get_tuple(config)
+
+    async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def aget_delta_channel_history(self, *, config: Any, channels: Any) -> Any:
+        return self.get_delta_channel_history(config=config, channels=channels)
+
+
+Driver = Literal["default", "on-loop", "aiosqlite"]
+"""How a system's async saver reaches SQLite: its default (gatedloop: on the loop; the anchor: LangGraph's
+`AsyncSqliteSaver`, aiosqlite), or either one forced."""
+
+
 @asynccontextmanager
-async def open_async_system(system: System, path: str | Path) -> AsyncIterator[Any]:
+async def open_async_system(system: System, path: str | Path, driver: Driver = "default") -> AsyncIterator[Any]:
     if system == "gatedloop":
-        async with open_async_sqlite(path) as saver:
+        async with open_async_sqlite(path, on_loop=driver != "aiosqlite") as saver:
             yield gatedloop_graph(saver)
+        return
+    if driver == "on-loop":
+        conn = connect(path)
+        try:
+            on_loop = OnLoopSqliteSaver(conn)
+            on_loop.setup()
+            yield anchor_graph(on_loop)
+        finally:
+            conn.close()
         return
     async with aiosqlite.connect(str(path), timeout=10.0) as conn:
         await conn.execute("PRAGMA busy_timeout=10000")

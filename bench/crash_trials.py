@@ -1,6 +1,6 @@
 """Crash trials at scale: the seeded trials of tests/test_crash.py, N of them, and one summary line.
 
-    .venv/bin/python -m bench.crash_trials [--trials 300] [--seed 1] [--jobs 2] [--keep DIR]
+    .venv/bin/python -m bench.crash_trials [--trials 300] [--seed 1] [--jobs 2] [--keep DIR] [--on-loop]
     .venv/bin/python -m bench.crash_trials --answers [--trials 200] [--seed 1] [--jobs 2] [--keep DIR]
 
 Each trial: a real child process starts a thread of 2-4 approved writes and is SIGKILLed at a seeded
@@ -146,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="first seed; trial i uses seed + i")
     parser.add_argument("--jobs", type=int, default=2, help="trials run at the same time")
     parser.add_argument("--keep", default=None, help="keep each trial's files under this directory")
+    parser.add_argument(
+        "--on-loop",
+        action="store_true",
+        help="the killed children drive through the async API on open_async_sqlite's default (on-loop) saver",
+    )
     args = parser.parse_args(argv)
     # the trials whose reconcile cannot tell log a warning each time; expected here, so kept off the output
     logging.getLogger("gatedloop.reconcile").setLevel(logging.ERROR)
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gatedloop-crash-"))
     root.mkdir(parents=True, exist_ok=True)
-    plans = [plan_trial(args.seed + i) for i in range(args.trials or 300)]
+    plans = [plan_trial(args.seed + i, on_loop=args.on_loop) for i in range(args.trials or 300)]
     started = time.monotonic()
     try:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:

@@ -35,7 +35,7 @@ from typing import Any  # noqa: E402
 from langgraph.types import Command  # noqa: E402
 
 from bench import thread_cpu  # noqa: E402
-from bench.anchor import open_async_system, open_system  # noqa: E402
+from bench.anchor import Driver, open_async_system, open_system  # noqa: E402
 from bench.scenarios import (  # noqa: E402
     APPROVE,
     SYSTEMS,
@@ -200,6 +200,7 @@ async def concurrency(
     pool: int,
     prefix: str = "conc",
     start_at: float = 0.0,
+    driver: Driver = "default",
 ) -> dict[str, Any]:
     """`threads` threads at once, `turns` approval turns each; stops at the first stall of `stall_s` seconds.
     `prefix` names the threads and `start_at` (epoch seconds) holds the start, so that several processes
@@ -209,7 +210,7 @@ async def concurrency(
     errors: list[str] = []
     lock_errors = 0
     done_turns = 0
-    async with open_async_system(system, db) as graph:
+    async with open_async_system(system, db, driver) as graph:
 
         async def one_thread(index: int) -> None:
             nonlocal lock_errors, done_turns
@@ -325,6 +326,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pool", type=int, default=0, help="default executor size (0: asyncio's default)")
     p.add_argument("--prefix", default="conc", help="thread ids are PREFIX-0, PREFIX-1, ...")
     p.add_argument("--start-at", type=float, default=0.0, help="epoch seconds to start at (several processes)")
+    p.add_argument(
+        "--driver",
+        choices=("default", "on-loop", "aiosqlite"),
+        default="default",
+        help="the async saver's way to SQLite (default: gatedloop on the loop, the anchor through aiosqlite)",
+    )
     p = sub.choices["memory"]
     p.add_argument("--turns", type=int, required=True)
     p.add_argument("--kind", choices=("read", "write"), default="write")
@@ -338,7 +345,15 @@ def main(argv: list[str] | None = None) -> None:
     elif args.what == "concurrency":
         result = asyncio.run(
             concurrency(
-                args.system, args.db, args.threads, args.turns, args.stall_s, args.pool, args.prefix, args.start_at
+                args.system,
+                args.db,
+                args.threads,
+                args.turns,
+                args.stall_s,
+                args.pool,
+                args.prefix,
+                args.start_at,
+                args.driver,
             )
         )
     else:

@@ -59,6 +59,7 @@ pytestmark = pytest.mark.slow
 # hundreds, and these variables size the suite's own run.
 TRIALS = int(os.environ.get("GATEDLOOP_CRASH_TRIALS", "12"))
 PG_TRIALS = int(os.environ.get("GATEDLOOP_PG_CRASH_TRIALS", "4"))
+ON_LOOP_TRIALS = int(os.environ.get("GATEDLOOP_ON_LOOP_CRASH_TRIALS", "8"))
 SEED_BASE = int(os.environ.get("GATEDLOOP_CRASH_SEED", "20240"))
 THREAD = "t1"
 # Seeded answer trials beside the held one of each path (tests/support/answer_crash.py; the bench runs hundreds).
@@ -100,6 +101,22 @@ def test_seeded_crash_trials_keep_every_invariant(backend: Backend, tmp_path: Pa
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(trial, plans))
+    assert_trials_keep_every_invariant(results)
+
+
+def test_seeded_crash_trials_through_the_async_api_on_the_loop_keep_every_invariant(tmp_path: Path):
+    """The killed children drive through `runs.astart`/`aresume` on `open_async_sqlite`'s default saver (the ledger,
+    the checkpoints and the gate's nodes on the event loop); a sync process resumes last."""
+    plans = [plan_trial(SEED_BASE + 1000 + i, on_loop=True) for i in range(ON_LOOP_TRIALS)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda plan: run_trial(plan, tmp_path / f"trial-{plan.seed}"), plans))
+    assert all("driver on_loop" in r.runs[0].lines for r in results)
+    assert sum("step start" in r.runs[0].lines for r in results) >= ON_LOOP_TRIALS // 2
+    assert_trials_keep_every_invariant(results)
+
+
+def assert_trials_keep_every_invariant(results: list[TrialResult]) -> None:
+    trials = len(results)
     known = [r for r in results if not r.ok and TOLERATE_KNOWN_RERUN_BUG and known_rerun_bug(r)]
     for result in known:
         warnings.warn(f"known bug (re-run killed again): {result.plan.describe()}", stacklevel=1)

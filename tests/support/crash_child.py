@@ -7,6 +7,7 @@ final status: it starts the thread if no checkpoint exists yet, approves every p
 thread stopped mid-run with `runs.resume(graph, tid)` (no answer), and answers unknown-outcome requests as
 `--unknown` says. It prints one marker per line (flushed) so a parent can SIGKILL it at a chosen moment:
 
+    driver on_loop           with --on-loop: the saver runs SQLite on the event loop (before `ready`)
     ready <pid>              graph built, nothing done yet
     step <action>            about to start / approve <n> / answer <decisions> / resume
     write_begin <key>        a write started (the effect is not recorded yet)
@@ -37,6 +38,7 @@ tests/test_crash.py and bench/crash_trials.py.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import queue
@@ -234,46 +236,103 @@ def operator_answer(effects: Any, request: dict[str, Any], policy: str) -> dict[
     return {"decisions": decisions, "reviewer": "crash-child"}
 
 
+@dataclass
+class SyncCalls:
+    """The gatedloop calls `drive` makes, through the sync API (`runs.*`, `graph.invoke`)."""
+
+    graph: Any
+    args: argparse.Namespace
+
+    @property
+    def config(self) -> Any:
+        return {"configurable": {"thread_id": self.args.thread}}
+
+    async def state(self) -> Any:
+        return self.graph.get_state(self.config)
+
+    async def pending(self) -> dict[str, Any] | None:
+        from gatedloop.graph import runs
+
+        return runs.pending_request(self.graph, self.args.thread)
+
+    async def start(self, requester: Any) -> None:
+        from gatedloop.graph import runs
+
+        runs.start(self.graph, self.args.thread, self.args.text, context=requester)
+
+    async def resume(self, answer: Any, reviewer: Any) -> None:
+        from langgraph.types import Command
+
+        from gatedloop.graph import runs
+
+        if self.args.bypass_lease:
+            payload = Command(resume=answer) if answer is not None else None
+            self.graph.invoke(payload, self.config, context=reviewer, durability="sync")
+        else:
+            runs.resume(self.graph, self.args.thread, answer, context=reviewer)
+
+
+class AsyncCalls(SyncCalls):
+    """The same calls through the async API (`runs.a*`, `graph.ainvoke`), as a server makes them."""
+
+    async def state(self) -> Any:
+        return await self.graph.aget_state(self.config)
+
+    async def pending(self) -> dict[str, Any] | None:
+        from gatedloop.graph import runs
+
+        return await runs.apending_request(self.graph, self.args.thread)
+
+    async def start(self, requester: Any) -> None:
+        from gatedloop.graph import runs
+
+        await runs.astart(self.graph, self.args.thread, self.args.text, context=requester)
+
+    async def resume(self, answer: Any, reviewer: Any) -> None:
+        from langgraph.types import Command
+
+        from gatedloop.graph import runs
+
+        if self.args.bypass_lease:
+            payload = Command(resume=answer) if answer is not None else None
+            await self.graph.ainvoke(payload, self.config, context=reviewer, durability="sync")
+        else:
+            await runs.aresume(self.graph, self.args.thread, answer, context=reviewer)
+
+
 def drive(graph: Any, effects: Any, args: argparse.Namespace, emit: Any = mark) -> int:
     """Take the thread to a final status (or to a person), one gatedloop call at a time."""
-    from langgraph.types import Command
+    return asyncio.run(adrive(SyncCalls(graph, args), effects, args, emit))
 
+
+async def adrive(calls: SyncCalls, effects: Any, args: argparse.Namespace, emit: Any = mark) -> int:
+    """`drive` through `calls`: the sync API's or the async one's."""
     from gatedloop.checkpoints.lease import ThreadBusy
-    from gatedloop.graph import runs
     from gatedloop.tools import CallContext
 
-    config = runs.config_for(args.thread)
     requester = CallContext(user_id=args.requester)
     reviewer = _reviewer(args)
-
-    def resume(answer: Any = None) -> None:
-        if args.bypass_lease:
-            payload = Command(resume=answer) if answer is not None else None
-            graph.invoke(payload, config, context=reviewer, durability="sync")
-        else:
-            runs.resume(graph, args.thread, answer, context=reviewer)
-
     try:
         for _ in range(args.max_steps):
-            snapshot = graph.get_state(config)
-            request = runs.pending_request(graph, args.thread)
+            snapshot = await calls.state()
+            request = await calls.pending()
             if not snapshot.values and not snapshot.next:
                 if not args.text:
                     emit("error no_thread")
                     return 2
                 emit("step start")
-                runs.start(graph, args.thread, args.text, context=requester)
+                await calls.start(requester)
             elif request is not None and request.get("kind") == "unknown_outcome":
                 if args.unknown == "wait":
                     emit("waiting unknown_outcome")
                     return EXIT_WAITING
                 answer = operator_answer(effects, request, args.unknown)
                 emit("step answer", ",".join(d["type"] for d in answer["decisions"]))
-                resume(answer)
+                await calls.resume(answer, reviewer)
             elif request is not None:
                 count = len(request["action_requests"])
                 emit("step approve", count)
-                resume({"decisions": [{"type": "approve"}] * count})
+                await calls.resume({"decisions": [{"type": "approve"}] * count}, reviewer)
             elif snapshot.values.get("status") and not snapshot.next:
                 emit("final", snapshot.values["status"])
                 return EXIT_FINAL
@@ -281,7 +340,7 @@ def drive(graph: Any, effects: Any, args: argparse.Namespace, emit: Any = mark) 
                 # Stopped mid-run. `next` may be empty even so: when a node's writes were saved but the
                 # process died before the step's checkpoint, LangGraph's snapshot shows no next node.
                 emit("step resume", ",".join(snapshot.next) or "-")
-                resume()
+                await calls.resume(None, reviewer)
             if args.once:
                 emit("once")
                 return EXIT_FINAL
@@ -322,6 +381,9 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--durability", choices=["async", "sync", "exit"], default="async", help="with --answer")
     parser.add_argument("--max-steps", type=int, default=12)
     parser.add_argument("--middleware", action="store_true", help="build with a LangChain middleware list")
+    parser.add_argument(
+        "--on-loop", action="store_true", help="drive through the async API on open_async_sqlite's on-loop saver"
+    )
     return parser
 
 
@@ -349,6 +411,8 @@ def child_main(argv: list[str] | None = None) -> int:
 
     effects = _marked_effects(args.effects, args)
     overrides = _overrides(args)
+    if args.on_loop:
+        return asyncio.run(_drive_on_loop(args, effects, overrides))
     with open_checkpointer(args.db) as saver:
         _mark_checkpoint_writes(saver, args)
         frozen = _mark_resume_writes(saver, args)
@@ -360,6 +424,21 @@ def child_main(argv: list[str] | None = None) -> int:
         if args.answer is not None:
             return answer_once(graph, args, frozen)
         return drive(graph, effects, args)
+
+
+async def _drive_on_loop(args: argparse.Namespace, effects: Any, overrides: dict[str, Any]) -> int:
+    """The child's drive under asyncio, on `open_async_sqlite`'s default saver: checkpoints, ledger and the gate's
+    nodes on the event loop (the markers of checkpoint writes come from its sync methods, which it calls)."""
+    from sample_app import build
+
+    from gatedloop.checkpoints import open_async_sqlite
+
+    async with open_async_sqlite(args.db) as saver:
+        _mark_checkpoint_writes(saver, args)
+        graph = build(saver, effects, **overrides)
+        mark("driver", "on_loop" if saver.ledger.on_loop else "threads")
+        mark("ready", os.getpid())
+        return await adrive(AsyncCalls(graph, args), effects, args)
 
 
 def drive_here(argv: list[str]) -> ChildRun:
@@ -544,6 +623,8 @@ class TrialPlan:
     delay_before: float
     delay_after: float
     kills: list[KillPlan]
+    on_loop: bool = False
+    """The killed children drive through the async API on the on-loop saver (the last resume is sync)."""
 
     @property
     def text(self) -> str:
@@ -554,6 +635,7 @@ class TrialPlan:
         return (
             f"seed={self.seed} writes={self.writes} reconcile={self.reconcile} unknown={self.unknown} "
             f"delays={self.delay_before * 1000:.0f}/{self.delay_after * 1000:.0f}ms kills: {kills}"
+            + (" (async, on the loop)" if self.on_loop else "")
         )
 
 
@@ -567,7 +649,7 @@ def _kill_plan(rng: random.Random, writes: int, delay_before: float, delay_after
     return KillPlan(marker, rng.randint(1, most), extra)
 
 
-def plan_trial(seed: int) -> TrialPlan:
+def plan_trial(seed: int, on_loop: bool = False) -> TrialPlan:
     """A seeded trial: 2-4 approved writes, how unknown outcomes are settled, and one or two kills."""
     rng = random.Random(seed)
     writes = rng.choice([2, 3, 3, 4])
@@ -578,7 +660,7 @@ def plan_trial(seed: int) -> TrialPlan:
     kills = [_kill_plan(rng, writes, delay_before, delay_after)]
     if rng.random() < 0.5:
         kills.append(_kill_plan(rng, writes, delay_before, delay_after))
-    return TrialPlan(seed, writes, reconcile, unknown, delay_before, delay_after, kills)
+    return TrialPlan(seed, writes, reconcile, unknown, delay_before, delay_after, kills, on_loop)
 
 
 @dataclass
@@ -749,7 +831,8 @@ def run_trial(plan: TrialPlan, workdir: Path, db: str | None = None, thread_id: 
         f"{plan.delay_after:.4f}",
     ]
     cmd = child_command(db, effects, thread_id, *options)
-    children = [run_child(cmd, workdir / f"child{i}.stderr", kill) for i, kill in enumerate(plan.kills)]
+    killed_cmd = [*cmd, "--on-loop"] if plan.on_loop else cmd
+    children = [run_child(killed_cmd, workdir / f"child{i}.stderr", kill) for i, kill in enumerate(plan.kills)]
     # the last resume, without a kill, runs here: this process has not touched the thread either
     children.append(drive_here(cmd[2:]))
     unrecorded = sum(1 for child in children[1:] if "step start" in child.lines)
