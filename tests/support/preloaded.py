@@ -227,7 +227,9 @@ class Spawned:
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, sig)
+            # It may end, and the fork server reap it, after `poll`: nothing left to signal (as Popen ignores it).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
