@@ -37,7 +37,7 @@ from gatedloop.nodes.wire.hitl import (
     UnknownOutcomeRequest,
     approving_text,
 )
-from gatedloop.nodes.wire.masking import thread_redactor, thread_title
+from gatedloop.nodes.wire.masking import Redactor, thread_redactor, thread_title
 from gatedloop.tools.policy import GATED_WRITE, CallContext
 
 UNKNOWN_PREFIX = "unknown:"
@@ -62,9 +62,7 @@ def queue_approval_notice(
         "requested_by": actions[0]["requested_by"],
         "requested_at": min(a["requested_at"] for a in actions),
         "expires_at": expires,
-        "title": thread_title(
-            messages, thread_redactor(messages, lambda name: parts.registry.policies.get(name, GATED_WRITE))
-        ),
+        "title": thread_title(messages, _secrets_of(parts, messages)),
         "actions": [
             {
                 "tool": a["name"],
@@ -227,6 +225,19 @@ def queue_finished_notice(
 
 
 def _answers(messages: Sequence[BaseMessage]) -> list[ToolMessage]:
-    """The tool answers since the request's message."""
-    start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
-    return [m for m in messages[start + 1 :] if isinstance(m, ToolMessage)]
+    """The tool answers since the request's message, read back from the end (a long thread is not walked)."""
+    answers: list[ToolMessage] = []
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            break
+        if isinstance(message, ToolMessage):
+            answers.append(message)
+    return answers[::-1]
+
+
+def _secrets_of(parts: LoopParts, messages: Sequence[BaseMessage]) -> Redactor:
+    """The thread's secrets, to redact the notice's title; none to look for (no walk of the thread) when no tool
+    of the graph has `secret_args` (a tool unknown to it is a GATED_WRITE, which has none either)."""
+    if not any(policy.secret_args for policy in parts.registry.policies.values()):
+        return Redactor([])
+    return thread_redactor(messages, lambda name: parts.registry.policies.get(name, GATED_WRITE))
