@@ -253,8 +253,9 @@ async def open_async_sqlite(
 
     `on_loop` (the default): SQLite's statements, the checkpoints' and the ledger's, run on the event loop's
     thread (`GatedOnLoopSqliteSaver`, whose `conn` is a `sqlite3.Connection`), the fastest way under many threads
-    at once; the loop waits while another process holds the write lock. `on_loop=False`: through aiosqlite, the gate's ledger work on worker threads,
-    for a loop that serves other work and must never wait on a lock (`GatedAsyncSqliteSaver`)."""
+    at once; the loop waits while another process holds the write lock. `on_loop=False`: through aiosqlite, the
+    gate's ledger work on worker threads, for a loop that serves other work and must never wait on a lock
+    (`GatedAsyncSqliteSaver`)."""
     if on_loop:
         with _opened(path, recreate_ledger, GatedOnLoopSqliteSaver) as on_loop_saver:
             yield on_loop_saver

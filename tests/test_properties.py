@@ -77,7 +77,7 @@ def make_tools(ran: list[tuple[str, dict[str, Any]]]):
     return [lookup, book]
 
 
-EXAMPLES = int(os.environ.get("GATEDLOOP_PROPERTY_EXAMPLES", "80"))
+EXAMPLES = int(os.environ.get("GATEDLOOP_PROPERTY_EXAMPLES", "50"))
 """Sized for the README's test command; CI runs 150 (.ci/run)."""
 
 
