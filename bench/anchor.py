@@ -43,9 +43,16 @@ def open_system(system: System, path: str | Path) -> Iterator[Any]:
         with open_sqlite(path) as saver:
             yield gatedloop_graph(saver)
         return
+    with _anchor_on(SqliteSaver, path) as graph:
+        yield graph
+
+
+@contextmanager
+def _anchor_on(saver_type: type[SqliteSaver], path: str | Path) -> Iterator[Any]:
+    """The anchor's graph on a `saver_type` over `connect(path)`, closed on exit."""
     conn = connect(path)
     try:
-        saver = SqliteSaver(conn)
+        saver = saver_type(conn)
         saver.setup()
         yield anchor_graph(saver)
     finally:
@@ -81,13 +88,8 @@ async def open_async_system(system: System, path: str | Path, driver: Driver = "
             yield gatedloop_graph(saver)
         return
     if driver == "on-loop":
-        conn = connect(path)
-        try:
-            on_loop = OnLoopSqliteSaver(conn)
-            on_loop.setup()
-            yield anchor_graph(on_loop)
-        finally:
-            conn.close()
+        with _anchor_on(OnLoopSqliteSaver, path) as graph:
+            yield graph
         return
     async with aiosqlite.connect(str(path), timeout=10.0) as conn:
         await conn.execute("PRAGMA busy_timeout=10000")
