@@ -25,7 +25,6 @@ the trace context its question kept, so it continues that trace: graph/resumed_t
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -40,6 +39,7 @@ from langgraph.types import Command, StateUpdate
 from gatedloop.graph.contexts import kept_fields, missing_fields, reused_fields
 from gatedloop.graph.resumed_trace import aresumed_config, resumed_config
 from gatedloop.graph.thread_graph import claim_thread, ledger_of
+from gatedloop.nodes.build.parts import ledger_call
 from gatedloop.nodes.state import REQUESTER_FIELD
 from gatedloop.nodes.wire.identity import authenticated_context, caller_context, stored_identity
 from gatedloop.nodes.wire.model_view import MODEL_VIEW_FIELD
@@ -70,11 +70,7 @@ class GatedGraph(CompiledStateGraph):
     ) -> AsyncIterator[Any]:
         thread_id = self._saved_thread(config)
         if thread_id is not None:
-            ledger = ledger_of(self)
-            if ledger is not None and ledger.on_loop:  # in place, as the nodes call it (`LoopParts.ledger_call`)
-                claim_thread(self, thread_id)
-            else:
-                await asyncio.to_thread(claim_thread, self, thread_id)
+            await ledger_call(ledger_of(self), claim_thread, self, thread_id)
         if _carries_no_message(input) and missing_fields(context, self.context_schema):
             context = reused_fields(context, self.context_schema, _kept(await self._arequest_values(config)))
         config = await aresumed_config(self, thread_id, input, config)

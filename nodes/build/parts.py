@@ -102,12 +102,8 @@ class LoopParts:
             yield replace(self, ledger=ledger)
 
     async def ledger_call(self, work: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """`work`, which uses the ledger, run from an async node where the ledger may wait: in place on an on-loop
-        ledger (`Ledger.on_loop`: a local SQLite file, where a hand-off costs more than the statements), else on a
-        worker thread (`asyncio.to_thread`, the caller's context copied) so that no wait holds the event loop."""
-        if self.ledger.on_loop:
-            return work(*args, **kwargs)
-        return await asyncio.to_thread(work, *args, **kwargs)
+        """`work`, which uses this parts' ledger, run from an async node where the ledger may wait (`ledger_call`)."""
+        return await ledger_call(self.ledger, work, *args, **kwargs)
 
     def prompt(self, state: Any, context: Any) -> list[BaseMessage]:
         """The system message every model call starts with; built per call, never stored in the state."""
@@ -157,6 +153,15 @@ def fresh_counters(now: float) -> RequestCounters:
         "per_tool": {},
         "retries": 0,
     }
+
+
+async def ledger_call(ledger: Ledger | None, work: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """`work`, which uses `ledger`, run from async code where the ledger may wait: in place on an on-loop ledger
+    (`Ledger.on_loop`: a local SQLite file, where a hand-off costs more than the statements), else on a worker
+    thread (`asyncio.to_thread`, the caller's context copied) so that no wait holds the event loop."""
+    if ledger is not None and ledger.on_loop:
+        return work(*args, **kwargs)
+    return await asyncio.to_thread(work, *args, **kwargs)
 
 
 def gate_node(parts: LoopParts, node: Callable[[Any, Any], dict[str, Any]]) -> RunnableCallable:
