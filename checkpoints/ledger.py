@@ -17,6 +17,7 @@ Hand-written because no LangGraph or LangChain component records side-effect cla
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import hashlib
@@ -26,11 +27,11 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, Self, TypeVar
+from typing import Any, Literal, ParamSpec, Protocol, Self, TypeVar
 
 from gatedloop.checkpoints.approval_rounds import sqlite_rounds_upgrade, sqlite_rounds_view
 from gatedloop.checkpoints.chain import (
@@ -72,6 +73,7 @@ from gatedloop.checkpoints.pruning import Statements
 from gatedloop.checkpoints.witness import publish, witness_from_env
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 FinishedState = Literal["done", "failed", "abandoned"]  # a finished row; `running.finished_state` maps outcomes
 ClaimState = Literal["claimed", "done", "failed", "abandoned"]
@@ -433,10 +435,12 @@ class Ledger(Claims, Audit, CancelFlags, Evidence, ThreadGraphs, Outbox, Grants,
     A function that needs one part names that part (`Claims`, `Evidence`, ...), so what it may touch is in its
     signature; docs/development.md says how to add a backend."""
 
-    on_loop: bool
-    """Whether async nodes call this ledger in place, on the event loop's thread (a local SQLite file whose every
-    statement runs there, `open_async_sqlite`), or hand each use to a worker thread so its waits never hold the
-    loop (any other ledger)."""
+    async def run_from_async(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`work`, synchronous code that uses this ledger, run from async code (an async node, `GatedGraph.astream`)
+        so that none of the ledger's waits holds the event loop: in place where a statement costs less than a
+        hand-off (`SqlLedger.run_from_async`), each statement awaited on an async driver (`PostgresLedger`), or on
+        a worker thread."""
+        ...
 
     def one_commit(self) -> AbstractContextManager[Ledger]:
         """A view whose writes are committed together when the block ends (`SqlLedger.one_commit`)."""
@@ -461,7 +465,8 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
     """Whether appenders must take the chain's advisory lock (Postgres); SQLite's write lock serializes them."""
 
     on_loop = False
-    """See `Ledger.on_loop`: True only for the ledger of `open_async_sqlite`'s on-loop saver."""
+    """Whether `run_from_async` runs work in place, on the event loop's thread: True only for the ledger of
+    `open_async_sqlite`'s on-loop saver (a local SQLite file whose every statement runs there)."""
 
     _chain_started = False
     _signer: Signer | None = None
@@ -492,6 +497,13 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
     @witness.setter
     def witness(self, value: str | None) -> None:
         self._witness, self._witness_loaded = value, True
+
+    async def run_from_async(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """See `Ledger.run_from_async`: in place on an on-loop ledger, else on a worker thread (`asyncio.to_thread`,
+        the caller's context copied)."""
+        if self.on_loop:
+            return work(*args, **kwargs)
+        return await asyncio.to_thread(work, *args, **kwargs)
 
     def _write_plain(self, query: str, params: Sequence[Any]) -> int:
         raise NotImplementedError

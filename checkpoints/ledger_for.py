@@ -71,9 +71,9 @@ def ledger_for(checkpointer: BaseCheckpointSaver | None) -> Ledger:
             raise LedgerError(PORTED_FILE.format(path=path, error=exc)) from exc
     conninfo = _postgres_conninfo(checkpointer)
     if conninfo is not None:  # LangGraph's own Postgres saver: Aegra's and other servers' checkpointer
-        from gatedloop.checkpoints.postgres import PostgresLedger
+        from gatedloop.checkpoints.postgres import PostgresLedger, async_pool_of
 
-        return PostgresLedger(conninfo)
+        return PostgresLedger(conninfo, **async_pool_of(checkpointer))
     kind = type(checkpointer).__name__
     instead = INSTEAD.get(kind, "open_sqlite(path) or open_postgres(url)")
     raise ValueError(NO_DURABLE_LEDGER.format(saver=kind, instead=instead))

@@ -21,10 +21,12 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, suppress
-from typing import Any, TypeVar
+from contextvars import ContextVar
+from typing import Any, ParamSpec, TypeVar
 
+import greenback
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -45,6 +47,7 @@ from gatedloop.checkpoints.outbox import KINDS, POSTGRES_KIND_CHECK, POSTGRES_KI
 from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
 
 T = TypeVar("T")
+P = ParamSpec("P")
 CONNECT_TIMEOUT_S = 10
 SETUP_LOCK_KEY = int.from_bytes(hashlib.sha256(b"gatedloop:setup").digest()[:8], "big", signed=True)
 LEASE_POLL_S = 0.05
@@ -226,17 +229,38 @@ def _saver_pool(url: str, max_size: int) -> ConnectionPool[Connection[DictRow]]:
     )
 
 
+AsyncPool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
+
+_AWAITING: ContextVar[tuple[AsyncPool, psycopg.AsyncConnection[Any]] | None] = ContextVar(
+    "gatedloop_postgres_awaiting", default=None
+)
+"""While `PostgresLedger.run_from_async` runs work: the async pool it serves and the connection its statements
+are awaited on (a task's own context, so concurrent runs never share one)."""
+
+
 class PostgresLedger(SqlLedger):
     """Ledger, audit trail and cancel flags in Postgres: `SqlLedger`'s tables and queries, on a connection pool.
 
     Every write is one autocommitted statement (a batch, one transaction), so each is atomic by itself; under
     READ COMMITTED a concurrent `INSERT ... ON CONFLICT DO NOTHING` waits for the other inserter and then does
     nothing, and a conditional `UPDATE` re-checks its condition on the row another one just changed.
+
+    Given `async_pool` (an `AsyncConnectionPool` of the event loop `loop`: the async checkpointer's own), async code
+    on that loop runs its ledger work on the loop and awaits each statement there (`run_from_async`); anywhere else
+    the statements go through the synchronous pool.
     """
 
     postgres = True
 
-    def __init__(self, conn: str | ConnectionPool[Any], *, setup: bool = True, max_size: int = 4):
+    def __init__(
+        self,
+        conn: str | ConnectionPool[Any],
+        *,
+        setup: bool = True,
+        max_size: int = 4,
+        async_pool: AsyncPool | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ):
         if isinstance(conn, str):
             if setup:
                 prepare_database(conn, checkpoints=False)
@@ -248,15 +272,44 @@ class PostgresLedger(SqlLedger):
             self._owns_pool = False
         conninfo = self._pool.conninfo
         self._worker = WorkerLock(conninfo() if callable(conninfo) else conninfo)
+        self._async_pool, self._async_loop = async_pool, loop
 
     def close(self) -> None:
         self._worker.close()
         if self._owns_pool:
             self._pool.close()
 
+    async def run_from_async(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """See `Ledger.run_from_async`. On the async pool's loop: `work` runs on the loop, on one connection of
+        that pool held for its duration, and each statement it makes is awaited there, so other runs go on
+        meanwhile and nothing is handed to a thread. Synchronous code cannot await; greenback's portal lets it
+        (the greenlet bridge SQLAlchemy's asyncio engine uses, as a library). Elsewhere: on a worker thread."""
+        if self._async_pool is None or self._async_loop is not asyncio.get_running_loop():
+            return await super().run_from_async(work, *args, **kwargs)
+        async with self._async_pool.connection() as conn:
+            token = _AWAITING.set((self._async_pool, conn))
+            try:
+                return await greenback.with_portal_run_sync(work, *args, **kwargs)
+            finally:
+                _AWAITING.reset(token)
+
+    def _awaited_connection(self) -> psycopg.AsyncConnection[Any] | None:
+        """The connection to await this statement on: inside `run_from_async` on this ledger's loop (a view from
+        `one_commit` shares its pool), not in a thread that work started."""
+        awaiting = _AWAITING.get()
+        if awaiting is None or awaiting[0] is not self._async_pool or not greenback.has_portal():
+            return None
+        return awaiting[1]
+
+    def _off_the_loop(self, blocking: Callable[[], T]) -> T:
+        """A call on a synchronous connection of its own: on a worker thread when the loop would wait for it."""
+        if self._awaited_connection() is None:
+            return blocking()
+        return greenback.await_(asyncio.to_thread(blocking))
+
     @property
     def claimant(self) -> str:
-        return self._worker.name()
+        return self._off_the_loop(self._worker.name)
 
     def claimant_alive(self, claimant: str) -> bool:
         """Whether the process named in a claim may still be running: it holds its worker lock while it lives.
@@ -264,6 +317,9 @@ class PostgresLedger(SqlLedger):
         if not claimant.startswith(WORKER_PREFIX):
             return claimant_alive(claimant)
         key = worker_key(claimant.removeprefix(WORKER_PREFIX).split(":", 1)[0])
+        return self._off_the_loop(lambda: self._lock_free(key))
+
+    def _lock_free(self, key: int) -> bool:
         with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
             cur.execute("SELECT pg_try_advisory_lock_shared(%s)", (key,))
             row = cur.fetchone()
@@ -273,11 +329,17 @@ class PostgresLedger(SqlLedger):
         return not taken
 
     def _run(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        awaited = self._awaited_connection()
+        if awaited is not None:
+            return greenback.await_(_arows(awaited, query, params))
         with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(_placeholders(query), tuple(params))
             return cur.fetchall()
 
     def _write_plain(self, query: str, params: Sequence[Any]) -> int:
+        awaited = self._awaited_connection()
+        if awaited is not None:
+            return greenback.await_(_arowcount(awaited, query, params))
         with self._pool.connection() as conn, conn.cursor() as cur:
             cur.execute(_placeholders(query), tuple(params))
             return cur.rowcount
@@ -285,6 +347,9 @@ class PostgresLedger(SqlLedger):
     def _transaction(self, statements: Statements[T]) -> T:
         """The statements in one transaction; evidence appends serialize on the chain's advisory lock (see
         checkpoints/chain.py), taken after the transaction's own statements and held to its commit."""
+        awaited = self._awaited_connection()
+        if awaited is not None:
+            return greenback.await_(_atransaction(awaited, statements))
         with self._pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
 
             def execute(query: str, params: Sequence[Any], fetch: bool) -> list[Any]:
@@ -292,6 +357,40 @@ class PostgresLedger(SqlLedger):
                 return cur.fetchall() if fetch else []
 
             return drive(execute, statements)
+
+
+async def _arows(conn: psycopg.AsyncConnection[Any], query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(_placeholders(query), tuple(params))
+        return await cur.fetchall()
+
+
+async def _arowcount(conn: psycopg.AsyncConnection[Any], query: str, params: Sequence[Any]) -> int:
+    async with conn.cursor() as cur:
+        await cur.execute(_placeholders(query), tuple(params))
+        return cur.rowcount
+
+
+async def _atransaction(conn: psycopg.AsyncConnection[Any], statements: Statements[T]) -> T:
+    """`PostgresLedger._transaction` on an async connection: the same generator, each statement awaited."""
+    async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        try:
+            query, params, fetch = next(statements)
+            while True:
+                await cur.execute(_placeholders(query), tuple(params))
+                query, params, fetch = statements.send(await cur.fetchall() if fetch else [])
+        except StopIteration as done:
+            return done.value
+
+
+def async_pool_of(saver: Any) -> dict[str, Any]:
+    """`PostgresLedger`'s `async_pool` and `loop` for a ledger beside LangGraph's `AsyncPostgresSaver` on a pool
+    (as Aegra's is): that pool, on the saver's loop. Nothing for any other saver (a sync one, or an async one on a
+    single connection, which the checkpointer's own statements hold)."""
+    pool, loop = getattr(saver, "conn", None), getattr(saver, "loop", None)
+    if isinstance(pool, AsyncConnectionPool) and isinstance(loop, asyncio.AbstractEventLoop):
+        return {"async_pool": pool, "loop": loop}
+    return {}
 
 
 def _placeholders(query: str) -> str:
@@ -338,7 +437,8 @@ class GatedPostgresSaver(ExactResumeWrites, _LedgerAndLease, PostgresSaver):
 
 
 class GatedAsyncPostgresSaver(ExactResumeWrites, _LedgerAndLease, AsyncPostgresSaver):
-    """LangGraph's `AsyncPostgresSaver`, plus the (synchronous, as the nodes call it) ledger and the lease,
+    """LangGraph's `AsyncPostgresSaver`, plus the ledger (its statements awaited on this saver's pool from async
+    nodes, `PostgresLedger.run_from_async`) and the lease,
     and the thread operations LangGraph Server uses (see `postgres_ops`)."""
 
     async def _atransact(self, statements: Statements[None]) -> None:
@@ -392,8 +492,9 @@ def open_postgres(url: str, *, max_size: int = 8) -> Iterator[GatedPostgresSaver
 
 @asynccontextmanager
 async def open_async_postgres(url: str, *, max_size: int = 8) -> AsyncIterator[GatedAsyncPostgresSaver]:
-    """The async twin of `open_postgres`, for `ainvoke`/`astream`: checkpoints on an async pool; the ledger
-    (called from the nodes, which are synchronous) on a small synchronous pool of its own."""
+    """The async twin of `open_postgres`, for `ainvoke`/`astream`: checkpoints on an async pool, which the
+    ledger's statements from async nodes share (awaited on the loop); its synchronous uses on a small synchronous
+    pool of its own."""
     await asyncio.to_thread(prepare_database, url)
     pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] = AsyncConnectionPool(
         connection_class=psycopg.AsyncConnection[DictRow],
@@ -403,7 +504,9 @@ async def open_async_postgres(url: str, *, max_size: int = 8) -> AsyncIterator[G
     await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
     ledger: PostgresLedger | None = None
     try:
-        ledger = await asyncio.to_thread(PostgresLedger, url, setup=False)
+        ledger = await asyncio.to_thread(
+            PostgresLedger, url, setup=False, async_pool=pool, loop=asyncio.get_running_loop()
+        )
         saver = GatedAsyncPostgresSaver(pool)
         saver.ledger, saver.url = ledger, url
         yield saver

@@ -80,7 +80,7 @@ class GatedSqliteSaver(ExactResumeWrites, MemoizedHistorySync, _LedgerAndLease, 
 
 class GatedOnLoopSqliteSaver(GatedSqliteSaver):
     """`GatedSqliteSaver` for `ainvoke`/`astream`: its async methods run the sync ones in place, on the event loop's
-    thread, and so does its ledger (`Ledger.on_loop`), so an async turn hands nothing to another thread but a tool.
+    thread, and so does its ledger (`SqlLedger.on_loop`), so an async turn hands nothing to another thread but a tool.
 
     Why: a statement on a local SQLite file takes tens of microseconds, less than handing it to a thread and back
     (aiosqlite sends every statement to its connection's thread, and a sync node is run on the default executor);

@@ -104,14 +104,24 @@ def test_seeded_crash_trials_keep_every_invariant(backend: Backend, tmp_path: Pa
     assert_trials_keep_every_invariant(results)
 
 
-def test_seeded_crash_trials_through_the_async_api_on_the_loop_keep_every_invariant(tmp_path: Path):
-    """The killed children drive through `runs.astart`/`aresume` on `open_async_sqlite`'s default saver (the ledger,
-    the checkpoints and the gate's nodes on the event loop); a sync process resumes last."""
-    plans = [plan_trial(SEED_BASE + 1000 + i, on_loop=True) for i in range(ON_LOOP_TRIALS)]
+def test_seeded_crash_trials_through_the_async_api_on_the_loop_keep_every_invariant(backend: Backend, tmp_path: Path):
+    """The killed children drive through `runs.astart`/`aresume` with the gate's nodes on the event loop: on SQLite
+    `open_async_sqlite`'s default saver (the ledger and the checkpoints there too), on Postgres
+    `open_async_postgres` (each ledger statement awaited on the loop); a sync process resumes last."""
+    on_sqlite = backend.name == "sqlite"
+    plans = [plan_trial(SEED_BASE + 1000 + i, on_loop=True) for i in range(ON_LOOP_TRIALS if on_sqlite else PG_TRIALS)]
+
+    def trial(plan: TrialPlan) -> TrialResult:
+        workdir = tmp_path / f"trial-{plan.seed}"
+        if on_sqlite:
+            return run_trial(plan, workdir)
+        return run_trial(plan, workdir, backend.child_db, new_thread_id(f"async-trial-{plan.seed}"))
+
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda plan: run_trial(plan, tmp_path / f"trial-{plan.seed}"), plans))
-    assert all("driver on_loop" in r.runs[0].lines for r in results)
-    assert sum("step start" in r.runs[0].lines for r in results) >= ON_LOOP_TRIALS // 2
+        results = list(pool.map(trial, plans))
+    driver = "driver on_loop" if on_sqlite else "driver awaited"
+    assert all(driver in r.runs[0].lines for r in results)
+    assert sum("step start" in r.runs[0].lines for r in results) >= len(plans) // 2
     assert_trials_keep_every_invariant(results)
 
 

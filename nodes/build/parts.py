@@ -156,20 +156,21 @@ def fresh_counters(now: float) -> RequestCounters:
 
 
 async def ledger_call(ledger: Ledger | None, work: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-    """`work`, which uses `ledger`, run from async code where the ledger may wait: in place on an on-loop ledger
-    (`Ledger.on_loop`: a local SQLite file, where a hand-off costs more than the statements), else on a worker
-    thread (`asyncio.to_thread`, the caller's context copied) so that no wait holds the event loop."""
-    if ledger is not None and ledger.on_loop:
-        return work(*args, **kwargs)
-    return await asyncio.to_thread(work, *args, **kwargs)
+    """`work`, which uses `ledger`, run from async code where the ledger may wait: where the ledger says
+    (`Ledger.run_from_async`: in place, its statements awaited, or on a worker thread); with no ledger, on a
+    worker thread."""
+    if ledger is None:
+        return await asyncio.to_thread(work, *args, **kwargs)
+    return await ledger.run_from_async(work, *args, **kwargs)
 
 
 def gate_node(parts: LoopParts, node: Callable[[Any, Any], dict[str, Any]]) -> RunnableCallable:
     """A gate node (`validate`, `approve`, `finalize`: the gate's checks and ledger work, no user I/O) with an async
-    twin that runs it through `ledger_call`, so under `ainvoke` it runs in place on an on-loop ledger rather than
-    on LangGraph's executor, where a sync node goes by default."""
+    twin that runs it through `ledger_call`, so under `ainvoke` it runs where its ledger says (in place on an on-loop
+    ledger, on the loop with each statement awaited on Postgres) rather than on LangGraph's executor, where a sync
+    node goes by default."""
 
-    async def in_loop_or_thread(state: Any, runtime: Any) -> dict[str, Any]:
+    async def where_the_ledger_says(state: Any, runtime: Any) -> dict[str, Any]:
         return await parts.ledger_call(node, state, runtime)
 
-    return RunnableCallable(node, in_loop_or_thread, name=node.__name__)
+    return RunnableCallable(node, where_the_ledger_says, name=node.__name__)

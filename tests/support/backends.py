@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,19 @@ def open_checkpointer(db: str) -> AbstractContextManager[Any]:
     from gatedloop.checkpoints import open_sqlite
 
     return open_sqlite(target)
+
+
+def open_async_checkpointer(db: str) -> AbstractAsyncContextManager[Any]:
+    """The async twin of `open_checkpointer`: `open_async_postgres` (the ledger's statements awaited on the loop),
+    else `open_async_sqlite`'s default (SQLite on the loop)."""
+    target = resolve_db(db)
+    if target.startswith(POSTGRES_PREFIXES):
+        from gatedloop.checkpoints.postgres import open_async_postgres
+
+        return open_async_postgres(target)
+    from gatedloop.checkpoints import open_async_sqlite
+
+    return open_async_sqlite(target)
 
 
 def open_ledger(db: str) -> Any:

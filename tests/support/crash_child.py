@@ -7,7 +7,8 @@ final status: it starts the thread if no checkpoint exists yet, approves every p
 thread stopped mid-run with `runs.resume(graph, tid)` (no answer), and answers unknown-outcome requests as
 `--unknown` says. It prints one marker per line (flushed) so a parent can SIGKILL it at a chosen moment:
 
-    driver on_loop           with --on-loop: the saver runs SQLite on the event loop (before `ready`)
+    driver on_loop|awaited   with --on-loop: the saver runs SQLite on the event loop, or awaits Postgres there (before
+                             `ready`)
     ready <pid>              graph built, nothing done yet
     step <action>            about to start / approve <n> / answer <decisions> / resume
     write_begin <key>        a write started (the effect is not recorded yet)
@@ -135,6 +136,25 @@ def _mark_checkpoint_writes(saver: Any, args: argparse.Namespace) -> None:
             finally:
                 with _print_lock:
                     writes_in_flight[0] -= _label == "writes"
+                mark(f"{_label}_done", n)
+
+        setattr(saver, name, wrapped)
+
+
+def _mark_async_checkpoint_writes(saver: Any) -> None:
+    """`_mark_checkpoint_writes`' markers for an async saver whose `aput`/`aput_writes` do not call the sync ones
+    (`open_async_postgres`); no holds."""
+    counts = Counter[str]()
+    for name, label in (("aput", "ckpt"), ("aput_writes", "writes")):
+        original = getattr(saver, name)
+
+        async def wrapped(*a: Any, _original: Any = original, _label: str = label, **kw: Any) -> Any:
+            counts[_label] += 1
+            n = counts[_label]
+            mark(_label, n)
+            try:
+                return await _original(*a, **kw)
+            finally:
                 mark(f"{_label}_done", n)
 
         setattr(saver, name, wrapped)
@@ -427,16 +447,19 @@ def child_main(argv: list[str] | None = None) -> int:
 
 
 async def _drive_on_loop(args: argparse.Namespace, effects: Any, overrides: dict[str, Any]) -> int:
-    """The child's drive under asyncio, on `open_async_sqlite`'s default saver: checkpoints, ledger and the gate's
-    nodes on the event loop (the markers of checkpoint writes come from its sync methods, which it calls)."""
+    """The child's drive under asyncio, the gate's nodes on the event loop: on SQLite `open_async_sqlite`'s default
+    saver (checkpoints and ledger there too; the markers of checkpoint writes come from its sync methods, which it
+    calls), on Postgres `open_async_postgres` (each ledger statement awaited on the loop)."""
+    from backends import open_async_checkpointer
     from sample_app import build
 
-    from gatedloop.checkpoints import open_async_sqlite
-
-    async with open_async_sqlite(args.db) as saver:
-        _mark_checkpoint_writes(saver, args)
+    async with open_async_checkpointer(args.db) as saver:
+        if saver.ledger.postgres:
+            _mark_async_checkpoint_writes(saver)
+        else:
+            _mark_checkpoint_writes(saver, args)
         graph = build(saver, effects, **overrides)
-        mark("driver", "on_loop" if saver.ledger.on_loop else "threads")
+        mark("driver", "on_loop" if saver.ledger.on_loop else "awaited" if saver.ledger.postgres else "threads")
         mark("ready", os.getpid())
         return await adrive(AsyncCalls(graph, args), effects, args)
 
