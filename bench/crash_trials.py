@@ -1,6 +1,6 @@
 """Crash trials at scale: the seeded trials of tests/test_crash.py, N of them, and one summary line.
 
-    .venv/bin/python -m bench.crash_trials [--trials 300] [--seed 1] [--jobs 2] [--keep DIR] [--on-loop]
+    .venv/bin/python -m bench.crash_trials [--trials 300] [--seed 1] [--jobs 2] [--keep DIR] [--on-loop] [--postgres]
     .venv/bin/python -m bench.crash_trials --answers [--trials 200] [--seed 1] [--jobs 2] [--keep DIR]
 
 Each trial: a real child process starts a thread of 2-4 approved writes and is SIGKILLed at a seeded
@@ -9,6 +9,10 @@ or after a random delay); a fresh process resumes by thread id alone and is kill
 the trials; this process resumes last without a kill. Then the invariants are checked (see
 `tests/support/crash_child.py: inspect_thread`). Prints the summary line, where each kill landed, and every trial
 that broke an invariant. Exit status 1 if any did.
+
+`--postgres`: every trial on the test server's database (`GATEDLOOP_TEST_PG_URL`), with a thread id of its own,
+instead of a SQLite file of its own. `--on-loop`: the killed children drive through the async API, on SQLite's
+on-loop saver or on `open_async_postgres` (each ledger statement awaited on the loop).
 
 With `--answers`, the answer trials of `tests/support/answer_crash.py` instead (issue 29, finding 2): a child sends
 ana's refused answer (approve of her own call; `not_done` for a paid write of unknown outcome) and is SIGKILLed
@@ -41,7 +45,8 @@ from answer_crash import (  # noqa: E402  (tests/ is not a package)
     plan_answer_trial,
     run_answer_trial,
 )
-from crash_child import ChildRun, TrialResult, plan_trial, run_trial  # noqa: E402
+from crash_child import ChildRun, TrialPlan, TrialResult, plan_trial, run_trial  # noqa: E402
+from pg_server import new_thread_id  # noqa: E402
 
 WRITE_MARKERS = ("write_begin", "hold_before", "effect", "hold_after")
 
@@ -139,6 +144,13 @@ def main_answers(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def trial(plan: TrialPlan, workdir: Path, postgres: bool) -> TrialResult:
+    """One trial, on a SQLite file of its own or on the test server's database with a thread id of its own."""
+    if not postgres:
+        return run_trial(plan, workdir)
+    return run_trial(plan, workdir, "env", new_thread_id(f"bench-trial-{plan.seed}"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=None, help="300; with --answers, 200")
@@ -149,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--on-loop",
         action="store_true",
-        help="the killed children drive through the async API on open_async_sqlite's default (on-loop) saver",
+        help="the killed children drive through the async API (SQLite on the loop; Postgres awaited there)",
     )
+    parser.add_argument("--postgres", action="store_true", help="on the server of GATEDLOOP_TEST_PG_URL")
     args = parser.parse_args(argv)
     # the trials whose reconcile cannot tell log a warning each time; expected here, so kept off the output
     logging.getLogger("gatedloop.reconcile").setLevel(logging.ERROR)
@@ -163,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(lambda p: run_trial(p, root / f"trial-{p.seed}"), plans))
+            results = list(pool.map(lambda p: trial(p, root / f"trial-{p.seed}", args.postgres), plans))
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
