@@ -29,6 +29,7 @@ from sample_app import Effects, build
 
 from gatedloop.checkpoints.chain import CHAIN_LOCK_KEY
 from gatedloop.checkpoints.postgres import PostgresLedger, open_async_postgres
+from gatedloop.graph.thread_graph import GraphMismatch
 
 pytestmark = pytest.mark.slow
 APPROVE = Command(resume={"decisions": [{"type": "approve"}]})
@@ -166,3 +167,29 @@ def test_a_run_waiting_for_the_chain_lock_leaves_the_loop_free(url: str, tmp_pat
     assert paused  # asking for the approval
     assert took >= hold_s * 0.9  # it did wait for the lock
     assert ticks >= 40  # 100 would be a free loop; a loop blocked for the second gets almost none
+
+
+def test_a_refusal_raised_inside_awaited_ledger_work_reaches_the_caller_and_nothing_runs(url: str, tmp_path: Path):
+    """An error raised by the gate while its ledger work runs on the loop (here the thread's graph check: the same
+    graph redeployed with `book` no longer asking anyone) comes out of `ainvoke` as itself, nothing is paid, and
+    the thread still waits for the approval its own graph asks for."""
+    effects = Effects(tmp_path / "effects.sqlite")
+    config = {"configurable": {"thread_id": "weakened"}}
+
+    async def scenario() -> tuple[BaseException | None, bool]:
+        async with aegra_shaped_saver(url) as saver:
+            await build(saver, effects).ainvoke({"messages": [("user", "book 1 seat")]}, config)
+            weakened = build(saver, effects, approval="never")
+            try:
+                await weakened.ainvoke(APPROVE, config)
+            except GraphMismatch as exc:
+                refused: BaseException | None = exc
+            else:
+                refused = None
+            state = await build(saver, effects).aget_state(config)
+            return refused, bool(state.interrupts)
+
+    refused, still_waiting = asyncio.run(scenario())
+    assert isinstance(refused, GraphMismatch) and "book" in str(refused)
+    assert still_waiting
+    assert effects.rows("book") == []
