@@ -193,3 +193,35 @@ def test_a_refusal_raised_inside_awaited_ledger_work_reaches_the_caller_and_noth
     assert isinstance(refused, GraphMismatch) and "book" in str(refused)
     assert still_waiting
     assert effects.rows("book") == []
+
+
+def test_a_blocking_validator_runs_off_the_loop_while_the_gates_work_is_on_it(url: str, tmp_path: Path):
+    """A policy's own function may block (this validator sleeps half a second, as a query to a slow system would):
+    on the loop's path it runs on a worker thread, awaited, so the loop keeps serving others meanwhile."""
+    effects = Effects(tmp_path / "effects.sqlite")
+    ran_on: list[int] = []
+
+    def slow_validator(args: dict[str, Any], context: Any) -> None:
+        ran_on.append(threading.get_ident())
+        time.sleep(0.5)
+
+    async def scenario() -> tuple[int, int, bool]:
+        async with aegra_shaped_saver(url) as saver:
+            graph = build(saver, effects, validator=slow_validator)
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            ticking = asyncio.create_task(ticker())
+            out = await graph.ainvoke({"messages": [("user", "book 1 seat")]}, {"configurable": {"thread_id": "v"}})
+            ticking.cancel()
+            return threading.get_ident(), ticks, "__interrupt__" in out
+
+    loop_thread, ticks, paused = asyncio.run(scenario())
+    assert paused
+    assert ran_on and loop_thread not in ran_on  # before: on the loop, which stood still for each half second
+    assert ticks >= 30

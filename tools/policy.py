@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from gatedloop.tools.usage import UsageLimit
+from gatedloop.tools.user_functions import call_user_function
 
 Effect = Literal["read", "write"]
 DecisionType = Literal["approve", "edit", "reject", "respond"]
@@ -63,8 +64,9 @@ class ToolPolicy:
     - `allowed_decisions`: what the reviewer may answer for this tool.
     - `timeout_s`: per-call wall clock; a read that exceeds it is a `timeout`, a write an unknown outcome.
     - `validator`: business checks on (args, context); returns a reason to refuse, or None.
-    Under `ainvoke` on `open_async_sqlite`'s default (on the loop), on `open_async_postgres` and served by Aegra the
-    policy's functions run on the event loop, so they must not block; I/O belongs in the tool (docs/use.md).
+    Under `ainvoke` on `open_async_sqlite`'s default (on the loop) the policy's functions run on the event loop,
+    so they must not block; I/O belongs in the tool (on Postgres's async path each call goes to a worker thread:
+    docs/use.md).
     - `roles`: if set, the caller needs at least one of these roles (`permission_denied` otherwise).
     - `reconcile(args, idempotency_key)`: asks the authoritative system whether a write whose outcome is
       unknown happened: its result if it did, None if it did not; raises if it cannot tell.
@@ -207,7 +209,7 @@ class ToolPolicy:
         if self.approval == "always":
             return True
         try:
-            return bool(self.approval(args, context))
+            return bool(call_user_function(self.approval, args, context))
         except Exception:
             return True
 
