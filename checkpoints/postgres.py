@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import socket
 import threading
@@ -26,7 +27,6 @@ from contextlib import AbstractContextManager, asynccontextmanager, contextmanag
 from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar
 
-import greenback
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -46,8 +46,14 @@ from gatedloop.checkpoints.ledger import POSTGRES_SCHEMA, SqlLedger, claimant_al
 from gatedloop.checkpoints.outbox import KINDS, POSTGRES_KIND_CHECK, POSTGRES_KIND_UPGRADE
 from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
 
+try:  # the `postgres` extra installs it; without it the ledger's async path stays on worker threads
+    import greenback
+except ImportError:  # a Postgres driver installed by hand, without the extra
+    greenback = None  # type: ignore[assignment]
+
 T = TypeVar("T")
 P = ParamSpec("P")
+log = logging.getLogger("gatedloop.postgres")
 CONNECT_TIMEOUT_S = 10
 SETUP_LOCK_KEY = int.from_bytes(hashlib.sha256(b"gatedloop:setup").digest()[:8], "big", signed=True)
 LEASE_POLL_S = 0.05
@@ -273,6 +279,11 @@ class PostgresLedger(SqlLedger):
         conninfo = self._pool.conninfo
         self._worker = WorkerLock(conninfo() if callable(conninfo) else conninfo)
         self._async_pool, self._async_loop = async_pool, loop
+        if async_pool is not None and greenback is None:
+            log.warning(
+                "greenback is not installed (the `postgres` extra installs it): async nodes will hand the "
+                "ledger's work to worker threads instead of awaiting its statements on the loop"
+            )
 
     def close(self) -> None:
         self._worker.close()
@@ -284,7 +295,7 @@ class PostgresLedger(SqlLedger):
         that pool held for its duration, and each statement it makes is awaited there, so other runs go on
         meanwhile and nothing is handed to a thread. Synchronous code cannot await; greenback's portal lets it
         (the greenlet bridge SQLAlchemy's asyncio engine uses, as a library). Elsewhere: on a worker thread."""
-        if self._async_pool is None or self._async_loop is not asyncio.get_running_loop():
+        if greenback is None or self._async_pool is None or self._async_loop is not asyncio.get_running_loop():
             return await super().run_from_async(work, *args, **kwargs)
         async with self._async_pool.connection() as conn:
             token = _AWAITING.set((self._async_pool, conn))
@@ -297,7 +308,7 @@ class PostgresLedger(SqlLedger):
         """The connection to await this statement on: inside `run_from_async` on this ledger's loop (a view from
         `one_commit` shares its pool), not in a thread that work started."""
         awaiting = _AWAITING.get()
-        if awaiting is None or awaiting[0] is not self._async_pool or not greenback.has_portal():
+        if awaiting is None or greenback is None or awaiting[0] is not self._async_pool or not greenback.has_portal():
             return None
         return awaiting[1]
 

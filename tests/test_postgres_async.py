@@ -225,3 +225,32 @@ def test_a_blocking_validator_runs_off_the_loop_while_the_gates_work_is_on_it(ur
     assert paused
     assert ran_on and loop_thread not in ran_on  # before: on the loop, which stood still for each half second
     assert ticks >= 30
+
+
+def test_without_greenback_the_ledger_work_goes_to_threads_as_before_and_says_so(
+    url: str,
+    tmp_path: Path,
+    ledger_calls: list[tuple[int, bool]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    """A Postgres driver installed by hand, without the `postgres` extra (so without greenback): the async path
+    works as it did before this change, every ledger use on a worker thread, and a warning says why."""
+    import gatedloop.checkpoints.postgres as postgres
+
+    monkeypatch.setattr(postgres, "greenback", None)
+    effects = Effects(tmp_path / "effects.sqlite")
+    config = {"configurable": {"thread_id": "threads"}}
+
+    async def scenario() -> tuple[int, dict[str, Any]]:
+        async with aegra_shaped_saver(url) as saver:
+            graph = build(saver, effects)
+            await graph.ainvoke({"messages": [("user", "book 1 seat")]}, config)
+            return threading.get_ident(), await graph.ainvoke(APPROVE, config)
+
+    with caplog.at_level("WARNING", logger="gatedloop.postgres"):
+        loop_thread, out = asyncio.run(scenario())
+    assert out["status"] == "completed"
+    assert len(effects.rows("book")) == 1
+    assert ledger_calls and all(thread != loop_thread for thread, _ in ledger_calls)
+    assert "greenback is not installed" in caplog.text
