@@ -467,9 +467,10 @@ def test_the_inbox_tells_a_reviewer_which_calls_her_extension_moved_and_which_ke
 
 
 def test_escalation_is_per_call_a_backup_role_decides_only_the_call_whose_policy_names_it(tmp_path: Path):
-    """The refund escalates to `ops` after 0.5 s; the letter has no backup. Before the escalation olga (ops) may
-    decide neither call; after it she may decide the refund, alone, and an answer of hers naming the letter is
-    refused whole, recording nothing; sue then decides the letter and both writes run once."""
+    """The refund escalates to `ops` after 2 s (0.5 s passed before the first answer on a loaded machine); the
+    letter has no backup. Before the escalation olga (ops) may decide neither call; after it she may decide the
+    refund, alone, and an answer of hers naming the letter is refused whole, recording nothing; sue then decides
+    the letter and both writes run once."""
     desk = Desk()
     model = ScriptedChatModel(
         script=[reply(calls=[call("refund", REFUND, "r1"), call("send_email", EMAIL, "e1")]), reply("done")]
@@ -480,7 +481,7 @@ def test_escalation_is_per_call_a_backup_role_decides_only_the_call_whose_policy
             effect="write",
             approval="always",
             approvers=frozenset({"finance"}),
-            escalate_after_s=0.5,
+            escalate_after_s=2,
             backup_approvers=frozenset({"ops"}),
         ),
         "send_email": ToolPolicy(effect="write", approval="always", approvers=frozenset({"support"})),
@@ -491,7 +492,7 @@ def test_escalation_is_per_call_a_backup_role_decides_only_the_call_whose_policy
         refund = next(a for a in request["action_requests"] if a["tool_call_id"] == "r1")
         assert refund["backup_approvers"] == ["ops"]
         refused = _pending(graph.invoke(Command(resume=_approve("r1")), CFG, context=olga))
-        assert "(after 0.5 s waiting, or one of ['ops'])" in refused["error"]
+        assert "(after 2 s waiting, or one of ['ops'])" in refused["error"]
         time.sleep(max(0.0, refund["escalates_at"] - time.time()) + 0.1)
         refused = _pending(graph.invoke(Command(resume=_approve("r1", "e1")), CFG, context=olga))
         assert "send_email (e1): deciding this call needs one of the roles ['support']" in refused["error"]
