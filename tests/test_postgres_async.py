@@ -57,6 +57,24 @@ async def aegra_shaped_saver(url: str) -> AsyncIterator[AsyncPostgresSaver]:
         yield saver
 
 
+@asynccontextmanager
+async def loop_ticks() -> AsyncIterator[list[float]]:
+    """A tick every 10 ms of the event loop while the block runs: about 100 a second on a free loop, almost none on
+    a loop something blocks."""
+    ticks: list[float] = []
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            ticks.append(time.monotonic())
+
+    ticking = asyncio.create_task(tick())
+    try:
+        yield ticks
+    finally:
+        ticking.cancel()
+
+
 SAVERS: dict[str, Callable[[str], AbstractAsyncContextManager[Any]]] = {
     "aegra_shaped": aegra_shaped_saver,
     "open_async_postgres": open_async_postgres,
@@ -142,26 +160,19 @@ def test_a_run_waiting_for_the_chain_lock_leaves_the_loop_free(url: str, tmp_pat
     async def scenario() -> tuple[int, float, bool]:
         async with aegra_shaped_saver(url) as saver:
             graph = build(saver, effects)
-            ticks = 0
-
-            async def ticker() -> None:
-                nonlocal ticks
-                while True:
-                    await asyncio.sleep(0.01)
-                    ticks += 1
-
-            ticking = asyncio.create_task(ticker())
-            with psycopg.connect(url, autocommit=True) as holder:
-                holder.execute("SELECT pg_advisory_lock(%s)", (CHAIN_LOCK_KEY,))
-                released = asyncio.get_running_loop().call_later(
-                    hold_s, lambda: holder.execute("SELECT pg_advisory_unlock(%s)", (CHAIN_LOCK_KEY,))
-                )
-                started = time.monotonic()
-                out = await graph.ainvoke({"messages": [("user", "book 1 seat")]}, {"configurable": {"thread_id": "t"}})
-                took = time.monotonic() - started
-                released.cancel()
-            ticking.cancel()
-            return ticks, took, "__interrupt__" in out
+            async with loop_ticks() as ticks:
+                with psycopg.connect(url, autocommit=True) as holder:
+                    holder.execute("SELECT pg_advisory_lock(%s)", (CHAIN_LOCK_KEY,))
+                    released = asyncio.get_running_loop().call_later(
+                        hold_s, lambda: holder.execute("SELECT pg_advisory_unlock(%s)", (CHAIN_LOCK_KEY,))
+                    )
+                    started = time.monotonic()
+                    out = await graph.ainvoke(
+                        {"messages": [("user", "book 1 seat")]}, {"configurable": {"thread_id": "t"}}
+                    )
+                    took = time.monotonic() - started
+                    released.cancel()
+            return len(ticks), took, "__interrupt__" in out
 
     ticks, took, paused = asyncio.run(scenario())
     assert paused  # asking for the approval
@@ -208,18 +219,9 @@ def test_a_blocking_validator_runs_off_the_loop_while_the_gates_work_is_on_it(ur
     async def scenario() -> tuple[int, int, bool]:
         async with aegra_shaped_saver(url) as saver:
             graph = build(saver, effects, validator=slow_validator)
-            ticks = 0
-
-            async def ticker() -> None:
-                nonlocal ticks
-                while True:
-                    await asyncio.sleep(0.01)
-                    ticks += 1
-
-            ticking = asyncio.create_task(ticker())
-            out = await graph.ainvoke({"messages": [("user", "book 1 seat")]}, {"configurable": {"thread_id": "v"}})
-            ticking.cancel()
-            return threading.get_ident(), ticks, "__interrupt__" in out
+            async with loop_ticks() as ticks:
+                out = await graph.ainvoke({"messages": [("user", "book 1 seat")]}, {"configurable": {"thread_id": "v"}})
+            return threading.get_ident(), len(ticks), "__interrupt__" in out
 
     loop_thread, ticks, paused = asyncio.run(scenario())
     assert paused
