@@ -45,6 +45,7 @@ from gatedloop.checkpoints.lease import ThreadBusy
 from gatedloop.checkpoints.ledger import POSTGRES_SCHEMA, SqlLedger, claimant_alive
 from gatedloop.checkpoints.outbox import KINDS, POSTGRES_KIND_CHECK, POSTGRES_KIND_UPGRADE
 from gatedloop.checkpoints.pruning import Statements, prune_transactions, run_on_loop
+from gatedloop.tools.blocking import call_blocking
 
 try:  # the `postgres` extra installs it; without it the ledger's async path stays on worker threads
     import greenback
@@ -312,15 +313,9 @@ class PostgresLedger(SqlLedger):
             return None
         return awaiting[1]
 
-    def _off_the_loop(self, blocking: Callable[[], T]) -> T:
-        """A call on a synchronous connection of its own: on a worker thread when the loop would wait for it."""
-        if self._awaited_connection() is None:
-            return blocking()
-        return greenback.await_(asyncio.to_thread(blocking))
-
     @property
     def claimant(self) -> str:
-        return self._off_the_loop(self._worker.name)
+        return call_blocking(self._worker.name)
 
     def claimant_alive(self, claimant: str) -> bool:
         """Whether the process named in a claim may still be running: it holds its worker lock while it lives.
@@ -328,7 +323,7 @@ class PostgresLedger(SqlLedger):
         if not claimant.startswith(WORKER_PREFIX):
             return claimant_alive(claimant)
         key = worker_key(claimant.removeprefix(WORKER_PREFIX).split(":", 1)[0])
-        return self._off_the_loop(lambda: self._lock_free(key))
+        return call_blocking(self._lock_free, key)
 
     def _lock_free(self, key: int) -> bool:
         with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:

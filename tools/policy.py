@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from gatedloop.tools.blocking import call_blocking
 from gatedloop.tools.usage import UsageLimit
-from gatedloop.tools.user_functions import call_user_function
 
 Effect = Literal["read", "write"]
 DecisionType = Literal["approve", "edit", "reject", "respond"]
@@ -209,7 +209,7 @@ class ToolPolicy:
         if self.approval == "always":
             return True
         try:
-            return bool(call_user_function(self.approval, args, context))
+            return bool(call_blocking(self.approval, args, context))
         except Exception:
             return True
 

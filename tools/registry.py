@@ -18,9 +18,9 @@ from pydantic import ValidationError
 
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import CallArguments, UnreadArguments, digest, read_arguments, safe_text, storable_text
+from gatedloop.tools.blocking import call_blocking
 from gatedloop.tools.injection import COMMAND_REFUSED, Injections, injections, returns_only_commands
 from gatedloop.tools.policy import GATED_WRITE, CallContext, ToolPolicy
-from gatedloop.tools.user_functions import call_user_function
 
 log = logging.getLogger("gatedloop.tools")
 
@@ -157,7 +157,7 @@ def _run_validator(
 ) -> errors.ToolFailure | None:
     assert policy.validator is not None
     try:
-        reason = call_user_function(policy.validator, args, context)
+        reason = call_blocking(policy.validator, args, context)
     except errors.ToolFailure as exc:
         return exc  # its own message, type and retryable, as when a tool raises it
     except Exception:

@@ -37,10 +37,10 @@ from gatedloop.nodes.wire.hitl import (
 )
 from gatedloop.tools import errors
 from gatedloop.tools.arguments import digest, storable_text
+from gatedloop.tools.blocking import call_blocking
 from gatedloop.tools.policy import MASK, CallContext, ToolPolicy
 from gatedloop.tools.registry import CheckedCall, ToolRegistry, describe_tool
 from gatedloop.tools.results import responded_result
-from gatedloop.tools.user_functions import call_user_function
 
 log = logging.getLogger("gatedloop.approve")
 
@@ -199,7 +199,7 @@ def _preview(policy: ToolPolicy, shown: dict[str, Any], name: str) -> str | None
     if policy.preview is None:
         return None
     try:
-        return str(call_user_function(policy.preview, shown)).strip()[:300] or None
+        return str(call_blocking(policy.preview, shown)).strip()[:300] or None
     except Exception:
         log.warning("the preview of %s raised; the request is shown without it", name, exc_info=True)
         return None
