@@ -17,7 +17,10 @@ Order is the database's commit order, kept by one writer at a time at the chain'
 - Postgres: a transaction-level advisory lock (`pg_advisory_xact_lock(CHAIN_LOCK_KEY)`) is taken after the
   transaction's own evidence statements and before the head is read; it is released at commit, so the next
   appender, whose head read is a new statement under READ COMMITTED, sees the entries just committed. Writers
-  serialize only for the few statements between the lock and the commit.
+  serialize only for the few statements between the lock and the commit. The lock and the head read are one
+  round trip, `gatedloop_chain_head_locked()`: a PL/pgSQL function, because each statement inside a volatile
+  function takes a new snapshot, so its head read sees what committed while it waited for the lock (one plain
+  statement would read with the snapshot it took before waiting).
 
 The chain begins where this code first wrote to a ledger: its first entry (`seq` 1, table `genesis`) records how
 many rows each evidence table held before, so an old database opens, resumes and gains a chain from its first
@@ -64,6 +67,16 @@ CREATE TABLE IF NOT EXISTS gatedloop_chain (
 
 CHAIN_LOCK_KEY = int.from_bytes(hashlib.sha256(b"gatedloop:chain").digest()[:8], "big", signed=True)
 POSTGRES_CHAIN_LOCK = f"SELECT pg_advisory_xact_lock({CHAIN_LOCK_KEY})"
+POSTGRES_LOCKED_HEAD_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION gatedloop_chain_head_locked() RETURNS TABLE (seq BIGINT, chain_hash TEXT)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock({CHAIN_LOCK_KEY});
+    RETURN QUERY SELECT c.seq, c.chain_hash FROM gatedloop_chain c ORDER BY c.seq DESC LIMIT 1;
+END $$
+"""
+"""Postgres: the chain's lock, then its head, in one round trip (see the module's docstring for why a function)."""
+POSTGRES_LOCKED_HEAD_QUERY = "SELECT seq, chain_hash FROM gatedloop_chain_head_locked()"
 GENESIS_TABLE = "genesis"
 ZERO_HASH = "0" * 64
 SIGNATURE_DOMAIN = b"gatedloop-chain-head-v1\n"
@@ -516,9 +529,7 @@ def append(
     sign = sign or any(is_decision(table, row) for table, row in entries)
     if not entries and not (sign and signer):
         return Appended(0, 0)
-    if postgres:
-        yield POSTGRES_CHAIN_LOCK, (), False
-    head = yield (HEAD_QUERY, (), True)
+    head = yield (POSTGRES_LOCKED_HEAD_QUERY if postgres else HEAD_QUERY, (), True)
     seq, prev = (int(row_values(head[0])[0]), str(row_values(head[0])[1])) if head else (0, ZERO_HASH)
     at = time.time()
     if not entries:  # a signature on demand, on the head as it stands

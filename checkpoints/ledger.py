@@ -38,6 +38,7 @@ from gatedloop.checkpoints.chain import (
     CHAIN_COLUMNS,
     CHAIN_SCHEMA,
     CHAINED,
+    POSTGRES_LOCKED_HEAD_FUNCTION,
     ChainEntry,
     Report,
     Signer,
@@ -142,7 +143,7 @@ def postgres_statements(schema: str) -> list[str]:
     return [statement.strip() for statement in schema.split(";") if statement.strip()]
 
 
-POSTGRES_SCHEMA = postgres_statements(SCHEMA)
+POSTGRES_SCHEMA = [*postgres_statements(SCHEMA), POSTGRES_LOCKED_HEAD_FUNCTION]
 
 ENTRY_COLUMNS = (
     "thread_id, call_id, tool, args_digest, idempotency_key, state, result, claimed_at, finished_at, attempts, claimant"

@@ -232,6 +232,66 @@ def test_several_writers_at_once_leave_a_chain_that_verifies(backend: Backend):
                 ledger.close()
 
 
+def test_on_postgres_an_append_that_waited_for_the_lock_chains_after_what_the_holder_committed():
+    """The chain's lock and head are read in one round trip on Postgres; the head must still be read after the lock
+    is won. A transaction appends an audit row and holds the lock open; another ledger's append waits for it; once
+    the holder commits, the waiter chains after the holder's entry (a head read from before the wait would reuse
+    its seq: a duplicate key, and a fork)."""
+    import psycopg
+    from pg_server import require_postgres
+
+    from gatedloop.checkpoints.evidence import audit_statements
+
+    with isolated(Backend("postgres", require_postgres())) as store:
+        waiter = store.ledger()
+        try:
+            waiter.record("t", "first", "note", {})  # the genesis and one entry
+            with psycopg.connect(store.db, autocommit=True) as holder:
+                with holder.transaction(), holder.cursor() as cur:
+
+                    def execute(query: str, params: Any, fetch: bool) -> list[Any]:
+                        cur.execute(query.replace("?", "%s"), tuple(params))
+                        return cur.fetchall() if fetch else []
+
+                    held = chain_mod.drive(
+                        execute,
+                        chain_mod.chained_statements(
+                            "?", True, audit_statements("t", [AuditEvent("held", "note", {})]), None, started=True
+                        ),
+                    )
+                    appended: list[BaseException | None] = []
+
+                    def append() -> None:
+                        try:
+                            waiter.record("t", "waited", "note", {})
+                            appended.append(None)
+                        except BaseException as exc:  # reported below
+                            appended.append(exc)
+
+                    worker = threading.Thread(target=append)
+                    worker.start()
+                    with psycopg.connect(store.db, autocommit=True) as watcher:
+                        for _ in range(500):  # until the waiter is queued on the lock
+                            waiting = watcher.execute(
+                                "SELECT count(*) FROM pg_locks WHERE locktype='advisory' AND NOT granted"
+                            ).fetchone()
+                            if waiting and waiting[0]:
+                                break
+                            threading.Event().wait(0.01)
+                        else:
+                            raise AssertionError("the second append never waited for the chain's lock")
+                    assert not appended  # still waiting while the holder's transaction is open
+                worker.join(10)
+            assert appended == [None]
+            entries = waiter.chain()
+            assert [e.seq for e in entries] == list(range(1, held.head + 2))
+            assert entries[-1].prev_hash == entries[-2].chain_hash and entries[-2].seq == held.head
+            report = waiter.verify_chain()
+            assert report.ok, report.problems
+        finally:
+            waiter.close()
+
+
 def test_the_chained_columns_are_every_column_of_each_evidence_table(db: str):
     """A column added to an evidence table is hashed too (else an edit of it would go unnoticed)."""
     import sqlite3
