@@ -49,6 +49,7 @@ from gatedloop.checkpoints.chain import (
     chained_table,
     chaining,
     drive,
+    row_values,
     signer_from_env,
     verify_chain,
 )
@@ -306,8 +307,9 @@ def copy_ledger_rows(source: str, target: str, placeholder: str) -> Statements[N
 
 def _claim_steps(
     thread_id: str, call_id: str, tool: str, args_digest: str, claimant: str, terms: ClaimTerms
-) -> Statements[bool]:
-    """A claim, and only if it is new, the grant's use and the limits' charges it comes with (`SqlLedger.claim`)."""
+) -> Statements[LedgerEntry | None]:
+    """A claim, and only if it is new, the grant's use and the limits' charges it comes with (`SqlLedger.claim`):
+    the new claim as stored (the chain's RETURNING gives its row), or None if the call was claimed before."""
     now = time.time()
     claimed = yield (
         "INSERT INTO gatedloop_ledger (thread_id, call_id, tool, args_digest, idempotency_key, state, claimed_at,"
@@ -316,12 +318,12 @@ def _claim_steps(
         True,
     )
     if not claimed:
-        return False
+        return None
     if terms.grants:
         yield from take_grant_use(thread_id, call_id, args_digest, terms.grants, now)
     for charge in terms.charges:
         yield from charge_limit(tool, charge, now, terms.past_limit)
-    return True
+    return LedgerEntry(*row_values(claimed[0]))
 
 
 class Claims(Protocol):
@@ -610,9 +612,11 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
         that already existed takes and charges nothing (its first claim did)."""
         claimant = self.claimant  # on Postgres a round trip of its own: before the transaction, not inside it
         won = self._steps(_claim_steps(thread_id, call_id, tool, args_digest, claimant, terms or ClaimTerms()))
+        if won is not None:
+            return True, won
         entry = self.get(thread_id, call_id)
         assert entry is not None
-        return won, entry
+        return False, entry
 
     def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool:
         """Allow one more start of a call known not to have happened (reconciled, or decided by a person).
