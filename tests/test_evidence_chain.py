@@ -18,6 +18,7 @@ import json
 import os
 import stat
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -270,14 +271,17 @@ def test_on_postgres_an_append_that_waited_for_the_lock_chains_after_what_the_ho
 
                     worker = threading.Thread(target=append)
                     worker.start()
+                    key = (chain_mod.CHAIN_LOCK_KEY >> 32 & 0xFFFFFFFF, chain_mod.CHAIN_LOCK_KEY & 0xFFFFFFFF)
                     with psycopg.connect(store.db, autocommit=True) as watcher:
-                        for _ in range(500):  # until the waiter is queued on the lock
+                        for _ in range(500):  # until the waiter is queued on the chain's lock
                             waiting = watcher.execute(
                                 "SELECT count(*) FROM pg_locks WHERE locktype='advisory' AND NOT granted"
+                                " AND classid=%s::oid AND objid=%s::oid",
+                                key,
                             ).fetchone()
                             if waiting and waiting[0]:
                                 break
-                            threading.Event().wait(0.01)
+                            time.sleep(0.01)
                         else:
                             raise AssertionError("the second append never waited for the chain's lock")
                     assert not appended  # still waiting while the holder's transaction is open
