@@ -109,6 +109,11 @@ class ScriptedChatModel(BaseChatModel):
                 planned = self.responder(list(messages))
                 if planned is None:
                     return self._fail(f"no reply planned after: {_last_text(messages)!r}")
+                if not isinstance(planned, AIMessage):  # a `call(...)` dict returned alone is the usual slip
+                    return self._fail(
+                        f"the responder returned a {type(planned).__name__}; it must return an AIMessage, such as"
+                        " reply(text) or reply('', [call(name, args)])"
+                    )
                 return with_call_ids(planned.model_copy(deep=True), messages)
             if self._position >= len(self.script):
                 return self._fail(f"script exhausted after {len(self.script)} replies")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from invariants import assert_each_call_answered_once
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
@@ -12,7 +13,7 @@ from sample_app import Effects, make_tools, policies
 
 from gatedloop.checkpoints import open_sqlite
 from gatedloop.graph import Limits, build_graph
-from gatedloop.graph.scripted import ScriptedChatModel, call, reply
+from gatedloop.graph.scripted import ScriptedChatModel, UnexpectedModelCall, call, reply
 
 CFG = {"configurable": {"thread_id": "t1"}}
 
@@ -148,3 +149,16 @@ def test_a_new_message_on_a_finished_thread_starts_a_fresh_request(db):
         out = graph.invoke({"messages": [("user", "again")]}, CFG, durability="sync")
     assert out["status"] == "completed" and out["answer"] == "second"
     model.assert_complete()
+
+
+def test_a_responder_that_returns_a_planned_call_instead_of_a_message_is_told_what_to_return(db):
+    """A newcomer's slip (a `call(...)` dict where `reply('', [call(...)])` belongs) stops the request as the
+    model's error, and the scripted model says what it needed, not an AttributeError from inside pydantic."""
+    model = ScriptedChatModel(responder=lambda messages: call("lookup", {"query": "q"}))
+    with open_sqlite(db) as saver:
+        effects = Effects(Path(saver.path).with_name("effects.sqlite"))
+        graph = build_graph(model, make_tools(effects), policies=policies(effects), checkpointer=saver)
+        out = graph.invoke({"messages": [("user", "go")]}, CFG, durability="sync")
+    assert out["status"] == "error"
+    with pytest.raises(UnexpectedModelCall, match=r"responder returned a dict; it must return an AIMessage"):
+        model.assert_complete()
