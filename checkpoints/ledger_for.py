@@ -134,6 +134,11 @@ class LedgerOfTheRun:
             return self._outside
         return self.of(saver)
 
+    def knows(self, saver: BaseCheckpointSaver) -> bool:
+        """Whether the ledger of runs over `saver` is made already (making it opens a file or a connection)."""
+        with self._lock:
+            return unwrapped(saver) in self._ledgers
+
     def of(self, saver: BaseCheckpointSaver) -> Ledger:
         """The ledger of runs over `saver`: what `current` finds inside such a run, for a caller about to start one."""
         saver = unwrapped(saver)

@@ -38,7 +38,7 @@ from langgraph.types import Command, StateUpdate
 
 from gatedloop.graph.contexts import kept_fields, missing_fields, reused_fields
 from gatedloop.graph.resumed_trace import aresumed_config, resumed_config
-from gatedloop.graph.thread_graph import claim_thread, ledger_of
+from gatedloop.graph.thread_graph import aledger_of, claim_thread
 from gatedloop.nodes.build.parts import ledger_call
 from gatedloop.nodes.state import REQUESTER_FIELD
 from gatedloop.nodes.wire.identity import authenticated_context, caller_context, stored_identity
@@ -70,7 +70,7 @@ class GatedGraph(CompiledStateGraph):
     ) -> AsyncIterator[Any]:
         thread_id = self._saved_thread(config)
         if thread_id is not None:
-            await ledger_call(ledger_of(self), claim_thread, self, thread_id)
+            await ledger_call(await aledger_of(self), claim_thread, self, thread_id)
         if _carries_no_message(input) and missing_fields(context, self.context_schema):
             context = reused_fields(context, self.context_schema, _kept(await self._arequest_values(config)))
         config = await aresumed_config(self, thread_id, input, config)

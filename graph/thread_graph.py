@@ -4,6 +4,7 @@ compiled graph's own entry, so a served graph is held to it too)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -167,6 +168,17 @@ def made_by(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> bo
     not build: what is secret in such a thread cannot be known from the graph at hand."""
     ledger = ledger_of(graph)
     return ledger is not None and ledger.thread_graph(thread_id) == graph_identity(graph)
+
+
+async def aledger_of(graph: CompiledStateGraph[Any, Any, Any, Any]) -> Ledger | None:
+    """`ledger_of` from async code: a served graph's ledger is made on its checkpointer's first run (a file or a
+    connection opened), so that once on a worker thread, not on the event loop (`langgraph dev` refuses a
+    blocking call there); afterwards it is at hand."""
+    parts, saver = parts_of(graph), graph.checkpointer
+    served = parts.ledger if parts is not None and isinstance(parts.ledger, LedgerOfTheRun) else None
+    if served is not None and isinstance(saver, BaseCheckpointSaver) and not served.knows(saver):
+        return await asyncio.to_thread(ledger_of, graph)
+    return ledger_of(graph)
 
 
 def ledger_of(graph: CompiledStateGraph[Any, Any, Any, Any]) -> Ledger | None:

@@ -259,3 +259,33 @@ def test_a_graph_that_cannot_be_loaded_is_one_line_saying_why(folder: Path, refe
     failed = gatedloop(folder, "--graph", reference, "run", "hi", code=2)
     [line] = failed.stderr.strip().splitlines()
     assert complaint in line, line
+
+
+def test_langgraph_dev_serves_your_graph_from_a_langgraph_json_without_gatedloops_checkpointer(folder: Path):
+    """The shortest langgraph.json a newcomer writes (their graph, nothing of gatedloop's): `langgraph dev` serves
+    it on its own saver, so the run makes its ledger on first use, which must not block the server's event loop
+    (`langgraph dev` refuses that: the run failed with an internal BlockingError). The request pauses; the events
+    approver's answer pays once; a replay of it pays nothing more."""
+    from devserver import run_dev_server
+    from langgraph_sdk import get_sync_client
+
+    (folder / "langgraph.json").write_text(
+        json.dumps({"dependencies": ["."], "graphs": {"seats": "./my_agent.py:graph"}})
+    )
+    env = {
+        "MY_AGENT_EFFECTS": str(folder / "effects.jsonl"),
+        "GATEDLOOP_AUTH_TOKENS": None,
+        "GATEDLOOP_AUTH_FILE": None,
+    }
+    with run_dev_server(folder, env=env, workdir=folder / "server") as url:
+        client = get_sync_client(url=url)
+        thread_id = client.threads.create()["thread_id"]
+        ask = {"messages": [{"role": "user", "content": "two seats please"}]}
+        client.runs.wait(thread_id, "seats", input=ask, context={"user_id": "ana", "roles": ["staff"]})
+        [interrupt] = client.threads.get_state(thread_id)["interrupts"]
+        assert [r["name"] for r in interrupt["value"]["action_requests"]] == ["reserve_seat"]
+        approve = {"resume": {"decisions": [{"type": "approve"}]}}
+        out = client.runs.wait(thread_id, "seats", command=approve, context={"user_id": "eve", "roles": ["events"]})
+        assert isinstance(out, dict) and out["status"] == "completed", out
+        client.runs.wait(thread_id, "seats", command=approve, context={"user_id": "eve", "roles": ["events"]})
+    assert len((folder / "effects.jsonl").read_text().splitlines()) == 1
