@@ -40,7 +40,7 @@ from gatedloop.nodes.gate.turn_evidence import admit_turn
 from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.notices import queue_approval_notice, queue_decided_notice
 from gatedloop.nodes.run.observed import report_decisions, report_expiry
-from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters
+from gatedloop.nodes.state import CallPlan, GatedState, RequestCounters, changes
 from gatedloop.nodes.wire.hitl import GatedHITLRequest, InvalidDecision, check_addressed, check_decisions
 from gatedloop.nodes.wire.senders import received
 
@@ -154,4 +154,4 @@ def _update(
             counters["waited_s"] += max(0.0, parts.clock() - paused_at)
             counters["paused_at"] = None
         update["counters"] = counters
-    return {**update, **record_answers(parts.ledger, thread_id, answers, "approve")}
+    return changes(state, {**update, **record_answers(parts.ledger, thread_id, answers, "approve")})

@@ -143,7 +143,7 @@ def make_execute_node(parts: LoopParts) -> RunnableCallable:
             turn.record_write(step, outcome, settled)
         return await parts.ledger_call(turn.update)
 
-    return RunnableCallable(execute, aexecute, name="execute")
+    return RunnableCallable(execute, aexecute, name="execute", trace=False)  # traced once, by LangGraph (gate_node)
 
 
 class _Turn:

@@ -21,7 +21,7 @@ from gatedloop.nodes.gate.open_calls import leftover_answers
 from gatedloop.nodes.gate.views import kept_view
 from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.notices import queue_finished_notice
-from gatedloop.nodes.state import PROTECTED_KEYS, GatedState
+from gatedloop.nodes.state import PROTECTED_KEYS, GatedState, changes
 from gatedloop.nodes.wire.model_view import MODEL_VIEW_FIELD, view_of
 
 log = logging.getLogger("gatedloop.finalize")
@@ -65,7 +65,7 @@ def make_finalize_node(parts: LoopParts):
             update["messages"] = [*removals, *answered]
         if parts.middleware is not None and parts.middleware.after_agent:
             update.update(_after_agent(parts, thread_id, {**state, **update}, messages, runtime))
-        return update
+        return changes(state, update)
 
     if parts.middleware is not None and parts.middleware.after_agent:
         return finalize  # a user's after_agent hooks may block: on LangGraph's executor, as a sync node

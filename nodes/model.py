@@ -31,7 +31,7 @@ from gatedloop.nodes.provider.finish import finish_status, no_status_detail, ref
 from gatedloop.nodes.provider.streamed_args import ainvoke_capturing, invoke_capturing
 from gatedloop.nodes.run.facts import RunFacts
 from gatedloop.nodes.run.unknown import make_settle_task
-from gatedloop.nodes.state import PROTECTED_KEYS, CallPlan, GatedState, ModelView, RequestCounters
+from gatedloop.nodes.state import PROTECTED_KEYS, CallPlan, GatedState, ModelView, RequestCounters, changes
 from gatedloop.nodes.wire.model_view import MODEL_VIEW_FIELD, view_of, view_record
 from gatedloop.tools.arguments import MAX_DEPTH, argument_problem, safe_text, storable_text
 from gatedloop.tools.registry import ToolRegistry
@@ -162,7 +162,7 @@ def make_model_node(parts: LoopParts) -> RunnableCallable:
         steps, result = turn.steps(), None
         while (step := _advance(steps, result)) is not None:
             result = step.run(turn, runtime)
-        return turn.update()
+        return changes(state, turn.update())
 
     async def amodel(state: GatedState, runtime: Runtime) -> dict[str, Any]:
         # Closing open calls and the cancel flag use the ledger: in place or on a thread (`ledger_call`).
@@ -170,9 +170,9 @@ def make_model_node(parts: LoopParts) -> RunnableCallable:
         steps, result = turn.steps(), None
         while (step := _advance(steps, result)) is not None:
             result = await step.arun(turn, runtime)
-        return turn.update()
+        return changes(state, turn.update())
 
-    return RunnableCallable(model, amodel, name="model")
+    return RunnableCallable(model, amodel, name="model", trace=False)  # traced once, by LangGraph (gate_node)
 
 
 def _advance(steps: Generator[_Step, Any, None], result: Any) -> _Step | None:

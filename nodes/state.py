@@ -172,3 +172,15 @@ class OutputState(TypedDict):
     answer: NotRequired[str | None]
     stop_detail: NotRequired[str | None]
     structured_response: NotRequired[Any]
+
+
+_ALWAYS_WRITTEN = frozenset({"seen_reads", *OutputState.__annotations__})
+"""Kept in every update that has them: `seen_reads` has a reducer (a write is never a no-op), and the result
+keys are what a caller reads from a paused or finished run (`out["status"]`), present from a request's start."""
+
+
+def changes(state: Any, update: dict[str, Any]) -> dict[str, Any]:
+    """`update` without the gate's other keys when they already hold the value written (absent counts as None):
+    LangGraph checkpoints every written key as a new version, changed or not, and a server streams it. A key
+    that is not the gate's (`messages`, a middleware's) is always kept."""
+    return {k: v for k, v in update.items() if k not in PROTECTED_KEYS or k in _ALWAYS_WRITTEN or state.get(k) != v}

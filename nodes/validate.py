@@ -28,7 +28,7 @@ from gatedloop.nodes.gate.grants import covering_grants
 from gatedloop.nodes.gate.proposals import NOT_PROPOSED, register_turn, unproposed
 from gatedloop.nodes.gate.turn_evidence import grantable_tools, open_grants
 from gatedloop.nodes.run.facts import RunFacts
-from gatedloop.nodes.state import CallPlan, GatedState, Status, Verdict
+from gatedloop.nodes.state import CallPlan, GatedState, Status, Verdict, changes
 from gatedloop.nodes.wire.identity import requester_of
 from gatedloop.tools import errors
 from gatedloop.tools.policy import CallContext
@@ -79,7 +79,7 @@ def make_validate_node(parts: LoopParts):
             update["counters"] = {**counters, "paused_at": parts.clock()}
         if stop:
             update.update(stop=stop[0], stop_detail=stop[1])
-        return update
+        return changes(state, update)
 
     return gate_node(parts, validate)
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from invariants import assert_each_call_answered_once
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 from sample_app import Effects, make_tools, policies
 
-from gatedloop.checkpoints import open_sqlite
+from gatedloop.checkpoints import open_async_sqlite, open_sqlite
 from gatedloop.graph import Limits, build_graph
 from gatedloop.graph.scripted import ScriptedChatModel, UnexpectedModelCall, call, reply
 
@@ -162,3 +166,38 @@ def test_a_responder_that_returns_a_planned_call_instead_of_a_message_is_told_wh
     assert out["status"] == "error"
     with pytest.raises(UnexpectedModelCall, match=r"responder returned a dict; it must return an AIMessage"):
         model.assert_complete()
+
+
+class _RunNames(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+        self.names.append(kwargs.get("name") or "")
+
+
+def _one_read(saver: Any) -> Any:
+    effects = Effects(Path(saver.path).with_name("effects.sqlite"))
+    model = ScriptedChatModel(script=[reply(calls=[call("lookup", {"query": "q"}, "r1")]), reply("ok")])
+    return build_graph(model, make_tools(effects), policies=policies(effects), checkpointer=saver)
+
+
+@pytest.mark.parametrize("driver", ["invoke", "ainvoke"])
+def test_each_node_step_is_one_run_in_a_callbacks_trace(db, driver):
+    """What LangSmith and a callback see: each step of a node once, under its name (LangGraph traces the task;
+    the node does not trace itself again inside it)."""
+    seen = _RunNames()
+    request, config = {"messages": [("user", "go")]}, {**CFG, "callbacks": [seen]}
+    if driver == "invoke":
+        with open_sqlite(db) as saver:
+            out = _one_read(saver).invoke(request, config)
+    else:
+
+        async def on_the_loop() -> Any:
+            async with open_async_sqlite(db) as saver:
+                return await _one_read(saver).ainvoke(request, config)
+
+        out = asyncio.run(on_the_loop())
+    assert out["answer"] == "ok"
+    steps = Counter(n for n in seen.names if n in ("model", "validate", "approve", "execute", "finalize"))
+    assert steps == {"model": 2, "validate": 1, "execute": 1, "finalize": 1}

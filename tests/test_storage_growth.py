@@ -80,3 +80,57 @@ def test_bytes_a_step_adds_at_step_400_are_within_1_5x_of_those_at_step_50(db):
     # Amortized, snapshots of the history included: the mean bytes per step does not grow either.
     mean_50, mean_400 = after_round[50] / 50, after_round[ROUNDS] / ROUNDS
     assert mean_400 <= 1.5 * mean_50, f"mean bytes per step {mean_400:.0f} at {ROUNDS}, {mean_50:.0f} at 50"
+
+
+@tool
+def pay(amount: float, to: str) -> str:
+    """Pay an amount to someone (a write)."""
+    return f"paid {amount} to {to}"
+
+
+def pay_then_answer(messages: list[BaseMessage]) -> AIMessage:
+    start = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+    if any(isinstance(m, ToolMessage) for m in messages[start:]):
+        return reply("done")
+    if "pay" not in str(messages[start].content):
+        return reply("nothing to pay")
+    return reply(calls=[call("pay", {"amount": 5.0, "to": "bo"}, f"c{start}")])
+
+
+def test_a_step_stores_only_the_gate_keys_it_changed(db):
+    """LangGraph checkpoints every key a node writes, changed or not (and a server streams it): the gate's nodes
+    leave out a key that already holds the value (a `stop` still None, `calls` already empty), except the result
+    keys a caller reads from a paused or finished run."""
+    from langgraph.types import Command
+
+    from gatedloop.nodes.state import PROTECTED_KEYS, OutputState
+
+    plain = PROTECTED_KEYS - {"seen_reads"}
+    with open_sqlite(db) as saver:
+        graph = build_graph(
+            ScriptedChatModel(responder=pay_then_answer),
+            [pay],
+            policies={"pay": ToolPolicy(effect="write", approval="always")},
+            checkpointer=saver,
+        )
+        cfg = {"configurable": {"thread_id": "t"}}
+        paused = graph.invoke({"messages": [("user", "pay bo")]}, cfg)
+        assert paused["__interrupt__"] and (paused["status"], paused["answer"]) == (None, None)
+        assert graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg)["answer"] == "done"
+        second = graph.invoke({"messages": [("user", "hello")]}, cfg)
+        assert (second["status"], second["answer"]) == ("completed", "nothing to pay")
+        names = {t.id: t.name for snap in graph.get_state_history(cfg) for t in snap.tasks}
+        written, unchanged = [], []
+        for before in saver.list(cfg):
+            if before.metadata.get("source") == "input":
+                continue  # the caller's input, not a node's step
+            held = before.checkpoint["channel_values"]
+            for task_id, key, value in before.pending_writes or []:
+                if key in plain:
+                    written.append((names[task_id], key))
+                    if held.get(key) == value and key not in OutputState.__annotations__:
+                        unchanged.append((names[task_id], key, value))
+    assert unchanged == []
+    assert ("model", "status") in written  # the second request resets the first one's result
+    assert written.count(("finalize", "status")) == 2
+    assert ("model", "stop") not in written and ("approve", "review_error") not in written

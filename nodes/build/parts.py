@@ -173,4 +173,7 @@ def gate_node(parts: LoopParts, node: Callable[[Any, Any], dict[str, Any]]) -> R
     async def where_the_ledger_says(state: Any, runtime: Any) -> dict[str, Any]:
         return await parts.ledger_call(node, state, runtime)
 
-    return RunnableCallable(node, where_the_ledger_says, name=node.__name__)
+    # trace=False (here, in `model` and in `execute`): LangGraph's task already traces the node under its name, the
+    # run callbacks and LangSmith see; a traced RunnableCallable would add a nested run of the same name, with its
+    # own callback manager, for nothing. create_agent's nodes do the same. About 1.5 ms of CPU per served run.
+    return RunnableCallable(node, where_the_ledger_says, name=node.__name__, trace=False)
