@@ -6,6 +6,8 @@ process ends, and a thread resumed in another process would find its approved wr
 - a gatedloop saver (`open_sqlite`, `open_async_sqlite`, `open_postgres`, ...) brings its own ledger;
 - a plain `SqliteSaver` on a file gets gatedloop's ledger in that same file, on a connection of its own;
 - an in-memory saver (`InMemorySaver`, or a `SqliteSaver` on ":memory:") gets an in-memory ledger, as durable as it;
+  one that keeps its checkpoints in files (LangGraph's `PersistentDict`: `langgraph dev`'s own saver, in
+  `.langgraph_api/`) gets a ledger file beside them, so an approval asked before a restart is answered after it;
 - LangGraph's own `PostgresSaver` / `AsyncPostgresSaver` gets gatedloop's ledger in the same database;
 - no checkpointer (LangGraph Server supplies one at run time) gets the ledger of the checkpointer each run is
   given, by the rules here, looked up when a step uses it (`LedgerOfTheRun`): under gatedloop's checkpointer in
@@ -17,11 +19,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from pathlib import Path
 from typing import Any, cast
 from weakref import WeakKeyDictionary
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from gatedloop.checkpoints.contract import GatedSaver
@@ -37,6 +40,7 @@ NO_DURABLE_LEDGER = (
 INSTEAD = {
     "AsyncSqliteSaver": "gatedloop.checkpoints.open_async_sqlite(path)",
 }
+KEPT_LEDGER_NAME = "gatedloop-ledger.sqlite"
 PORTED_FILE = (
     "{path} holds checkpoints of a plain SqliteSaver but no gatedloop ledger yet. If no gatedloop graph ever ran on "
     "it, pass ledger=SqliteLedger({path!r}, recreate=True) once (every write is then reconciled with its system "
@@ -60,7 +64,7 @@ def ledger_for(checkpointer: BaseCheckpointSaver | None) -> Ledger:
     if checkpointer is None:
         return cast(Ledger, LedgerOfTheRun())
     if isinstance(checkpointer, InMemorySaver):
-        return SqliteLedger(":memory:")
+        return SqliteLedger(_kept_beside(checkpointer) or ":memory:")
     if isinstance(checkpointer, SqliteSaver):
         path = _file_of(checkpointer)
         if not path:
@@ -95,6 +99,15 @@ def _postgres_conninfo(saver: BaseCheckpointSaver) -> str | None:
 
     password = getattr(info, "password", None)
     return make_conninfo(info.dsn, **({"password": password} if password else {}))
+
+
+def _kept_beside(saver: InMemorySaver) -> str:
+    """The ledger file for an in-memory saver that keeps its checkpoints in files (`PersistentDict`s), in their
+    folder; "" for one that keeps nothing."""
+    storage = saver.storage
+    if isinstance(storage, PersistentDict) and storage.filename:
+        return str(Path(storage.filename).with_name(KEPT_LEDGER_NAME))
+    return ""
 
 
 def _file_of(saver: SqliteSaver) -> str:

@@ -5,17 +5,21 @@ to pass instead. Pausing in one real process and approving in another runs the a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
-from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.types import Command
 from sample_app import Effects, build
 
 from gatedloop.checkpoints import open_sqlite
@@ -78,6 +82,38 @@ def test_an_in_memory_saver_gets_an_in_memory_ledger(tmp_path: Path):
     graph = build(InMemorySaver(), Effects(tmp_path / "effects.sqlite"))
     cfg = {"configurable": {"thread_id": "t1"}}
     assert graph.invoke({"messages": [("user", "book 1 seat")]}, cfg)["__interrupt__"]
+
+
+def _kept_in_files(folder: Path) -> InMemorySaver:
+    """An in-memory saver that keeps its checkpoints in files, as `langgraph dev`'s does (in `.langgraph_api/`):
+    each store a `PersistentDict`, loaded when made, written out by `sync()`."""
+    count = itertools.count()
+
+    def store(*args: Any) -> PersistentDict:
+        kept = PersistentDict(*args, filename=str(folder / f".langgraph_checkpoint.{next(count)}.pckl"))
+        with contextlib.suppress(FileNotFoundError):
+            kept.load()
+        return kept
+
+    return InMemorySaver(factory=store)
+
+
+def test_an_in_memory_saver_that_keeps_its_checkpoints_in_files_keeps_its_ledger_beside_them(tmp_path: Path):
+    """Its checkpoints outlive the process, so its ledger must too (invariant 12): an approval asked before a
+    restart is answered after it, and runs once (an in-memory ledger answered it "never validated")."""
+    effects = Effects(tmp_path / "effects.sqlite")
+    cfg = {"configurable": {"thread_id": "t1"}}
+    before = _kept_in_files(tmp_path)
+    assert build(before, effects).invoke({"messages": [("user", "book 1 seat")]}, cfg)["__interrupt__"]
+    for kept in (before.storage, before.writes, before.blobs):
+        kept.sync()
+    assert (tmp_path / "gatedloop-ledger.sqlite").is_file()
+    after = build(_kept_in_files(tmp_path), effects)  # a new process would make the same
+    out = after.invoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg)
+    assert out["status"] == "completed"
+    assert [(args["item"], args["quantity"]) for _, args, _ in effects.rows()] == [("seat", 1)]
+    after.invoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg)
+    assert len(effects.rows()) == 1
 
 
 def test_a_saver_gatedloop_cannot_give_a_durable_ledger_is_refused_with_what_to_use(tmp_path: Path):

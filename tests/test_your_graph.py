@@ -264,8 +264,9 @@ def test_a_graph_that_cannot_be_loaded_is_one_line_saying_why(folder: Path, refe
 def test_langgraph_dev_serves_your_graph_from_a_langgraph_json_without_gatedloops_checkpointer(folder: Path):
     """The shortest langgraph.json a newcomer writes (their graph, nothing of gatedloop's): `langgraph dev` serves
     it on its own saver, so the run makes its ledger on first use, which must not block the server's event loop
-    (`langgraph dev` refuses that: the run failed with an internal BlockingError). The request pauses; the events
-    approver's answer pays once; a replay of it pays nothing more."""
+    (`langgraph dev` refuses that: the run failed with an internal BlockingError). That saver keeps its checkpoints
+    in `.langgraph_api/` across restarts, and the ledger beside them: the request pauses, the server restarts, the
+    events approver's answer pays once (an in-memory ledger answered it "never validated"); a replay pays nothing."""
     from devserver import run_dev_server
     from langgraph_sdk import get_sync_client
 
@@ -284,6 +285,8 @@ def test_langgraph_dev_serves_your_graph_from_a_langgraph_json_without_gatedloop
         client.runs.wait(thread_id, "seats", input=ask, context={"user_id": "ana", "roles": ["staff"]})
         [interrupt] = client.threads.get_state(thread_id)["interrupts"]
         assert [r["name"] for r in interrupt["value"]["action_requests"]] == ["reserve_seat"]
+    with run_dev_server(folder, env=env, workdir=folder / "server") as url:  # the same folder: a restart
+        client = get_sync_client(url=url)
         approve = {"resume": {"decisions": [{"type": "approve"}]}}
         out = client.runs.wait(thread_id, "seats", command=approve, context={"user_id": "eve", "roles": ["events"]})
         assert isinstance(out, dict) and out["status"] == "completed", out
