@@ -175,5 +175,5 @@ def gate_node(parts: LoopParts, node: Callable[[Any, Any], dict[str, Any]]) -> R
 
     # trace=False (here, in `model` and in `execute`): LangGraph's task already traces the node under its name, the
     # run callbacks and LangSmith see; a traced RunnableCallable would add a nested run of the same name, with its
-    # own callback manager, for nothing. create_agent's nodes do the same. About 1.5 ms of CPU per served run.
+    # own callback manager, for nothing. create_agent's nodes do the same (docs/performance.md measures it).
     return RunnableCallable(node, where_the_ledger_says, name=node.__name__, trace=False)
