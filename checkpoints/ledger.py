@@ -611,12 +611,12 @@ class SqlLedger(EvidenceStore, OutboxStore, GrantStore):
         cannot (`grants.ClaimRefused`), nothing is written, the claim included, and the exception is raised. A claim
         that already existed takes and charges nothing (its first claim did)."""
         claimant = self.claimant  # on Postgres a round trip of its own: before the transaction, not inside it
-        won = self._steps(_claim_steps(thread_id, call_id, tool, args_digest, claimant, terms or ClaimTerms()))
-        if won is not None:
-            return True, won
-        entry = self.get(thread_id, call_id)
-        assert entry is not None
-        return False, entry
+        new = self._steps(_claim_steps(thread_id, call_id, tool, args_digest, claimant, terms or ClaimTerms()))
+        if new is not None:
+            return True, new
+        existing = self.get(thread_id, call_id)
+        assert existing is not None
+        return False, existing
 
     def reclaim(self, thread_id: str, call_id: str, seen_attempts: int) -> bool:
         """Allow one more start of a call known not to have happened (reconciled, or decided by a person).
